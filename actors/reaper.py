@@ -1,0 +1,98 @@
+"""The LeaseReaper: on a timer, settles runs whose lease expired, by the recovery rules."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+import attrs
+import structlog
+from anyio.abc import TaskStatus
+
+from runtime.errors import LeasewardError
+from runtime.failures import FailureClass
+from runtime.lifecycle import Event, RecoveryPolicy, decide_recovery
+from runtime.model import Settlement, settlement_after
+from storage.protocol import ExpiredRun, Store
+
+__all__ = ["REAP_BATCH", "LeaseReaper", "Reaped", "plan_reap"]
+
+REAP_BATCH = 100
+
+log = structlog.get_logger("leaseward.reaper")
+
+
+@attrs.frozen
+class Reaped:
+    run_id: str
+    epoch: int
+    settlement: Settlement
+
+
+def plan_reap(expired: ExpiredRun, policy: RecoveryPolicy) -> Settlement:
+    recovery = decide_recovery(
+        mode=expired.run.mode,
+        requeues=expired.run.requeues,
+        last_effect=expired.last_effect,
+        last_status=expired.last_status,
+        failure_class=FailureClass.CONNECTION,
+        reaped=True,
+        audit_failed=False,
+        policy=policy,
+    )
+    return settlement_after(
+        recovery,
+        failure_class=FailureClass.CONNECTION,
+        error=f"the lease of {expired.run.lease_owner} expired",
+        cancel_requested=expired.run.cancel_requested,
+    )
+
+
+class LeaseReaper:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        interval_seconds: float,
+        policy: RecoveryPolicy,
+        on_reaped: Callable[[tuple[Reaped, ...]], Awaitable[None]] | None = None,
+        batch: int = REAP_BATCH,
+    ) -> None:
+        self._store = store
+        self._interval = interval_seconds
+        self._policy = policy
+        self._on_reaped = on_reaped
+        self._batch = batch
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            try:
+                reaped = await self.reap_once()
+            except LeasewardError as exc:
+                log.warning("reaper.pass_failed", error=exc.message)
+            else:
+                if reaped and self._on_reaped is not None:
+                    await self._on_reaped(reaped)
+            await anyio.sleep(self._interval)
+
+    async def reap_once(self) -> tuple[Reaped, ...]:
+        """One pass: every expired lease found (oldest first, one batch) is settled."""
+        done: list[Reaped] = []
+        for expired in await self._store.expired_runs(self._batch):
+            settlement = plan_reap(expired, self._policy)
+            if not await self._store.reap(expired, settlement):
+                # Renewed or settled since the scan: the holder is alive after all.
+                continue
+            run = expired.run
+            fields = {
+                "run_id": run.id,
+                "epoch": run.epoch,
+                "worker_id": run.lease_owner,
+                "state": settlement.target.value,
+            }
+            log.warning("lease.reaped", **fields)
+            if settlement.event is Event.DEAD_LETTER and settlement.reason is not None:
+                log.error("run.dead_lettered", reason=settlement.reason.value, **fields)
+            done.append(Reaped(run.id, run.epoch, settlement))
+        return tuple(done)

@@ -1,0 +1,489 @@
+"""The RunActor: one run's loop of provider and tool steps, each recorded at a boundary."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+import attrs
+import structlog
+
+from runtime.agents import Agent
+from runtime.clock import Clock
+from runtime.conversation import (
+    PendingCall,
+    normalize_reply,
+    pending_calls,
+    rebuild,
+    reply_to_json,
+    tool_message,
+)
+from runtime.effects import ToolEffect
+from runtime.errors import (
+    AuditPersistenceFailed,
+    InvalidInput,
+    LeaseLost,
+    StoreError,
+    ToolError,
+)
+from runtime.failures import FailureClass, classify
+from runtime.lifecycle import (
+    Event,
+    Reason,
+    RecoveryPolicy,
+    RunMode,
+    StepKind,
+    StepStatus,
+    decide_recovery,
+)
+from runtime.model import (
+    MAX_ARGUMENTS_BYTES,
+    MAX_RESULT_BYTES,
+    Message,
+    ProviderReply,
+    ProviderRequest,
+    Role,
+    RunRecord,
+    Settlement,
+    StepInfo,
+    StepWrite,
+    dump_json,
+    settlement_after,
+)
+from runtime.schema import validate
+from runtime.tools import BoundTool, ToolContext
+from storage.protocol import BatchItem, BatchOutcome
+
+__all__ = ["DEADLINE_MARGIN_SECONDS", "RunActor", "RunSettings"]
+
+DEADLINE_MARGIN_SECONDS = 5.0
+SETTLE_TIMEOUT_SECONDS = 10.0
+
+log = structlog.get_logger("leaseward.run")
+
+PersistFn = Callable[[BatchItem], Awaitable[BatchOutcome]]
+StepsFn = Callable[[str], Awaitable[list[StepInfo]]]
+
+
+@attrs.frozen
+class RunSettings:
+    lease_seconds: float
+    deadline_margin_seconds: float = DEADLINE_MARGIN_SECONDS
+    policy: RecoveryPolicy = attrs.Factory(RecoveryPolicy)
+
+
+class _Stop(Exception):
+    """The run reached its settlement at a step boundary."""
+
+    def __init__(self, settlement: Settlement) -> None:
+        super().__init__(settlement.event.value)
+        self.settlement = settlement
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class RunActor:
+    """Executes one claimed run under its lease epoch until it settles or loses the lease.
+
+    Provider steps and read-only tool steps are fail-soft: a record that cannot
+    be stored stays pending and goes out with the next request. A write tool's
+    intent is committed before the call and its outcome after it; the actor
+    blocks on the Persister for both and fails closed when either is refused.
+    """
+
+    def __init__(
+        self,
+        run: RunRecord,
+        agent: Agent,
+        *,
+        persist: PersistFn,
+        load_steps: StepsFn,
+        settings: RunSettings,
+        clock: Clock,
+        worker_id: str,
+        draining: anyio.Event | None = None,
+    ) -> None:
+        self.run_id = run.id
+        self._run = run
+        self._agent = agent
+        self._persist = persist
+        self._load_steps = load_steps
+        self._settings = settings
+        self._clock = clock
+        # Interactive runs are never released back to the queue, so they never drain.
+        self._draining = draining if run.mode is RunMode.QUEUED else None
+        self._epoch = run.epoch
+        self._next_seq = 0
+        self._pending: list[StepWrite] = []
+        self._last_effect: ToolEffect | None = None
+        self._last_status: StepStatus | None = None
+        self._lease_deadline = run.lease_expires_at or 0.0
+        self._cancel_requested = run.cancel_requested
+        self._worker_id = worker_id
+        self._log = log.bind(run_id=run.id, epoch=run.epoch, worker_id=worker_id, agent=agent.name)
+        self.settlement: Settlement | None = None
+
+    async def run(self) -> Settlement | None:
+        """Run until settled; returns the settlement stored, or None if none was."""
+        try:
+            settlement = await self._execute()
+        except LeaseLost:
+            self._log.warning("lease.lost")
+            return None
+        except anyio.get_cancelled_exc_class():
+            with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS, shield=True):
+                await self._settle(self._interrupted())
+            raise
+        except Exception as exc:
+            settlement = self._after_failure(exc)
+        with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS, shield=True):
+            await self._settle(settlement)
+        return self.settlement
+
+    # -- the loop -------------------------------------------------------------------
+
+    async def _execute(self) -> Settlement:
+        steps = await self._load_steps(self.run_id)
+        self._remember_newest(steps)
+        conversation = rebuild(self.run_id, self._agent.instructions, self._run.input, steps)
+        messages = list(conversation.messages)
+        self._next_seq = conversation.next_seq
+        turns = conversation.provider_turns
+        pending = list(conversation.pending)
+        final = conversation.final_reply
+        try:
+            while True:
+                self._at_boundary()
+                if final is not None:
+                    return Settlement(
+                        Event.COMPLETE,
+                        Reason.COMPLETED,
+                        result_json=dump_json(final.text, what="result"),
+                    )
+                if pending:
+                    call = pending.pop(0)
+                    output = await self._tool_step(call, pending)
+                    messages.append(tool_message(call.call, output))
+                    continue
+                if turns >= self._agent.max_steps:
+                    return Settlement(
+                        Event.FAIL,
+                        Reason.MAX_STEPS,
+                        error=f"the agent used its {self._agent.max_steps} provider steps "
+                        "without finishing",
+                    )
+                seq, reply = await self._provider_step(messages)
+                turns += 1
+                messages.append(Message(Role.ASSISTANT, reply.text, tool_calls=reply.tool_calls))
+                pending = pending_calls(self.run_id, seq, reply)
+                if not reply.tool_calls:
+                    final = reply
+        except _Stop as stop:
+            return stop.settlement
+
+    def _at_boundary(self) -> None:
+        if self._cancel_requested:
+            raise _Stop(Settlement(Event.CANCEL_RUNNING, Reason.CANCELLED))
+        if self._draining is not None and self._draining.is_set():
+            raise _Stop(Settlement(Event.RELEASE))
+
+    def _take_seq(self) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
+    def _timeout_of_next(self, pending: Sequence[PendingCall]) -> float:
+        if pending:
+            bound = self._agent.tools.get(pending[0].call.name)
+            if bound is not None:
+                return bound.timeout_seconds
+        return self._agent.provider_timeout_seconds
+
+    # -- steps ------------------------------------------------------------------------
+
+    async def _provider_step(self, messages: list[Message]) -> tuple[int, ProviderReply]:
+        timeout = self._agent.provider_timeout_seconds
+        await self._admit(timeout)
+        request = ProviderRequest(
+            run_id=self.run_id,
+            agent=self._agent.name,
+            messages=tuple(messages),
+            tools=self._agent.tool_specs,
+        )
+        with anyio.fail_after(timeout):
+            reply = await self._agent.provider.complete(request)
+        if not isinstance(reply, ProviderReply):
+            raise InvalidInput(f"the provider returned {type(reply).__name__}, not ProviderReply")
+        seq = self._take_seq()
+        reply = normalize_reply(reply, seq)
+        step = StepWrite(
+            seq=seq,
+            kind=StepKind.PROVIDER,
+            status=StepStatus.SUCCEEDED,
+            output_json=dump_json(reply_to_json(reply), what="the provider reply"),
+        )
+        upcoming = pending_calls(self.run_id, seq, reply)
+        await self._record_soft(step, self._timeout_of_next(upcoming))
+        return seq, reply
+
+    async def _tool_step(self, pending: PendingCall, after: Sequence[PendingCall]) -> Any:
+        call = pending.call
+        bound = self._agent.tools.get(call.name)
+        effect = self._agent.effects.effect_for(call.name)
+        arguments_json, rejection = self._check_arguments(bound, call.name, call.arguments)
+        if bound is None or rejection is not None:
+            # Nothing is executed, so nothing needs an intent: the model gets the error.
+            output = {"error": rejection}
+            step = StepWrite(
+                seq=self._take_seq(),
+                kind=StepKind.TOOL,
+                status=StepStatus.FAILED,
+                tool=call.name,
+                call_id=call.call_id,
+                effect=effect,
+                idempotency_key=pending.idempotency_key,
+                arguments_json=arguments_json,
+                output_json=dump_json(output),
+                error=rejection,
+            )
+            await self._record_soft(step, self._timeout_of_next(after))
+            return output
+        if effect is ToolEffect.NON_IDEMPOTENT_WRITE and pending.open_attempt is not None:
+            raise _Stop(
+                Settlement(
+                    Event.DEAD_LETTER,
+                    Reason.INTERRUPTED_WRITE,
+                    error=f"call {call.call_id} of {call.name} was interrupted at epoch "
+                    f"{pending.open_attempt.epoch}; its outcome is unknown",
+                )
+            )
+        seq = self._take_seq()
+        base = StepWrite(
+            seq=seq,
+            kind=StepKind.TOOL,
+            status=StepStatus.STARTED,
+            tool=call.name,
+            call_id=call.call_id,
+            effect=effect,
+            idempotency_key=pending.idempotency_key,
+            arguments_json=arguments_json,
+        )
+        if effect.is_write:
+            await self._record_intent(base, bound.timeout_seconds)
+        else:
+            await self._admit(bound.timeout_seconds)
+        status, output, error = await self._call(bound, pending, dict(call.arguments))
+        try:
+            output_json = dump_json(
+                output, what=f"the result of {call.name}", limit=MAX_RESULT_BYTES
+            )
+        except InvalidInput as exc:
+            output = {"error": exc.message}
+            output_json = dump_json(output)
+        outcome = attrs.evolve(base, status=status, output_json=output_json, error=error)
+        if effect.is_write:
+            await self._record_outcome(attrs.evolve(outcome, settles=True), after)
+        else:
+            await self._record_soft(outcome, self._timeout_of_next(after))
+        return output
+
+    def _check_arguments(
+        self, bound: BoundTool | None, name: str, arguments: Mapping[str, Any]
+    ) -> tuple[str | None, str | None]:
+        """The arguments' JSON text (None if they have none) and why they are refused, if so."""
+        try:
+            arguments_json = dump_json(
+                dict(arguments), what=f"the arguments of {name}", limit=MAX_ARGUMENTS_BYTES
+            )
+        except InvalidInput as exc:
+            return None, exc.message
+        if bound is None:
+            known = ", ".join(sorted(t.name for t in self._agent.tools)) or "none"
+            return arguments_json, f"unknown tool {name!r} (available: {known})"
+        problem = validate(dict(arguments), bound.parameters)
+        if problem is not None:
+            return arguments_json, f"invalid arguments for {name}: {problem}"
+        return arguments_json, None
+
+    async def _call(
+        self, bound: BoundTool, pending: PendingCall, arguments: dict[str, Any]
+    ) -> tuple[StepStatus, Any, str | None]:
+        ctx = ToolContext(
+            run_id=self.run_id,
+            epoch=self._epoch,
+            call_id=pending.call.call_id,
+            idempotency_key=pending.idempotency_key,
+            log=self._log.bind(tool=bound.name, call_id=pending.call.call_id),
+        )
+        try:
+            with anyio.fail_after(bound.timeout_seconds):
+                result = await bound.implementation(ctx, **arguments)
+        except ToolError as exc:
+            return StepStatus.FAILED, {"error": exc.message}, exc.message
+        return StepStatus.SUCCEEDED, result, None
+
+    # -- records --------------------------------------------------------------------
+
+    def _lease_for(self, timeout: float) -> float:
+        # Twice the margin: admission asks for one margin past the call's deadline,
+        # and the other absorbs the time between this renewal and the call starting.
+        margin = self._settings.deadline_margin_seconds
+        return max(self._settings.lease_seconds, timeout + 2 * margin)
+
+    async def _send(
+        self,
+        steps: Sequence[StepWrite],
+        lease_seconds: float,
+        settlement: Settlement | None = None,
+    ) -> BatchOutcome:
+        item = BatchItem(
+            run_id=self.run_id,
+            epoch=self._epoch,
+            steps=(*self._pending, *steps),
+            lease_seconds=lease_seconds,
+            settlement=settlement,
+        )
+        sent_at = self._clock.now()
+        outcome = await self._persist(item)
+        if not outcome.lease_held and not outcome.persisted:
+            raise LeaseLost(f"run {self.run_id} is no longer held at epoch {self._epoch}")
+        if not outcome.persisted:
+            return outcome
+        self._pending.clear()
+        for step in item.steps:
+            self._log.debug(
+                "step.recorded", seq=step.seq, kind=step.kind.value, status=step.status.value
+            )
+        if item.steps:
+            newest = item.steps[-1]
+            self._last_effect = newest.effect
+            self._last_status = newest.status if newest.kind is StepKind.TOOL else None
+        if settlement is None:
+            self._lease_deadline = sent_at + lease_seconds
+            self._cancel_requested = outcome.cancel_requested
+            self._log.debug("lease.renewed", seconds=lease_seconds)
+        return outcome
+
+    async def _record_soft(self, step: StepWrite, next_timeout: float) -> None:
+        outcome = await self._send([step], self._lease_for(next_timeout))
+        if not outcome.persisted:
+            self._pending.append(step)
+            self._log.warning("step.record_failed", seq=step.seq, error=outcome.error)
+
+    async def _record_intent(self, step: StepWrite, timeout: float) -> None:
+        outcome = await self._send([step], self._lease_for(timeout))
+        if not outcome.persisted:
+            # G3: without a durable intent the tool is not called.
+            raise StoreError(
+                f"the intent of {step.tool} (call {step.call_id}) could not be stored: "
+                f"{outcome.error}"
+            )
+
+    async def _record_outcome(self, step: StepWrite, after: Sequence[PendingCall]) -> None:
+        outcome = await self._send([step], self._lease_for(self._timeout_of_next(after)))
+        if not outcome.persisted:
+            self._log.error("audit.failed", seq=step.seq, tool=step.tool, error=outcome.error)
+            raise AuditPersistenceFailed(
+                f"{step.tool} (call {step.call_id}) ran but its result could not be recorded: "
+                f"{outcome.error}"
+            )
+
+    async def _admit(self, timeout: float) -> None:
+        """G7: no call starts unless the lease covers its whole deadline."""
+        needed = self._clock.now() + timeout + self._settings.deadline_margin_seconds
+        if needed <= self._lease_deadline:
+            return
+        outcome = await self._send([], self._lease_for(timeout))
+        if not outcome.persisted:
+            raise StoreError(f"the lease could not be extended for the next call: {outcome.error}")
+        self._log.debug("lease.extended", seconds=self._lease_for(timeout))
+
+    def _remember_newest(self, steps: Sequence[StepInfo]) -> None:
+        if steps:
+            newest = max(steps, key=lambda s: s.seq)
+            self._last_effect = newest.effect
+            self._last_status = newest.status if newest.kind is StepKind.TOOL else None
+
+    # -- settling ---------------------------------------------------------------------
+
+    def _after_failure(self, exc: Exception) -> Settlement:
+        failure_class = classify(exc)
+        recovery = decide_recovery(
+            mode=self._run.mode,
+            requeues=self._run.requeues,
+            last_effect=self._last_effect,
+            last_status=self._last_status,
+            failure_class=failure_class,
+            reaped=False,
+            audit_failed=isinstance(exc, AuditPersistenceFailed),
+            policy=self._settings.policy,
+        )
+        self._log.warning(
+            "run.attempt_failed",
+            failure_class=failure_class.value,
+            action=recovery.action.value,
+            error=_describe(exc),
+        )
+        return settlement_after(
+            recovery,
+            failure_class=failure_class,
+            error=_describe(exc),
+            cancel_requested=self._cancel_requested,
+        )
+
+    def _interrupted(self) -> Settlement:
+        """The settlement for an attempt cut off by this process shutting down."""
+        if self._run.mode is RunMode.QUEUED and self._last_status is not StepStatus.STARTED:
+            return Settlement(Event.RELEASE)
+        recovery = decide_recovery(
+            mode=self._run.mode,
+            requeues=self._run.requeues,
+            last_effect=self._last_effect,
+            last_status=self._last_status,
+            failure_class=FailureClass.CONNECTION,
+            reaped=True,
+            audit_failed=False,
+            policy=self._settings.policy,
+        )
+        return settlement_after(
+            recovery,
+            failure_class=FailureClass.CONNECTION,
+            error="the worker stopped during the call",
+            cancel_requested=self._cancel_requested,
+        )
+
+    async def _settle(self, settlement: Settlement) -> None:
+        try:
+            outcome = await self._send([], 0.0, settlement)
+            if not outcome.persisted and self._pending:
+                # The steps still pending are fail-soft records; the settlement is not.
+                self._log.warning("step.dropped", count=len(self._pending), error=outcome.error)
+                self._pending.clear()
+                outcome = await self._send([], 0.0, settlement)
+        except LeaseLost:
+            self._log.warning("lease.lost", during="settle")
+            return
+        if not outcome.persisted:
+            # The lease will expire and the reaper applies recovery from the journal.
+            self._log.error("run.settle_failed", event=settlement.event.value, error=outcome.error)
+            return
+        self.settlement = settlement
+        fields: dict[str, Any] = {"state": settlement.target.value}
+        if settlement.reason is not None:
+            fields["reason"] = settlement.reason.value
+        if settlement.failure_class is not None:
+            fields["failure_class"] = settlement.failure_class.value
+        if settlement.event is Event.DEAD_LETTER:
+            self._log.error("run.dead_lettered", error=settlement.error, **fields)
+        elif settlement.event in (Event.REQUEUE, Event.RELEASE):
+            self._log.info(
+                "run.requeued" if settlement.event is Event.REQUEUE else "lease.released",
+                delay_seconds=settlement.delay_seconds,
+                **fields,
+            )
+        else:
+            self._log.info("run.settled", **fields)

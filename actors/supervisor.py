@@ -1,0 +1,208 @@
+"""The Supervisor: owns the helper actors, claims runs while it has room, and drains."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import attrs
+import structlog
+from anyio.abc import TaskGroup, TaskStatus
+
+from actors.mailbox import Mailbox
+from actors.messages import LeasesReaped, RunEnded, SupervisorMessage, Wake
+from actors.persister import MAX_BATCH_ITEMS, Persister
+from actors.reaper import LeaseReaper, Reaped
+from actors.run_actor import RunActor, RunSettings
+from runtime.agents import App
+from runtime.clock import Clock
+from runtime.errors import LeasewardError
+from runtime.model import RunRecord, Settlement
+from storage.protocol import Store
+
+__all__ = ["CLAIM_BATCH", "RESTART_DELAY_SECONDS", "Supervisor", "SupervisorSettings"]
+
+CLAIM_BATCH = 32
+RESTART_DELAY_SECONDS = 0.5
+
+log = structlog.get_logger("leaseward.supervisor")
+
+
+@attrs.frozen
+class SupervisorSettings:
+    worker_id: str
+    concurrency: int
+    lease_seconds: float
+    reap_interval_seconds: float
+    poll_interval_seconds: float
+    drain_seconds: float
+    run: RunSettings
+    group_commit: bool = True
+    max_batch: int = MAX_BATCH_ITEMS
+
+
+@attrs.define
+class _Local:
+    actor: RunActor
+    scope: anyio.CancelScope
+
+
+class Supervisor:
+    """The root actor of one worker process."""
+
+    def __init__(self, store: Store, app: App, settings: SupervisorSettings, clock: Clock) -> None:
+        self._store = store
+        self._app = app
+        self.settings = settings
+        self._clock = clock
+        self.mailbox: Mailbox[SupervisorMessage] = Mailbox()
+        self.persister = Persister(
+            store, group_commit=settings.group_commit, max_batch=settings.max_batch
+        )
+        self.reaper = LeaseReaper(
+            store,
+            interval_seconds=settings.reap_interval_seconds,
+            policy=settings.run.policy,
+            on_reaped=self._reaped,
+        )
+        self._local: dict[str, _Local] = {}
+        self._run_ended = anyio.Event()
+        self._draining = anyio.Event()
+        self._claiming = True
+        self._agents = tuple(agent.name for agent in app.agents)
+        self._log = log.bind(worker_id=settings.worker_id)
+        self.ended: Callable[[str, Settlement | None], None] | None = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Supervisor]:
+        async with anyio.create_task_group() as helpers:
+            await helpers.start(self._keep_alive, "persister", self.persister.run)
+            await helpers.start(self._keep_alive, "reaper", self.reaper.run)
+            async with anyio.create_task_group() as runs:
+                runs.start_soon(self._claim_loop, runs)
+                try:
+                    yield self
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._drain()
+                    runs.cancel_scope.cancel()
+            helpers.cancel_scope.cancel()
+
+    async def _keep_alive(
+        self,
+        name: str,
+        body: Callable[..., Awaitable[None]],
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run a helper actor, restarting it when it crashes; its mailbox survives."""
+        started = False
+        while True:
+            try:
+                if started:
+                    await body()
+                else:
+                    started = True
+                    await body(task_status=task_status)
+            except Exception:
+                self._log.exception("actor.crashed", actor=name)
+                await anyio.sleep(RESTART_DELAY_SECONDS)
+                self._log.info("actor.restarted", actor=name)
+
+    def wake(self) -> None:
+        self.mailbox.send_nowait(Wake())
+
+    async def _reaped(self, reaped: tuple[Reaped, ...]) -> None:
+        await self.mailbox.send(LeasesReaped(tuple(r.run_id for r in reaped)))
+
+    async def _claim_loop(self, runs: TaskGroup) -> None:
+        settings = self.settings
+        while self._claiming:
+            room = settings.concurrency - len(self._local)
+            claimed: list[RunRecord] = []
+            if room > 0:
+                try:
+                    claimed = await self._store.claim_runs(
+                        settings.worker_id,
+                        min(room, CLAIM_BATCH),
+                        settings.lease_seconds,
+                        self._agents,
+                    )
+                except LeasewardError as exc:
+                    self._log.warning("claim.failed", error=exc.message)
+                for record in claimed:
+                    # Even when a drain began meanwhile: the actor releases the run
+                    # at its first boundary, where an unstarted claim would sit leased.
+                    self._start(runs, record)
+            if claimed and len(claimed) == min(room, CLAIM_BATCH):
+                continue
+            await self._wait_for_mail()
+
+    async def _wait_for_mail(self) -> None:
+        with anyio.move_on_after(self.settings.poll_interval_seconds):
+            self._handle(await self.mailbox.receive())
+        while (message := self.mailbox.receive_nowait()) is not None:
+            self._handle(message)
+
+    def _handle(self, message: SupervisorMessage) -> None:
+        if isinstance(message, LeasesReaped):
+            for run_id in message.run_ids:
+                local = self._local.get(run_id)
+                if local is not None:
+                    # The store no longer counts this worker as the holder: stop it
+                    # now, before it spends time on work it could not record anyway.
+                    self._log.warning("lease.lost", run_id=run_id, by="reaper")
+                    local.scope.cancel()
+
+    def _start(self, runs: TaskGroup, record: RunRecord) -> None:
+        agent = self._app.agent(record.agent)
+        actor = RunActor(
+            record,
+            agent,
+            persist=self.persister.persist,
+            load_steps=self._store.list_steps,
+            settings=self.settings.run,
+            clock=self._clock,
+            worker_id=self.settings.worker_id,
+            draining=self._draining,
+        )
+        scope = anyio.CancelScope()
+        self._local[record.id] = _Local(actor, scope)
+        self._log.info("run.claimed", run_id=record.id, epoch=record.epoch, agent=record.agent)
+        runs.start_soon(self._run_actor, actor, scope)
+
+    async def _run_actor(self, actor: RunActor, scope: anyio.CancelScope) -> None:
+        settlement: Settlement | None = None
+        try:
+            with scope:
+                settlement = await actor.run()
+        finally:
+            self._local.pop(actor.run_id, None)
+            self.mailbox.send_nowait(RunEnded(actor.run_id))
+            self._run_ended.set()
+            self._run_ended = anyio.Event()
+            if self.ended is not None:
+                self.ended(actor.run_id, settlement)
+
+    async def _drain(self) -> None:
+        """Stop claiming, let runs reach a step boundary, and release their leases."""
+        self._claiming = False
+        self._draining.set()
+        self.mailbox.send_nowait(Wake())
+        if not self._local:
+            return
+        self._log.info("worker.draining", runs=len(self._local))
+        with anyio.move_on_after(self.settings.drain_seconds):
+            await self._until_idle()
+        for local in list(self._local.values()):
+            local.scope.cancel()
+        await self._until_idle()
+
+    async def _until_idle(self) -> None:
+        while self._local:
+            await self._run_ended.wait()
+
+    @property
+    def active_runs(self) -> int:
+        return len(self._local)

@@ -1,0 +1,121 @@
+"""Agents, the app that holds them, and the model-provider protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from runtime.effects import ToolEffectResolver
+from runtime.errors import ConfigurationError, UnknownAgent
+from runtime.model import ProviderReply, ProviderRequest, Role, ToolSpec
+from runtime.tools import ToolSet
+
+__all__ = [
+    "DEFAULT_MAX_STEPS",
+    "DEFAULT_PROVIDER_TIMEOUT_SECONDS",
+    "Agent",
+    "App",
+    "Provider",
+    "ScriptedProvider",
+]
+
+DEFAULT_MAX_STEPS = 20
+DEFAULT_PROVIDER_TIMEOUT_SECONDS = 60.0
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A model provider. ``timeout_seconds`` is an optional attribute."""
+
+    async def complete(self, request: ProviderRequest) -> ProviderReply: ...
+
+
+ScriptedReply = ProviderReply | Callable[[ProviderRequest], ProviderReply]
+
+
+class ScriptedProvider:
+    """Answers turn k with ``replies[k]``, k being the assistant turns already in the request.
+
+    Because k is read from the request, a resumed run gets the same answer for
+    the same turn, whatever happened to the process that asked before. A reply
+    may also be a callable of the request; a single callable answers every turn.
+    """
+
+    def __init__(
+        self,
+        replies: Sequence[ScriptedReply] | Callable[[ProviderRequest], ProviderReply],
+        *,
+        timeout_seconds: float = DEFAULT_PROVIDER_TIMEOUT_SECONDS,
+    ) -> None:
+        self._replies = replies
+        self.timeout_seconds = timeout_seconds
+        self.calls = 0
+
+    async def complete(self, request: ProviderRequest) -> ProviderReply:
+        self.calls += 1
+        if callable(self._replies):
+            return self._replies(request)
+        turn = sum(1 for message in request.messages if message.role is Role.ASSISTANT)
+        if turn >= len(self._replies):
+            raise ConfigurationError(
+                f"the scripted provider has {len(self._replies)} replies and was asked for turn "
+                f"{turn + 1}"
+            )
+        reply = self._replies[turn]
+        return reply(request) if callable(reply) else reply
+
+
+class Agent:
+    """A named loop of provider turns and tool calls, at most ``max_steps`` provider turns."""
+
+    def __init__(
+        self,
+        name: str,
+        provider: Provider,
+        tools: Iterable[Any] = (),
+        instructions: str = "",
+        max_steps: int = DEFAULT_MAX_STEPS,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError("an agent's name must be a non-empty string")
+        if not isinstance(provider, Provider):
+            raise ConfigurationError(f"agent {name!r}: the provider has no async complete()")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise ConfigurationError(f"agent {name!r}: max_steps must be a positive integer")
+        self.name = name
+        self.provider = provider
+        self.tools = ToolSet(tools)
+        self.instructions = instructions
+        self.max_steps = max_steps
+        self.effects = ToolEffectResolver(self.tools)
+        self.tool_specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in self.tools)
+        self.provider_timeout_seconds = float(
+            getattr(provider, "timeout_seconds", DEFAULT_PROVIDER_TIMEOUT_SECONDS)
+        )
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r}, tools={[t.name for t in self.tools]})"
+
+
+class App:
+    """The agents one runtime can execute."""
+
+    def __init__(self, agents: Iterable[Agent]) -> None:
+        self._agents: dict[str, Agent] = {}
+        for agent in agents:
+            if not isinstance(agent, Agent):
+                raise ConfigurationError(f"{agent!r} is not an Agent")
+            if agent.name in self._agents:
+                raise ConfigurationError(f"two agents are named {agent.name!r}")
+            self._agents[agent.name] = agent
+
+    def agent(self, name: str) -> Agent:
+        try:
+            return self._agents[name]
+        except KeyError:
+            known = ", ".join(sorted(self._agents)) or "none"
+            raise UnknownAgent(f"unknown agent {name!r} (known: {known})") from None
+
+    @property
+    def agents(self) -> tuple[Agent, ...]:
+        return tuple(self._agents.values())

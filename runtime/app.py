@@ -1,0 +1,161 @@
+"""The Runtime: a Client that also executes runs, through a Supervisor and its actors."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+
+from actors.persister import MAX_BATCH_ITEMS
+from actors.reaper import Reaped
+from actors.run_actor import DEADLINE_MARGIN_SECONDS, RunActor, RunSettings
+from actors.supervisor import Supervisor, SupervisorSettings
+from runtime.agents import App
+from runtime.client import Client
+from runtime.clock import Clock, SystemClock
+from runtime.errors import ConfigurationError
+from runtime.lifecycle import RecoveryPolicy, RunMode
+from runtime.model import RunInfo, Settlement
+from storage import Store, open_store
+
+__all__ = [
+    "CONCURRENCY",
+    "DRAIN_SECONDS",
+    "LEASE_SECONDS",
+    "POLL_INTERVAL_SECONDS",
+    "REAP_INTERVAL_SECONDS",
+    "Runtime",
+    "default_worker_id",
+]
+
+CONCURRENCY = 16
+LEASE_SECONDS = 30.0
+REAP_INTERVAL_SECONDS = 5.0
+POLL_INTERVAL_SECONDS = 1.0
+DRAIN_SECONDS = 10.0
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _positive(name: str, value: Any, *, integer: bool = False) -> None:
+    number_type = int if integer else int | float
+    if isinstance(value, bool) or not isinstance(value, number_type) or not value > 0:
+        kind = "a positive integer" if integer else "a positive number"
+        raise ConfigurationError(f"{name} must be {kind}, not {value!r}")
+
+
+class Runtime(Client):
+    """Executes the app's agents from a durable queue, and interactively on request."""
+
+    def __init__(self, store: Store, app: App, supervisor: Supervisor, clock: Clock) -> None:
+        super().__init__(store, app=app)
+        self.app = app
+        self.supervisor = supervisor
+        self._clock = clock
+        supervisor.ended = self._ended
+
+    @classmethod
+    @asynccontextmanager
+    async def open(  # type: ignore[override]
+        cls,
+        store: str | Store,
+        app: App,
+        concurrency: int = CONCURRENCY,
+        lease_seconds: float = LEASE_SECONDS,
+        reap_interval_seconds: float = REAP_INTERVAL_SECONDS,
+        *,
+        worker_id: str | None = None,
+        clock: Clock | None = None,
+        poll_interval_seconds: float = POLL_INTERVAL_SECONDS,
+        drain_seconds: float = DRAIN_SECONDS,
+        deadline_margin_seconds: float = DEADLINE_MARGIN_SECONDS,
+        recovery: RecoveryPolicy | None = None,
+        group_commit: bool = True,
+        max_batch: int = MAX_BATCH_ITEMS,
+    ) -> AsyncIterator[Runtime]:
+        """Open the store (a URL, or a Store you own), start the actors, drain on exit."""
+        if not isinstance(app, App):
+            raise ConfigurationError(f"app must be an App, not {type(app).__name__}")
+        _positive("concurrency", concurrency, integer=True)
+        _positive("max_batch", max_batch, integer=True)
+        _positive("lease_seconds", lease_seconds)
+        _positive("reap_interval_seconds", reap_interval_seconds)
+        _positive("poll_interval_seconds", poll_interval_seconds)
+        if deadline_margin_seconds < 0 or drain_seconds < 0:
+            raise ConfigurationError("deadline_margin_seconds and drain_seconds must be >= 0")
+        clock = clock or SystemClock()
+        settings = SupervisorSettings(
+            worker_id=worker_id or default_worker_id(),
+            concurrency=concurrency,
+            lease_seconds=float(lease_seconds),
+            reap_interval_seconds=float(reap_interval_seconds),
+            poll_interval_seconds=float(poll_interval_seconds),
+            drain_seconds=float(drain_seconds),
+            run=RunSettings(
+                lease_seconds=float(lease_seconds),
+                deadline_margin_seconds=float(deadline_margin_seconds),
+                policy=recovery or RecoveryPolicy(),
+            ),
+            group_commit=group_commit,
+            max_batch=max_batch,
+        )
+        owned = isinstance(store, str)
+        opened = await open_store(store, clock=clock) if isinstance(store, str) else store
+        try:
+            supervisor = Supervisor(opened, app, settings, clock)
+            async with supervisor.running():
+                yield cls(opened, app, supervisor, clock)
+        finally:
+            if owned:
+                with anyio.CancelScope(shield=True):
+                    await opened.aclose()
+
+    def _ended(self, run_id: str, settlement: Settlement | None) -> None:
+        self._notify_changed()
+
+    @property
+    def worker_id(self) -> str:
+        return self.supervisor.settings.worker_id
+
+    async def submit(self, agent: str, input: Any) -> str:
+        run_id = await super().submit(agent, input)
+        self.supervisor.wake()
+        return run_id
+
+    async def run(self, agent: str, input: Any) -> RunInfo:
+        """Run ``agent`` now, in this task, and return the finished run.
+
+        The run is journaled and leased like any other, but never retried: any
+        failure settles it ``failed``.
+        """
+        settings = self.supervisor.settings
+        new = self._new_run(
+            agent,
+            input,
+            RunMode.INTERACTIVE,
+            lease_owner=settings.worker_id,
+            lease_seconds=settings.lease_seconds,
+        )
+        record = await self._store.create_run(new)
+        actor = RunActor(
+            record,
+            self.app.agent(agent),
+            persist=self.supervisor.persister.persist,
+            load_steps=self._store.list_steps,
+            settings=settings.run,
+            clock=self._clock,
+            worker_id=settings.worker_id,
+        )
+        await actor.run()
+        self._notify_changed()
+        return await self.get(record.id)
+
+    async def reap_once(self) -> tuple[Reaped, ...]:
+        """One reaper pass now, instead of waiting for the timer."""
+        return await self.supervisor.reaper.reap_once()

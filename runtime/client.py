@@ -1,0 +1,124 @@
+"""The Client: submit and inspect runs from a process that executes none of them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+
+from runtime.agents import App
+from runtime.clock import Clock
+from runtime.errors import RunNotFound, UnknownAgent, WaitTimeout
+from runtime.lifecycle import RunMode, RunState
+from runtime.model import MAX_INPUT_BYTES, NewRun, RunInfo, RunRecord, StepInfo, dump_json
+from storage import CancelOutcome, Store, open_store
+
+__all__ = ["WAIT_POLL_SECONDS", "Client"]
+
+WAIT_POLL_SECONDS = 0.5
+
+
+def new_run_id() -> str:
+    return str(uuid.uuid4())
+
+
+class Client:
+    """Submits, inspects and cancels runs in a store.
+
+    Given the ``app``, ``submit`` refuses agents it does not know; without it, a
+    run for an agent no worker serves stays queued until one does.
+    """
+
+    def __init__(self, store: Store, *, app: App | None = None) -> None:
+        self._store = store
+        self._app = app
+        self._changed = anyio.Event()
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, url: str, *, app: App | None = None, clock: Clock | None = None
+    ) -> AsyncIterator[Client]:
+        store = await open_store(url, clock=clock)
+        try:
+            yield cls(store, app=app)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await store.aclose()
+
+    def _notify_changed(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def _new_run(
+        self,
+        agent: str,
+        input: Any,
+        mode: RunMode,
+        *,
+        lease_owner: str | None = None,
+        lease_seconds: float | None = None,
+    ) -> NewRun:
+        if self._app is not None:
+            self._app.agent(agent)
+        elif not isinstance(agent, str) or not agent:
+            raise UnknownAgent("an agent name must be a non-empty string")
+        return NewRun(
+            id=new_run_id(),
+            agent=agent,
+            mode=mode,
+            input_json=dump_json(input, what="the run input", limit=MAX_INPUT_BYTES),
+            lease_owner=lease_owner,
+            lease_seconds=lease_seconds,
+        )
+
+    async def submit(self, agent: str, input: Any) -> str:
+        """Queue a run of ``agent`` on ``input`` (any JSON value); returns the run id."""
+        record = await self._store.create_run(self._new_run(agent, input, RunMode.QUEUED))
+        return record.id
+
+    async def _record(self, run_id: str) -> RunRecord:
+        record = await self._store.get_run(run_id)
+        if record is None:
+            raise RunNotFound(f"no run with id {run_id!r}")
+        return record
+
+    async def get(self, run_id: str) -> RunInfo:
+        return (await self._record(run_id)).info()
+
+    async def runs(
+        self, *, state: RunState | None = None, agent: str | None = None, limit: int = 100
+    ) -> list[RunInfo]:
+        return [
+            r.info() for r in await self._store.list_runs(state=state, agent=agent, limit=limit)
+        ]
+
+    async def steps(self, run_id: str) -> list[StepInfo]:
+        """The run's journal, oldest step first."""
+        await self._record(run_id)
+        return await self._store.list_steps(run_id)
+
+    async def wait(self, run_id: str, timeout: float | None = None) -> RunInfo:
+        """Wait until the run is terminal; raises WaitTimeout after ``timeout`` seconds."""
+        with anyio.move_on_after(timeout) as scope:
+            while True:
+                info = await self.get(run_id)
+                if info.state.terminal:
+                    return info
+                changed = self._changed
+                with anyio.move_on_after(WAIT_POLL_SECONDS):
+                    await changed.wait()
+        assert scope.cancelled_caught
+        raise WaitTimeout(f"run {run_id} did not finish within {timeout} seconds")
+
+    async def cancel(self, run_id: str) -> bool:
+        """Cancel a run: at once if it waits, at its next step boundary if it runs.
+
+        Returns False when the run had already finished.
+        """
+        outcome = await self._store.request_cancel(run_id)
+        self._notify_changed()
+        return outcome is not CancelOutcome.ALREADY_FINISHED

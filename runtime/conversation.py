@@ -1,0 +1,143 @@
+"""Rebuilding a run's conversation from its journal, so a resumed run repeats nothing (G8)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from runtime.lifecycle import StepKind, StepStatus
+from runtime.model import Message, ProviderReply, Role, StepInfo, ToolCall
+
+__all__ = [
+    "Conversation",
+    "PendingCall",
+    "idempotency_key",
+    "input_message",
+    "normalize_reply",
+    "pending_calls",
+    "rebuild",
+    "reply_from_json",
+    "reply_to_json",
+    "tool_message",
+]
+
+
+def idempotency_key(run_id: str, turn_seq: int, index: int, call_id: str) -> str:
+    """Derived from the journal alone, so every execution of one call computes the same key."""
+    material = f"{run_id}\x1f{turn_seq}\x1f{index}\x1f{call_id}".encode()
+    return hashlib.sha256(material).hexdigest()[:32]
+
+
+@attrs.frozen
+class PendingCall:
+    turn_seq: int
+    index: int
+    call: ToolCall
+    idempotency_key: str
+    open_attempt: StepInfo | None = None
+    """A ``started`` row of an earlier attempt whose outcome was never recorded."""
+
+
+@attrs.frozen
+class Conversation:
+    messages: tuple[Message, ...]
+    next_seq: int
+    provider_turns: int
+    pending: tuple[PendingCall, ...]
+    final_reply: ProviderReply | None
+    """The last reply, when it asked for no tools: the run is over but not yet settled."""
+
+
+def input_message(value: Any) -> Message:
+    content = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return Message(Role.USER, content)
+
+
+def tool_message(call: ToolCall, output: Any) -> Message:
+    content = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+    return Message(Role.TOOL, content, tool_call_id=call.call_id, name=call.name)
+
+
+def normalize_reply(reply: ProviderReply, turn_seq: int) -> ProviderReply:
+    """Give every call an id unique within its turn, so journal rows can name their call."""
+    seen: set[str] = set()
+    calls: list[ToolCall] = []
+    for index, call in enumerate(reply.tool_calls):
+        call_id = call.call_id
+        if not call_id or call_id in seen:
+            call_id = f"call_{turn_seq}_{index}"
+        seen.add(call_id)
+        calls.append(ToolCall(call.name, dict(call.arguments), call_id))
+    return ProviderReply(text=reply.text, tool_calls=tuple(calls))
+
+
+def reply_to_json(reply: ProviderReply) -> dict[str, Any]:
+    return {
+        "text": reply.text,
+        "tool_calls": [
+            {"name": c.name, "arguments": dict(c.arguments), "call_id": c.call_id}
+            for c in reply.tool_calls
+        ],
+    }
+
+
+def reply_from_json(data: Mapping[str, Any]) -> ProviderReply:
+    return ProviderReply(
+        text=data.get("text"),
+        tool_calls=tuple(
+            ToolCall(c["name"], c.get("arguments") or {}, c["call_id"])
+            for c in data.get("tool_calls", ())
+        ),
+    )
+
+
+def pending_calls(run_id: str, turn_seq: int, reply: ProviderReply) -> list[PendingCall]:
+    return [
+        PendingCall(turn_seq, index, call, idempotency_key(run_id, turn_seq, index, call.call_id))
+        for index, call in enumerate(reply.tool_calls)
+    ]
+
+
+def rebuild(
+    run_id: str, instructions: str, run_input: Any, steps: Sequence[StepInfo]
+) -> Conversation:
+    messages: list[Message] = []
+    if instructions:
+        messages.append(Message(Role.SYSTEM, instructions))
+    messages.append(input_message(run_input))
+    pending: list[PendingCall] = []
+    turns = 0
+    last_reply: ProviderReply | None = None
+    next_seq = 0
+    for step in sorted(steps, key=lambda s: s.seq):
+        next_seq = step.seq + 1
+        if step.kind is StepKind.PROVIDER:
+            if step.status is not StepStatus.SUCCEEDED:
+                continue
+            last_reply = reply_from_json(step.output)
+            turns += 1
+            messages.append(
+                Message(Role.ASSISTANT, last_reply.text, tool_calls=last_reply.tool_calls)
+            )
+            pending = pending_calls(run_id, step.seq, last_reply)
+            continue
+        position = next((i for i, p in enumerate(pending) if p.call.call_id == step.call_id), None)
+        if position is None:
+            continue
+        if step.status is StepStatus.STARTED:
+            pending[position] = attrs.evolve(pending[position], open_attempt=step)
+        else:
+            messages.append(tool_message(pending[position].call, step.output))
+            del pending[position]
+    final = last_reply if last_reply is not None and not last_reply.tool_calls else None
+    return Conversation(
+        messages=tuple(messages),
+        next_seq=next_seq,
+        provider_turns=turns,
+        pending=tuple(pending),
+        final_reply=final,
+    )

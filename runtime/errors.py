@@ -1,0 +1,81 @@
+"""The exception hierarchy: one root, and each class's docstring is its default message."""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuditPersistenceFailed",
+    "ConfigurationError",
+    "IllegalTransition",
+    "InvalidInput",
+    "LeaseLost",
+    "LeasewardError",
+    "ProviderError",
+    "RunNotFound",
+    "StoreError",
+    "ToolDefinitionError",
+    "ToolError",
+    "UnknownAgent",
+    "WaitTimeout",
+]
+
+
+class LeasewardError(Exception):
+    """A leaseward operation failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or (self.__doc__ or "").strip()
+        super().__init__(self.message)
+
+
+class ConfigurationError(LeasewardError):
+    """The runtime is configured in a way it cannot run with."""
+
+
+class ToolDefinitionError(ConfigurationError):
+    """A tool's definition is not usable."""
+
+
+class UnknownAgent(LeasewardError):
+    """No agent with that name is registered in the app."""
+
+
+class InvalidInput(LeasewardError):
+    """The input is not acceptable."""
+
+
+class RunNotFound(LeasewardError):
+    """No run with that id exists."""
+
+
+class IllegalTransition(LeasewardError):
+    """The run cannot make that state transition."""
+
+
+class LeaseLost(LeasewardError):
+    """This worker no longer holds the run's lease; it may change nothing."""
+
+
+class AuditPersistenceFailed(LeasewardError):
+    """A write tool ran but its audit record could not be stored; the run fails closed."""
+
+
+class StoreError(LeasewardError):
+    """The store could not carry out the operation."""
+
+
+class ToolError(LeasewardError):
+    """The tool failed without applying its effect; the model sees this as an error result."""
+
+
+class ProviderError(LeasewardError):
+    """The model provider failed."""
+
+    def __init__(self, message: str | None = None, *, failure_class: str = "unknown") -> None:
+        super().__init__(message)
+        # A plain string keeps this module free of the failures module; the
+        # classifier turns it into a FailureClass (an unknown string is "unknown").
+        self.failure_class = failure_class
+
+
+class WaitTimeout(LeasewardError, TimeoutError):
+    """The run did not reach a terminal state within the timeout."""

@@ -1,0 +1,262 @@
+"""The values that cross layers: runs, journal steps, messages, and settlements."""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from runtime.effects import ToolEffect
+from runtime.errors import InvalidInput
+from runtime.failures import FailureClass
+from runtime.lifecycle import (
+    TRANSITIONS,
+    Event,
+    Reason,
+    Recovery,
+    RecoveryAction,
+    RunMode,
+    RunState,
+    StepKind,
+    StepStatus,
+)
+
+__all__ = [
+    "MAX_ARGUMENTS_BYTES",
+    "MAX_INPUT_BYTES",
+    "MAX_RESULT_BYTES",
+    "Message",
+    "NewRun",
+    "ProviderReply",
+    "ProviderRequest",
+    "Role",
+    "RunInfo",
+    "RunRecord",
+    "Settlement",
+    "StepInfo",
+    "StepWrite",
+    "ToolCall",
+    "ToolSpec",
+    "dump_json",
+    "load_json",
+    "settlement_after",
+]
+
+MAX_INPUT_BYTES = 256 * 1024
+MAX_ARGUMENTS_BYTES = 64 * 1024
+MAX_RESULT_BYTES = 256 * 1024
+
+
+def dump_json(value: Any, *, what: str = "value", limit: int | None = None) -> str:
+    """Canonical JSON text of ``value``; raises InvalidInput if it is not JSON or too large."""
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} is not a JSON value: {exc}") from None
+    if limit is not None:
+        size = len(text.encode())
+        if size > limit:
+            raise InvalidInput(f"{what} is {size} bytes of JSON, over the {limit}-byte limit")
+    return text
+
+
+def load_json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+class Role(enum.StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+@attrs.frozen
+class ToolCall:
+    name: str
+    arguments: Mapping[str, Any] = attrs.field(factory=dict)
+    call_id: str = ""
+
+
+def _tool_call_tuple(calls: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(calls)
+
+
+@attrs.frozen
+class Message:
+    role: Role
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+@attrs.frozen
+class ToolSpec:
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@attrs.frozen
+class ProviderRequest:
+    run_id: str
+    agent: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...]
+
+
+@attrs.frozen
+class ProviderReply:
+    text: str | None = None
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tool_call_tuple)
+
+
+@attrs.frozen
+class RunInfo:
+    """A run as users see it."""
+
+    id: str
+    agent: str
+    mode: RunMode
+    state: RunState
+    reason: Reason | None
+    failure_class: FailureClass | None
+    result: Any
+    epoch: int
+    requeues: int
+    created_at: float
+    finished_at: float | None
+    error: str | None = None
+
+
+@attrs.frozen
+class RunRecord:
+    """A run row as the store holds it, lease fields included."""
+
+    id: str
+    agent: str
+    mode: RunMode
+    state: RunState
+    reason: Reason | None
+    failure_class: FailureClass | None
+    input: Any
+    result: Any
+    error: str | None
+    epoch: int
+    requeues: int
+    lease_owner: str | None
+    lease_expires_at: float | None
+    available_at: float
+    cancel_requested: bool
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+
+    def info(self) -> RunInfo:
+        return RunInfo(
+            id=self.id,
+            agent=self.agent,
+            mode=self.mode,
+            state=self.state,
+            reason=self.reason,
+            failure_class=self.failure_class,
+            result=self.result,
+            epoch=self.epoch,
+            requeues=self.requeues,
+            created_at=self.created_at,
+            finished_at=self.finished_at,
+            error=self.error,
+        )
+
+
+@attrs.frozen
+class NewRun:
+    id: str
+    agent: str
+    mode: RunMode
+    input_json: str
+    lease_owner: str | None = None
+    lease_seconds: float | None = None
+
+
+@attrs.frozen
+class StepInfo:
+    """One journal row."""
+
+    run_id: str
+    seq: int
+    epoch: int
+    kind: StepKind
+    tool: str | None
+    call_id: str | None
+    effect: ToolEffect | None
+    status: StepStatus
+    idempotency_key: str | None
+    arguments: Any
+    output: Any
+    error: str | None
+    started_at: float
+    finished_at: float | None
+
+
+@attrs.frozen
+class StepWrite:
+    """A journal change: a new row (``settles`` False) or the outcome of a started one.
+
+    Times are filled in by the store from its clock, so every row of one batch
+    and the lease renewal beside it agree on "now".
+    """
+
+    seq: int
+    kind: StepKind
+    status: StepStatus
+    tool: str | None = None
+    call_id: str | None = None
+    effect: ToolEffect | None = None
+    idempotency_key: str | None = None
+    arguments_json: str | None = None
+    output_json: str | None = None
+    error: str | None = None
+    settles: bool = False
+
+
+@attrs.frozen
+class Settlement:
+    """How an attempt leaves a run: the transition and what to record with it."""
+
+    event: Event
+    reason: Reason | None = None
+    failure_class: FailureClass | None = None
+    result_json: str | None = None
+    error: str | None = None
+    delay_seconds: float = 0.0
+    spends_retry: bool = False
+
+    @property
+    def target(self) -> RunState:
+        return TRANSITIONS[self.event][1]
+
+
+def settlement_after(
+    recovery: Recovery, *, failure_class: FailureClass, error: str, cancel_requested: bool
+) -> Settlement:
+    """The settlement that carries out a recovery decision.
+
+    A run someone asked to cancel is not put back in the queue: it is cancelled.
+    """
+    if recovery.action is RecoveryAction.REQUEUE:
+        if cancel_requested:
+            return Settlement(Event.CANCEL_RUNNING, Reason.CANCELLED, error=error)
+        return Settlement(
+            Event.REQUEUE,
+            None,
+            failure_class=failure_class,
+            error=error,
+            delay_seconds=recovery.delay_seconds,
+            spends_retry=True,
+        )
+    return Settlement(recovery.event, recovery.reason, failure_class=failure_class, error=error)

@@ -1,0 +1,94 @@
+"""The store protocol: what the actors and the shell may ask of any store."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Protocol
+
+import attrs
+
+from runtime.effects import ToolEffect
+from runtime.lifecycle import RunState, StepStatus
+from runtime.model import NewRun, RunRecord, Settlement, StepInfo, StepWrite
+
+__all__ = [
+    "BatchItem",
+    "BatchOutcome",
+    "CancelOutcome",
+    "ExpiredRun",
+    "Store",
+]
+
+
+@attrs.frozen
+class BatchItem:
+    """One run's share of a group commit: journal changes, a lease renewal, maybe a settle.
+
+    Everything in an item is fenced by ``epoch``: if the run is no longer
+    ``running`` under that epoch, nothing of the item is written.
+    """
+
+    run_id: str
+    epoch: int
+    steps: tuple[StepWrite, ...] = ()
+    lease_seconds: float = 0.0
+    settlement: Settlement | None = None
+
+
+@attrs.frozen
+class BatchOutcome:
+    persisted: bool
+    lease_held: bool
+    cancel_requested: bool = False
+    lease_expires_at: float | None = None
+    error: str | None = None
+
+
+@attrs.frozen
+class ExpiredRun:
+    run: RunRecord
+    last_effect: ToolEffect | None
+    last_status: StepStatus | None
+
+
+class CancelOutcome(enum.StrEnum):
+    CANCELLED = "cancelled"
+    REQUESTED = "requested"
+    ALREADY_FINISHED = "already_finished"
+
+
+class Store(Protocol):
+    async def migrate(self) -> int:
+        """Bring the schema to the newest version; returns that version."""
+        ...
+
+    async def create_run(self, new: NewRun) -> RunRecord: ...
+
+    async def claim_runs(
+        self, worker_id: str, limit: int, lease_seconds: float, agents: Sequence[str]
+    ) -> list[RunRecord]:
+        """Lease up to ``limit`` ready runs of the named agents, oldest first."""
+        ...
+
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+        """Commit every item in one transaction; one outcome per item, in order."""
+        ...
+
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def list_runs(
+        self, *, state: RunState | None = None, agent: str | None = None, limit: int = 100
+    ) -> list[RunRecord]: ...
+
+    async def list_steps(self, run_id: str) -> list[StepInfo]: ...
+
+    async def request_cancel(self, run_id: str) -> CancelOutcome: ...
+
+    async def expired_runs(self, limit: int) -> list[ExpiredRun]: ...
+
+    async def reap(self, expired: ExpiredRun, settlement: Settlement) -> bool:
+        """Settle an expired run, fenced on its epoch and on its lease still being expired."""
+        ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,99 @@
+-- Named queries for SQLite. Each block starts with "-- name: <name>".
+-- Parameters are named (:name); the domain operations in storage/sql_store.py
+-- pass the same names to every dialect.
+
+-- name: insert_run
+INSERT INTO runs (
+    id, agent, mode, state, input_json, epoch, requeues, lease_owner,
+    lease_expires_at, available_at, cancel_requested, created_at, updated_at
+) VALUES (
+    :id, :agent, :mode, :state, :input_json, :epoch, 0, :lease_owner,
+    :lease_expires_at, :now, 0, :now, :now
+)
+RETURNING *;
+
+-- name: claim_runs
+UPDATE runs
+SET state = :target, epoch = epoch + 1, lease_owner = :worker_id,
+    lease_expires_at = :now + :lease_seconds, updated_at = :now
+WHERE id IN (
+    SELECT id FROM runs
+    WHERE state = :source AND available_at <= :now
+      AND agent IN (SELECT value FROM json_each(:agents))
+    ORDER BY available_at, created_at
+    LIMIT :limit
+) AND state = :source
+RETURNING *;
+
+-- name: renew_lease
+UPDATE runs
+SET lease_expires_at = :now + :lease_seconds, updated_at = :now
+WHERE id = :run_id AND epoch = :epoch AND state = :source
+RETURNING cancel_requested, lease_expires_at;
+
+-- name: insert_step
+INSERT INTO steps (
+    run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,
+    arguments_json, output_json, error, started_at, finished_at
+) VALUES (
+    :run_id, :seq, :epoch, :kind, :tool, :call_id, :effect, :status, :idempotency_key,
+    :arguments_json, :output_json, :error, :now, :finished_at
+);
+
+-- name: settle_step
+UPDATE steps
+SET status = :status, output_json = :output_json, error = :error, finished_at = :now
+WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started;
+
+-- name: settle_run
+UPDATE runs
+SET state = :target, reason = :reason, failure_class = :failure_class,
+    result_json = :result_json, error = :error, requeues = requeues + :spent_retries,
+    available_at = :available_at, lease_owner = NULL, lease_expires_at = NULL,
+    updated_at = :now, finished_at = :finished_at
+WHERE id = :run_id AND epoch = :epoch AND state = :source
+  AND (:expired_before IS NULL OR lease_expires_at < :expired_before);
+
+-- name: get_run
+SELECT * FROM runs WHERE id = :run_id;
+
+-- name: list_runs
+SELECT * FROM runs
+WHERE (:state IS NULL OR state = :state) AND (:agent IS NULL OR agent = :agent)
+ORDER BY created_at DESC, id
+LIMIT :limit;
+
+-- name: list_steps
+SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq;
+
+-- name: last_step
+SELECT kind, effect, status FROM steps WHERE run_id = :run_id ORDER BY seq DESC LIMIT 1;
+
+-- name: expired_runs
+SELECT * FROM runs
+WHERE state = :source AND lease_expires_at < :now
+ORDER BY lease_expires_at
+LIMIT :limit;
+
+-- name: cancel_run
+UPDATE runs
+SET state = :target, reason = :reason, lease_owner = NULL, lease_expires_at = NULL,
+    updated_at = :now, finished_at = :now
+WHERE id = :run_id AND state = :source;
+
+-- name: request_cancel
+UPDATE runs SET cancel_requested = 1, updated_at = :now
+WHERE id = :run_id AND state = :source;
+
+-- name: create_migrations_table
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at REAL NOT NULL
+);
+
+-- name: schema_version
+SELECT COALESCE(MAX(version), 0) AS version FROM schema_migrations;
+
+-- name: record_migration
+INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :name, :now);

@@ -1,0 +1,349 @@
+"""The domain operations of a store, written once over an executor and its named queries."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from runtime.clock import Clock
+from runtime.effects import ToolEffect
+from runtime.errors import RunNotFound, StoreError
+from runtime.failures import FailureClass
+from runtime.lifecycle import (
+    TRANSITIONS,
+    Event,
+    Reason,
+    RunMode,
+    RunState,
+    StepKind,
+    StepStatus,
+    source_state,
+)
+from runtime.model import NewRun, RunRecord, Settlement, StepInfo, StepWrite, load_json
+from storage.executor import Executor, Row
+from storage.migrations import MIGRATIONS
+from storage.protocol import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun
+from storage.queries import load_queries
+
+__all__ = ["SQLStore"]
+
+_CANCEL_EVENTS = {
+    RunState.QUEUED: Event.CANCEL_QUEUED,
+    RunState.WAITING_FOR_APPROVAL: Event.CANCEL_WAITING_APPROVAL,
+    RunState.WAITING_FOR_INPUT: Event.CANCEL_WAITING_INPUT,
+}
+
+
+def _optional(kind: Any, value: Any) -> Any:
+    return None if value is None else kind(value)
+
+
+def run_from_row(row: Row) -> RunRecord:
+    return RunRecord(
+        id=row["id"],
+        agent=row["agent"],
+        mode=RunMode(row["mode"]),
+        state=RunState(row["state"]),
+        reason=_optional(Reason, row["reason"]),
+        failure_class=_optional(FailureClass, row["failure_class"]),
+        input=load_json(row["input_json"]),
+        result=load_json(row["result_json"]),
+        error=row["error"],
+        epoch=row["epoch"],
+        requeues=row["requeues"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=row["lease_expires_at"],
+        available_at=row["available_at"],
+        cancel_requested=bool(row["cancel_requested"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        finished_at=row["finished_at"],
+    )
+
+
+def step_from_row(row: Row) -> StepInfo:
+    return StepInfo(
+        run_id=row["run_id"],
+        seq=row["seq"],
+        epoch=row["epoch"],
+        kind=StepKind(row["kind"]),
+        tool=row["tool"],
+        call_id=row["call_id"],
+        effect=_optional(ToolEffect, row["effect"]),
+        status=StepStatus(row["status"]),
+        idempotency_key=row["idempotency_key"],
+        arguments=load_json(row["arguments_json"]),
+        output=load_json(row["output_json"]),
+        error=row["error"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+    )
+
+
+class SQLStore:
+    """A store over any executor: domain operations here, SQL in the dialect's query file."""
+
+    def __init__(self, executor: Executor, clock: Clock) -> None:
+        self._executor = executor
+        self._queries = load_queries(executor.dialect)
+        self._clock = clock
+
+    async def migrate(self) -> int:
+        q = self._queries
+        async with self._executor.transaction():
+            await self._executor.execute(q["create_migrations_table"])
+            row = await self._executor.fetch_one(q["schema_version"])
+            current = int(row["version"]) if row is not None else 0
+            newest = MIGRATIONS[-1].version
+            if current > newest:
+                raise StoreError(
+                    f"the database schema is at version {current}, newer than this "
+                    f"leaseward knows ({newest}); upgrade leaseward"
+                )
+            for migration in MIGRATIONS:
+                if migration.version <= current:
+                    continue
+                for statement in migration.statements(self._executor.dialect):
+                    await self._executor.execute(statement)
+                await self._executor.execute(
+                    q["record_migration"],
+                    {"version": migration.version, "name": migration.name, "now": self._now()},
+                )
+        return newest
+
+    def _now(self) -> float:
+        return self._clock.now()
+
+    async def create_run(self, new: NewRun) -> RunRecord:
+        now = self._now()
+        if new.mode is RunMode.INTERACTIVE:
+            state, epoch = TRANSITIONS[Event.START_INTERACTIVE][1], 1
+            expires = now + (new.lease_seconds or 0.0)
+        else:
+            state, epoch, expires = TRANSITIONS[Event.SUBMIT][1], 0, None
+        async with self._executor.transaction():
+            row = await self._executor.fetch_one(
+                self._queries["insert_run"],
+                {
+                    "id": new.id,
+                    "agent": new.agent,
+                    "mode": new.mode.value,
+                    "state": state.value,
+                    "input_json": new.input_json,
+                    "epoch": epoch,
+                    "lease_owner": new.lease_owner,
+                    "lease_expires_at": expires,
+                    "now": now,
+                },
+            )
+        if row is None:
+            raise StoreError("the new run was not returned by the store")
+        return run_from_row(row)
+
+    async def claim_runs(
+        self, worker_id: str, limit: int, lease_seconds: float, agents: Sequence[str]
+    ) -> list[RunRecord]:
+        source, target = TRANSITIONS[Event.CLAIM]
+        assert source is not None
+        async with self._executor.transaction():
+            rows = await self._executor.fetch_all(
+                self._queries["claim_runs"],
+                {
+                    "source": source.value,
+                    "target": target.value,
+                    "worker_id": worker_id,
+                    "lease_seconds": lease_seconds,
+                    "limit": limit,
+                    "agents": json.dumps(list(agents)),
+                    "now": self._now(),
+                },
+            )
+        return sorted((run_from_row(r) for r in rows), key=lambda r: (r.available_at, r.created_at))
+
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+        outcomes: list[BatchOutcome] = []
+        now = self._now()
+        async with self._executor.transaction():
+            for item in items:
+                outcomes.append(await self._commit_item(item, now))
+        return outcomes
+
+    async def _commit_item(self, item: BatchItem, now: float) -> BatchOutcome:
+        q = self._queries
+        try:
+            async with self._executor.savepoint("item"):
+                fence = await self._executor.fetch_one(
+                    q["renew_lease"],
+                    {
+                        "run_id": item.run_id,
+                        "epoch": item.epoch,
+                        "source": RunState.RUNNING.value,
+                        "lease_seconds": item.lease_seconds,
+                        "now": now,
+                    },
+                )
+                if fence is None:
+                    return BatchOutcome(persisted=False, lease_held=False)
+                for step in item.steps:
+                    await self._write_step(item, step, now)
+                if item.settlement is not None:
+                    changed = await self._settle(item.run_id, item.epoch, item.settlement, now)
+                    if not changed:
+                        raise StoreError("the run changed under its own lease")
+                return BatchOutcome(
+                    persisted=True,
+                    lease_held=item.settlement is None,
+                    cancel_requested=bool(fence["cancel_requested"]),
+                    lease_expires_at=fence["lease_expires_at"],
+                )
+        except StoreError as exc:
+            return BatchOutcome(persisted=False, lease_held=True, error=exc.message)
+
+    async def _write_step(self, item: BatchItem, step: StepWrite, now: float) -> None:
+        q = self._queries
+        if step.settles:
+            changed = await self._executor.execute(
+                q["settle_step"],
+                {
+                    "run_id": item.run_id,
+                    "seq": step.seq,
+                    "epoch": item.epoch,
+                    "status": step.status.value,
+                    "output_json": step.output_json,
+                    "error": step.error,
+                    "started": StepStatus.STARTED.value,
+                    "now": now,
+                },
+            )
+            if changed != 1:
+                raise StoreError(f"step {step.seq} of run {item.run_id} has no open intent")
+            return
+        await self._executor.execute(
+            q["insert_step"],
+            {
+                "run_id": item.run_id,
+                "seq": step.seq,
+                "epoch": item.epoch,
+                "kind": step.kind.value,
+                "tool": step.tool,
+                "call_id": step.call_id,
+                "effect": None if step.effect is None else step.effect.value,
+                "status": step.status.value,
+                "idempotency_key": step.idempotency_key,
+                "arguments_json": step.arguments_json,
+                "output_json": step.output_json,
+                "error": step.error,
+                "now": now,
+                "finished_at": None if step.status is StepStatus.STARTED else now,
+            },
+        )
+
+    async def _settle(
+        self,
+        run_id: str,
+        epoch: int,
+        settlement: Settlement,
+        now: float,
+        *,
+        expired_before: float | None = None,
+    ) -> bool:
+        target = settlement.target
+        changed = await self._executor.execute(
+            self._queries["settle_run"],
+            {
+                "run_id": run_id,
+                "epoch": epoch,
+                "source": source_state(settlement.event).value,
+                "target": target.value,
+                "reason": None if settlement.reason is None else settlement.reason.value,
+                "failure_class": (
+                    None if settlement.failure_class is None else settlement.failure_class.value
+                ),
+                "result_json": settlement.result_json,
+                "error": settlement.error,
+                "spent_retries": 1 if settlement.spends_retry else 0,
+                "available_at": now + settlement.delay_seconds,
+                "finished_at": now if target.terminal else None,
+                "expired_before": expired_before,
+                "now": now,
+            },
+        )
+        return changed == 1
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        async with self._executor.reading():
+            row = await self._executor.fetch_one(self._queries["get_run"], {"run_id": run_id})
+        return None if row is None else run_from_row(row)
+
+    async def list_runs(
+        self, *, state: RunState | None = None, agent: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        async with self._executor.reading():
+            rows = await self._executor.fetch_all(
+                self._queries["list_runs"],
+                {"state": None if state is None else state.value, "agent": agent, "limit": limit},
+            )
+        return [run_from_row(r) for r in rows]
+
+    async def list_steps(self, run_id: str) -> list[StepInfo]:
+        async with self._executor.reading():
+            rows = await self._executor.fetch_all(self._queries["list_steps"], {"run_id": run_id})
+        return [step_from_row(r) for r in rows]
+
+    async def request_cancel(self, run_id: str) -> CancelOutcome:
+        q = self._queries
+        now = self._now()
+        async with self._executor.transaction():
+            row = await self._executor.fetch_one(q["get_run"], {"run_id": run_id})
+            if row is None:
+                raise RunNotFound(f"no run with id {run_id!r}")
+            state = RunState(row["state"])
+            if state.terminal:
+                return CancelOutcome.ALREADY_FINISHED
+            if state is RunState.RUNNING:
+                await self._executor.execute(
+                    q["request_cancel"], {"run_id": run_id, "source": state.value, "now": now}
+                )
+                return CancelOutcome.REQUESTED
+            event = _CANCEL_EVENTS[state]
+            await self._executor.execute(
+                q["cancel_run"],
+                {
+                    "run_id": run_id,
+                    "source": source_state(event).value,
+                    "target": TRANSITIONS[event][1].value,
+                    "reason": Reason.CANCELLED.value,
+                    "now": now,
+                },
+            )
+            return CancelOutcome.CANCELLED
+
+    async def expired_runs(self, limit: int) -> list[ExpiredRun]:
+        q = self._queries
+        found: list[ExpiredRun] = []
+        async with self._executor.reading():
+            rows = await self._executor.fetch_all(
+                q["expired_runs"],
+                {"source": RunState.RUNNING.value, "now": self._now(), "limit": limit},
+            )
+            for row in rows:
+                last = await self._executor.fetch_one(q["last_step"], {"run_id": row["id"]})
+                found.append(
+                    ExpiredRun(
+                        run=run_from_row(row),
+                        last_effect=None if last is None else _optional(ToolEffect, last["effect"]),
+                        last_status=None if last is None else StepStatus(last["status"]),
+                    )
+                )
+        return found
+
+    async def reap(self, expired: ExpiredRun, settlement: Settlement) -> bool:
+        now = self._now()
+        async with self._executor.transaction():
+            return await self._settle(
+                expired.run.id, expired.run.epoch, settlement, now, expired_before=now
+            )
+
+    async def aclose(self) -> None:
+        await self._executor.aclose()

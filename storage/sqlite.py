@@ -1,0 +1,152 @@
+"""The SQLite executor: one aiosqlite connection, WAL, fsync on commit by default."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiosqlite
+import anyio
+import attrs
+
+from runtime.errors import ConfigurationError, StoreError
+from storage.executor import Params, Row
+
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "SYNCHRONOUS_MODES",
+    "SQLiteExecutor",
+    "SQLiteOptions",
+]
+
+BUSY_TIMEOUT_MS = 5000
+SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+@attrs.frozen
+class SQLiteOptions:
+    path: str
+    synchronous: str = "FULL"
+    busy_timeout_ms: int = BUSY_TIMEOUT_MS
+
+
+def _describe(exc: sqlite3.Error) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"sqlite: {text}"
+
+
+class SQLiteExecutor:
+    dialect = "sqlite"
+
+    def __init__(self, connection: aiosqlite.Connection, options: SQLiteOptions) -> None:
+        self._connection = connection
+        self._options = options
+        # One connection serves one statement sequence at a time: a transaction or
+        # a read must not interleave with another task's statements.
+        self._lock = anyio.Lock()
+        self._savepoints = 0
+
+    @classmethod
+    async def connect(cls, options: SQLiteOptions) -> SQLiteExecutor:
+        if options.synchronous not in SYNCHRONOUS_MODES:
+            raise ConfigurationError(
+                f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, "
+                f"not {options.synchronous!r}"
+            )
+        if options.path != ":memory:":
+            parent = (await (await anyio.Path(options.path).expanduser()).resolve()).parent
+            if not await parent.is_dir():
+                raise StoreError(f"sqlite: the directory {str(parent)!r} does not exist")
+        try:
+            connection = await aiosqlite.connect(options.path, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{_describe(exc)} ({options.path})") from exc
+        connection.row_factory = sqlite3.Row
+        executor = cls(connection, options)
+        try:
+            await connection.execute(f"PRAGMA busy_timeout = {int(options.busy_timeout_ms)}")
+            await connection.execute("PRAGMA journal_mode = WAL")
+            await connection.execute(f"PRAGMA synchronous = {options.synchronous}")
+            await connection.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.Error as exc:
+            await connection.close()
+            raise StoreError(f"{_describe(exc)} ({options.path})") from exc
+        return executor
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        async with self._lock:
+            # IMMEDIATE takes the write lock up front, so two processes queue on
+            # the busy timeout instead of deadlocking on a read-to-write upgrade.
+            await self._run("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self._rollback()
+                raise
+            try:
+                await self._run("COMMIT")
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self._rollback()
+                raise
+
+    async def _rollback(self) -> None:
+        # SQLite may already have rolled back on its own (disk full, I/O error).
+        with contextlib.suppress(sqlite3.Error):
+            await self._connection.execute("ROLLBACK")
+
+    @asynccontextmanager
+    async def savepoint(self, name: str) -> AsyncIterator[None]:
+        self._savepoints += 1
+        label = f"{name}_{self._savepoints}"
+        await self._run(f"SAVEPOINT {label}")
+        try:
+            yield
+        except BaseException:
+            await self._run(f"ROLLBACK TO {label}")
+            await self._run(f"RELEASE {label}")
+            raise
+        await self._run(f"RELEASE {label}")
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[None]:
+        async with self._lock:
+            yield
+
+    async def _run(self, sql: str, params: Params | None = None) -> aiosqlite.Cursor:
+        try:
+            return await self._connection.execute(sql, params or {})
+        except sqlite3.Error as exc:
+            raise StoreError(_describe(exc)) from exc
+
+    async def execute(self, sql: str, params: Params | None = None) -> int:
+        cursor = await self._run(sql, params)
+        try:
+            return cursor.rowcount
+        finally:
+            await cursor.close()
+
+    async def fetch_all(self, sql: str, params: Params | None = None) -> Sequence[Row]:
+        cursor = await self._run(sql, params)
+        try:
+            rows: list[Any] = list(await cursor.fetchall())
+        except sqlite3.Error as exc:
+            raise StoreError(_describe(exc)) from exc
+        finally:
+            await cursor.close()
+        return rows
+
+    async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
+        rows = await self.fetch_all(sql, params)
+        return rows[0] if rows else None
+
+    async def aclose(self) -> None:
+        try:
+            await self._connection.close()
+        except sqlite3.Error as exc:
+            raise StoreError(_describe(exc)) from exc
