@@ -339,11 +339,31 @@ class RunActor:
         steps: Sequence[StepWrite],
         lease_seconds: float,
         settlement: Settlement | None = None,
+        *,
+        after_pending: bool = False,
+    ) -> BatchOutcome:
+        """Commit ``steps`` (and the lease renewal or settlement) behind any pending records.
+
+        With ``after_pending`` the steps are stored only together with every
+        pending record: a write's intent must never reach the journal without
+        the provider turn that asked for it. Otherwise a pending record that
+        still cannot be stored stays pending and the rest goes ahead alone.
+        """
+        outcome = await self._commit((*self._pending, *steps), lease_seconds, settlement)
+        if outcome.persisted:
+            self._pending.clear()
+        elif self._pending and not after_pending:
+            self._log.warning("step.deferred", count=len(self._pending), error=outcome.error)
+            outcome = await self._commit(tuple(steps), lease_seconds, settlement)
+        return outcome
+
+    async def _commit(
+        self, steps: tuple[StepWrite, ...], lease_seconds: float, settlement: Settlement | None
     ) -> BatchOutcome:
         item = BatchItem(
             run_id=self.run_id,
             epoch=self._epoch,
-            steps=(*self._pending, *steps),
+            steps=steps,
             lease_seconds=lease_seconds,
             settlement=settlement,
         )
@@ -353,13 +373,12 @@ class RunActor:
             raise LeaseLost(f"run {self.run_id} is no longer held at epoch {self._epoch}")
         if not outcome.persisted:
             return outcome
-        self._pending.clear()
-        for step in item.steps:
+        for step in steps:
             self._log.debug(
                 "step.recorded", seq=step.seq, kind=step.kind.value, status=step.status.value
             )
-        if item.steps:
-            newest = item.steps[-1]
+        if steps:
+            newest = max(steps, key=lambda s: s.seq)
             self._last_effect = newest.effect
             self._last_status = newest.status if newest.kind is StepKind.TOOL else None
         if settlement is None:
@@ -375,7 +394,7 @@ class RunActor:
             self._log.warning("step.record_failed", seq=step.seq, error=outcome.error)
 
     async def _record_intent(self, step: StepWrite, timeout: float) -> None:
-        outcome = await self._send([step], self._lease_for(timeout))
+        outcome = await self._send([step], self._lease_for(timeout), after_pending=True)
         if not outcome.persisted:
             # G3: without a durable intent the tool is not called.
             raise StoreError(
@@ -459,11 +478,6 @@ class RunActor:
     async def _settle(self, settlement: Settlement) -> None:
         try:
             outcome = await self._send([], 0.0, settlement)
-            if not outcome.persisted and self._pending:
-                # The steps still pending are fail-soft records; the settlement is not.
-                self._log.warning("step.dropped", count=len(self._pending), error=outcome.error)
-                self._pending.clear()
-                outcome = await self._send([], 0.0, settlement)
         except LeaseLost:
             self._log.warning("lease.lost", during="settle")
             return
@@ -472,6 +486,10 @@ class RunActor:
             self._log.error("run.settle_failed", event=settlement.event.value, error=outcome.error)
             return
         self.settlement = settlement
+        if self._pending:
+            # Fail-soft records the store kept refusing; the run is over without them.
+            self._log.warning("step.dropped", count=len(self._pending))
+            self._pending.clear()
         fields: dict[str, Any] = {"state": settlement.target.value}
         if settlement.reason is not None:
             fields["reason"] = settlement.reason.value

@@ -152,7 +152,9 @@ class RecoveryPolicy:
     backoff_cap_seconds: float = BACKOFF_CAP_SECONDS
 
     def backoff_seconds(self, requeues_used: int) -> float:
-        return float(min(self.backoff_cap_seconds, self.backoff_base_seconds * 2**requeues_used))
+        # The exponent is bounded so a large count reaches the cap instead of overflowing.
+        doubling = 2.0 ** min(requeues_used, 64)
+        return float(min(self.backoff_cap_seconds, self.backoff_base_seconds * doubling))
 
 
 class RecoveryAction(enum.StrEnum):

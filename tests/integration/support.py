@@ -1,0 +1,169 @@
+"""Test support: a fault-injecting wrapper around the real store, and small agent kits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+
+from runtime import (
+    Agent,
+    App,
+    ProviderReply,
+    ScriptedProvider,
+    ToolCall,
+    ToolContext,
+    ToolEffect,
+    tool,
+)
+from runtime.conversation import normalize_reply, reply_to_json
+from runtime.lifecycle import StepKind, StepStatus
+from runtime.model import NewRun, RunRecord, StepWrite, dump_json
+from storage import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun, SQLStore
+from storage.protocol import Settlement
+
+Fault = Callable[[BatchItem], bool]
+
+
+class FaultyStore:
+    """The real store, except that batch items a fault picks are refused as a store error.
+
+    Refused items are never handed to the real store, exactly as if their
+    transaction had failed; the others in the same batch commit normally.
+    """
+
+    def __init__(self, inner: SQLStore, fault: Fault | None = None) -> None:
+        self.inner = inner
+        self.fault: Fault = fault or (lambda item: False)
+        self.refused: list[BatchItem] = []
+        self.crash_next_batch = False
+
+    async def migrate(self) -> int:
+        return await self.inner.migrate()
+
+    async def create_run(self, new: NewRun) -> RunRecord:
+        return await self.inner.create_run(new)
+
+    async def claim_runs(
+        self, worker_id: str, limit: int, lease_seconds: float, agents: Sequence[str]
+    ) -> list[RunRecord]:
+        return await self.inner.claim_runs(worker_id, limit, lease_seconds, agents)
+
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+        if self.crash_next_batch:
+            self.crash_next_batch = False
+            raise RuntimeError("injected crash inside the store driver")
+        passed = [item for item in items if not self.fault(item)]
+        committed = iter(await self.inner.commit_batch(passed) if passed else [])
+        outcomes: list[BatchOutcome] = []
+        for item in items:
+            if item in passed:
+                outcomes.append(next(committed))
+            else:
+                self.refused.append(item)
+                outcomes.append(
+                    BatchOutcome(persisted=False, lease_held=True, error="injected disk I/O error")
+                )
+        return outcomes
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        return await self.inner.get_run(run_id)
+
+    async def list_runs(self, **kwargs: Any) -> list[RunRecord]:
+        return await self.inner.list_runs(**kwargs)
+
+    async def list_steps(self, run_id: str) -> Any:
+        return await self.inner.list_steps(run_id)
+
+    async def request_cancel(self, run_id: str) -> CancelOutcome:
+        return await self.inner.request_cancel(run_id)
+
+    async def expired_runs(self, limit: int) -> list[ExpiredRun]:
+        return await self.inner.expired_runs(limit)
+
+    async def reap(self, expired: ExpiredRun, settlement: Settlement) -> bool:
+        return await self.inner.reap(expired, settlement)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def settles_tool(name: str) -> Fault:
+    """Picks items that record the outcome of a started call of tool ``name``."""
+    return lambda item: any(s.settles and s.tool == name for s in item.steps)
+
+
+def records_tool(name: str, status: StepStatus | None = None) -> Fault:
+    return lambda item: any(
+        s.kind is StepKind.TOOL and s.tool == name and (status is None or s.status is status)
+        for s in item.steps
+    )
+
+
+class Calls:
+    """Counts tool executions, with what each one was given."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    def record(self, ctx: ToolContext, **arguments: Any) -> None:
+        self.seen.append(
+            {
+                "run_id": ctx.run_id,
+                "epoch": ctx.epoch,
+                "call_id": ctx.call_id,
+                "key": ctx.idempotency_key,
+                **arguments,
+            }
+        )
+
+    def __len__(self) -> int:
+        return len(self.seen)
+
+
+def one_call_agent(
+    name: str,
+    effect: ToolEffect,
+    calls: Calls,
+    *,
+    tool_name: str = "act",
+    timeout_seconds: float = 10.0,
+    body: Callable[[ToolContext], Any] | None = None,
+) -> Agent:
+    """An agent that calls ``tool_name`` once with amount=5, then answers "done"."""
+
+    @tool(name=tool_name, effect=effect, timeout_seconds=timeout_seconds)
+    async def act(ctx: ToolContext, amount: int) -> dict[str, int]:
+        calls.record(ctx, amount=amount)
+        if body is not None:
+            await body(ctx)
+        return {"applied": amount}
+
+    provider = ScriptedProvider(
+        [
+            ProviderReply(tool_calls=[ToolCall(tool_name, {"amount": 5}, "call-1")]),
+            ProviderReply(text="done"),
+        ]
+    )
+    return Agent(name, provider, tools=[act])
+
+
+def app_of(*agents: Agent) -> App:
+    return App(agents)
+
+
+def provider_step(seq: int, reply: ProviderReply) -> StepWrite:
+    return StepWrite(
+        seq=seq,
+        kind=StepKind.PROVIDER,
+        status=StepStatus.SUCCEEDED,
+        output_json=dump_json(reply_to_json(normalize_reply(reply, seq))),
+    )
+
+
+def events(captured: list[dict[str, Any]]) -> list[str]:
+    return [entry["event"] for entry in captured]
+
+
+capture_logs = structlog.testing.capture_logs

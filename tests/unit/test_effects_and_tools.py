@@ -1,0 +1,286 @@
+"""Tool effects come from code only (G10), and the ``@tool`` decorator, ToolSet and bind_tool."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import pytest
+import structlog
+
+from runtime.agents import Agent, App, ScriptedProvider
+from runtime.app import Runtime
+from runtime.effects import ToolEffect, ToolEffectResolver, declared_effect
+from runtime.errors import ToolDefinitionError
+from runtime.model import ProviderReply
+from runtime.tools import (
+    DEFAULT_TOOL_TIMEOUT_SECONDS,
+    BoundTool,
+    FunctionTool,
+    Tool,
+    ToolContext,
+    ToolSet,
+    bind_tool,
+    tool,
+)
+
+NO_ARGS_SCHEMA = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
+
+
+class ClassTool:
+    """A class-based tool that declares nothing but the required attributes."""
+
+    def __init__(self, name: str = "lookup", **attributes: Any) -> None:
+        self.name = name
+        self.parameters: Mapping[str, Any] = dict(NO_ARGS_SCHEMA)
+        for key, value in attributes.items():
+            setattr(self, key, value)
+
+    async def __call__(self, ctx: ToolContext, /, **arguments: Any) -> Any:
+        return arguments
+
+
+@tool
+async def read_thing(ctx: ToolContext, key: str) -> str:
+    """Read a thing."""
+    return key
+
+
+@tool(effect=ToolEffect.IDEMPOTENT_WRITE)
+async def put_thing(ctx: ToolContext, key: str, value: int = 1) -> None:
+    pass
+
+
+@tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout_seconds=5, name="charge")
+async def charge_card(ctx: ToolContext, cents: int) -> str:
+    return "ok"
+
+
+def test_tool_effect_has_exactly_three_members() -> None:
+    assert [e.value for e in ToolEffect] == [
+        "read_only",
+        "idempotent_write",
+        "non_idempotent_write",
+    ]
+    assert not ToolEffect.READ_ONLY.is_write
+    assert ToolEffect.IDEMPOTENT_WRITE.is_write
+    assert ToolEffect.NON_IDEMPOTENT_WRITE.is_write
+
+
+def test_resolver_returns_declared_effects() -> None:
+    resolver = ToolEffectResolver(
+        [
+            read_thing,
+            put_thing,
+            charge_card,
+            ClassTool("plain"),
+            ClassTool("w", effect=ToolEffect.IDEMPOTENT_WRITE),
+        ]
+    )
+    assert resolver.effect_for("read_thing") is ToolEffect.READ_ONLY
+    assert resolver.effect_for("put_thing") is ToolEffect.IDEMPOTENT_WRITE
+    assert resolver.effect_for("charge") is ToolEffect.NON_IDEMPOTENT_WRITE
+    assert resolver.effect_for("plain") is ToolEffect.READ_ONLY
+    assert resolver.effect_for("w") is ToolEffect.IDEMPOTENT_WRITE
+
+
+@pytest.mark.parametrize("name", ["missing", "", "charge_card", "READ_THING"])
+def test_resolver_treats_unknown_names_as_non_idempotent_writes(name: str) -> None:
+    resolver = ToolEffectResolver([read_thing, charge_card])
+    assert resolver.effect_for(name) is ToolEffect.NON_IDEMPOTENT_WRITE
+    assert ToolEffectResolver([]).effect_for("read_thing") is ToolEffect.NON_IDEMPOTENT_WRITE
+
+
+def test_class_tool_without_effect_is_read_only() -> None:
+    plain = ClassTool()
+    assert not hasattr(plain, "effect")
+    assert isinstance(plain, Tool)
+    assert declared_effect(plain) is ToolEffect.READ_ONLY
+    assert bind_tool(plain).effect is ToolEffect.READ_ONLY
+    assert ToolEffectResolver([plain]).effect_for("lookup") is ToolEffect.READ_ONLY
+
+
+@pytest.mark.parametrize("bogus", ["read_only", "non_idempotent_write", None, 0, True])
+def test_class_tool_with_a_non_member_effect_is_refused(bogus: object) -> None:
+    candidate = ClassTool(effect=bogus)
+    with pytest.raises(ToolDefinitionError):
+        declared_effect(candidate)
+    with pytest.raises(ToolDefinitionError):
+        ToolEffectResolver([candidate])
+    with pytest.raises(ToolDefinitionError):
+        ToolSet([candidate])
+
+
+def test_bare_decorator() -> None:
+    assert isinstance(read_thing, FunctionTool)
+    assert read_thing.name == "read_thing"
+    assert read_thing.description == "Read a thing."
+    assert read_thing.effect is ToolEffect.READ_ONLY
+    assert read_thing.timeout_seconds == DEFAULT_TOOL_TIMEOUT_SECONDS
+    assert read_thing.parameters == {
+        "type": "object",
+        "properties": {"key": {"type": "string"}},
+        "required": ["key"],
+        "additionalProperties": False,
+    }
+
+
+def test_decorator_with_arguments() -> None:
+    assert isinstance(charge_card, FunctionTool)
+    assert charge_card.name == "charge"
+    assert charge_card.effect is ToolEffect.NON_IDEMPOTENT_WRITE
+    assert charge_card.timeout_seconds == 5.0
+    assert isinstance(charge_card.timeout_seconds, float)
+    assert charge_card.description == ""
+    assert charge_card.parameters["properties"] == {"cents": {"type": "integer"}}
+    assert put_thing.parameters["required"] == ["key"]
+    assert put_thing.parameters["properties"]["value"] == {"type": "integer", "default": 1}
+
+
+def test_explicit_parameters_and_description() -> None:
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+
+    @tool(parameters=schema, description="Search.")
+    async def search(ctx: ToolContext, **kw: Any) -> None:
+        pass
+
+    assert search.parameters == schema
+    assert search.description == "Search."
+    # The tool keeps its own copy of the schema.
+    schema["required"] = []
+    assert search.parameters["required"] == ["q"]
+
+
+def test_a_sync_function_is_refused() -> None:
+    def sync(ctx: ToolContext) -> None:
+        pass
+
+    with pytest.raises(ToolDefinitionError, match="async"):
+        tool(sync)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("timeout", [0, -1, 0.0, -0.5, True, "5", None, float("nan")])
+def test_a_non_positive_timeout_is_refused(timeout: Any) -> None:
+    async def t(ctx: ToolContext) -> None:
+        pass
+
+    with pytest.raises(ToolDefinitionError):
+        tool(timeout_seconds=timeout)(t)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "nonsense"},
+        {"type": "object", "properties": []},
+        {"type": "object", "required": "q"},
+    ],
+)
+def test_a_bad_explicit_schema_is_refused(schema: dict[str, Any]) -> None:
+    async def t(ctx: ToolContext) -> None:
+        pass
+
+    with pytest.raises(ToolDefinitionError):
+        tool(parameters=schema)(t)
+
+
+def test_a_non_member_effect_in_the_decorator_is_refused() -> None:
+    async def t(ctx: ToolContext) -> None:
+        pass
+
+    with pytest.raises(ToolDefinitionError):
+        tool(effect="read_only")(t)  # type: ignore[arg-type]
+
+
+def test_function_tool_is_frozen() -> None:
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        charge_card.effect = ToolEffect.READ_ONLY  # type: ignore[misc]
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        charge_card.name = "other"  # type: ignore[misc]
+    assert charge_card.effect is ToolEffect.NON_IDEMPOTENT_WRITE
+
+
+def test_bound_tool_is_frozen() -> None:
+    bound = bind_tool(charge_card)
+    assert isinstance(bound, BoundTool)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        bound.effect = ToolEffect.READ_ONLY  # type: ignore[misc]
+
+
+def _keyword_names(fn: Any) -> set[str]:
+    return set(inspect.signature(fn).parameters)
+
+
+def test_configuration_takes_no_effect_override() -> None:
+    # G10: an effect is a property of code; no constructor offers a way to change it.
+    for fn in (Agent.__init__, App.__init__, Runtime.open, ToolSet.__init__, ToolEffectResolver):
+        assert not any("effect" in name for name in _keyword_names(fn)), fn
+    provider = ScriptedProvider([ProviderReply(text="done")])
+    with pytest.raises(TypeError):
+        Agent("a", provider, tools=[charge_card], effects={"charge": ToolEffect.READ_ONLY})  # type: ignore[call-arg]
+
+
+def test_agent_resolves_effects_from_its_tools() -> None:
+    provider = ScriptedProvider([ProviderReply(text="done")])
+    agent = Agent("a", provider, tools=[read_thing, put_thing, charge_card, ClassTool()])
+    assert agent.effects.effect_for("read_thing") is ToolEffect.READ_ONLY
+    assert agent.effects.effect_for("put_thing") is ToolEffect.IDEMPOTENT_WRITE
+    assert agent.effects.effect_for("charge") is ToolEffect.NON_IDEMPOTENT_WRITE
+    assert agent.effects.effect_for("lookup") is ToolEffect.READ_ONLY
+    assert agent.effects.effect_for("nope") is ToolEffect.NON_IDEMPOTENT_WRITE
+    assert [spec.name for spec in agent.tool_specs] == [
+        "read_thing",
+        "put_thing",
+        "charge",
+        "lookup",
+    ]
+
+
+def test_toolset_rejects_duplicate_names() -> None:
+    with pytest.raises(ToolDefinitionError, match="charge"):
+        ToolSet([charge_card, ClassTool("charge")])
+    with pytest.raises(ToolDefinitionError):
+        ToolSet([read_thing, read_thing])
+
+
+def test_toolset_lookup() -> None:
+    tools = ToolSet([read_thing, ClassTool()])
+    assert len(tools) == 2
+    assert [t.name for t in tools] == ["read_thing", "lookup"]
+    found = tools.get("lookup")
+    assert found is not None
+    assert found.timeout_seconds == DEFAULT_TOOL_TIMEOUT_SECONDS
+    assert found.description == ""
+    assert tools.get("missing") is None
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [object(), ClassTool(name=""), ClassTool(name=3), ClassTool(timeout_seconds=0)],
+    ids=["object", "empty-name", "int-name", "zero-timeout"],
+)
+def test_bind_tool_refuses_unusable_tools(candidate: Any) -> None:
+    with pytest.raises(ToolDefinitionError):
+        bind_tool(candidate)
+
+
+def test_bind_tool_refuses_a_bad_class_schema() -> None:
+    with pytest.raises(ToolDefinitionError):
+        bind_tool(ClassTool(parameters={"type": "nonsense"}))
+
+
+def test_awaiting_a_function_tool_calls_the_function() -> None:
+    seen: list[tuple[ToolContext, dict[str, Any]]] = []
+
+    @tool
+    async def echo(ctx: ToolContext, a: int, b: str = "x") -> dict[str, Any]:
+        seen.append((ctx, {"a": a, "b": b}))
+        return {"a": a, "b": b, "key": ctx.idempotency_key}
+
+    ctx = ToolContext("run", 1, "call_1", "key-1", structlog.get_logger())
+    result = asyncio.run(echo(ctx, a=2))
+    assert result == {"a": 2, "b": "x", "key": "key-1"}
+    assert seen == [(ctx, {"a": 2, "b": "x"})]

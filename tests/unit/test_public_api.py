@@ -1,0 +1,202 @@
+"""The explicit public API of each package, the exception docstrings, and the layering rule."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import actors
+import runtime
+import storage
+from runtime.errors import LeasewardError
+
+PACKAGES = [runtime, actors, storage]
+ROOT = Path(runtime.__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda m: m.__name__)
+def test_all_names_exist_and_are_unique(package: ModuleType) -> None:
+    names = package.__all__
+    assert isinstance(names, list | tuple)
+    assert names, package.__name__
+    assert len(names) == len(set(names))
+    missing = [name for name in names if not hasattr(package, name)]
+    assert missing == []
+
+
+def _public_definitions(package: ModuleType) -> set[str]:
+    """Public classes and functions in the package namespace that come from the package."""
+    found = set()
+    for name, value in vars(package).items():
+        if name.startswith("_") or not (inspect.isclass(value) or inspect.isfunction(value)):
+            continue
+        if getattr(value, "__module__", "").split(".")[0] == package.__name__:
+            found.add(name)
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda m: m.__name__)
+def test_every_public_definition_is_in_all(package: ModuleType) -> None:
+    definitions = _public_definitions(package)
+    assert definitions, package.__name__
+    assert definitions - set(package.__all__) == set()
+
+
+def test_runtime_exports_the_core_api() -> None:
+    required = {
+        "tool",
+        "Tool",
+        "ToolEffect",
+        "ToolEffectResolver",
+        "ToolContext",
+        "ToolError",
+        "Agent",
+        "App",
+        "ScriptedProvider",
+        "ProviderRequest",
+        "ProviderReply",
+        "ToolCall",
+        "Runtime",
+        "Client",
+        "RunInfo",
+        "StepInfo",
+        "RunState",
+        "RunMode",
+        "FailureClass",
+        "LeasewardError",
+        "AuditPersistenceFailed",
+        "LeaseLost",
+        "UnknownAgent",
+        "InvalidInput",
+    }
+    assert required - set(runtime.__all__) == set()
+
+
+def _exported_exceptions() -> list[type[BaseException]]:
+    values = [getattr(runtime, name) for name in runtime.__all__]
+    return [v for v in values if isinstance(v, type) and issubclass(v, BaseException)]
+
+
+def test_runtime_exports_exceptions() -> None:
+    names = {cls.__name__ for cls in _exported_exceptions()}
+    assert {"LeasewardError", "AuditPersistenceFailed", "LeaseLost", "ToolError"} <= names
+
+
+@pytest.mark.parametrize("cls", _exported_exceptions(), ids=lambda c: c.__name__)
+def test_exported_exceptions_share_one_root_and_document_themselves(
+    cls: type[BaseException],
+) -> None:
+    assert issubclass(cls, LeasewardError)
+    doc = cls.__dict__.get("__doc__")
+    assert doc is not None
+    assert doc.strip()
+    try:
+        instance = cls()
+    except TypeError:
+        return
+    assert str(instance) == doc.strip()
+    assert isinstance(instance, LeasewardError)
+    assert instance.message == doc.strip()
+
+
+def test_an_explicit_message_replaces_the_docstring() -> None:
+    assert str(runtime.LeaseLost("gone")) == "gone"
+    assert runtime.LeaseLost("gone").message == "gone"
+
+
+# --- layering -----------------------------------------------------------------------------------
+
+KERNEL = [
+    "effects",
+    "failures",
+    "lifecycle",
+    "model",
+    "tools",
+    "agents",
+    "conversation",
+    "errors",
+    "schema",
+    "clock",
+]
+FORBIDDEN_PACKAGES = {"anyio", "aiosqlite", "asyncpg", "actors", "storage"}
+FORBIDDEN_MODULES = {"runtime.app", "runtime.client", "runtime.daemon", "runtime.cli"}
+
+
+def forbidden_imports(source: str, module: str) -> list[str]:
+    """The imports in ``source`` the kernel may not use (TYPE_CHECKING blocks included)."""
+    package = module.rpartition(".")[0]
+    imported: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1])
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            imported.append(target)
+            # ``from runtime import app`` names a shell module too.
+            imported.extend(f"{target}.{alias.name}" for alias in node.names)
+    bad = []
+    for name in imported:
+        top = name.split(".")[0]
+        prefixes = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 2)}
+        if top in FORBIDDEN_PACKAGES or prefixes & FORBIDDEN_MODULES:
+            bad.append(name)
+    return sorted(set(bad))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import anyio",
+        "import anyio.abc",
+        "from aiosqlite import connect",
+        "import asyncpg",
+        "from actors.mailbox import Mailbox",
+        "from storage import Store",
+        "from runtime.app import Runtime",
+        "from runtime import client",
+        "from . import daemon",
+        "from .cli import main",
+        "def f():\n    import storage.sqlite\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from actors import Reply\n",
+    ],
+)
+def test_the_layering_check_catches_forbidden_imports(source: str) -> None:
+    assert forbidden_imports(source, "runtime.model")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import attrs",
+        "import structlog",
+        "from runtime.errors import LeasewardError",
+        "from .effects import ToolEffect",
+        "from runtime import errors",
+        "import anyioish",
+        "from runtime.application_notes import x",
+    ],
+)
+def test_the_layering_check_allows_kernel_imports(source: str) -> None:
+    assert forbidden_imports(source, "runtime.model") == []
+
+
+@pytest.mark.parametrize("name", KERNEL)
+def test_kernel_modules_import_no_io_layer(name: str) -> None:
+    path = ROOT / "runtime" / f"{name}.py"
+    assert path.is_file(), path
+    assert forbidden_imports(path.read_text(encoding="utf-8"), f"runtime.{name}") == []
+
+
+def test_kernel_module_list_names_real_modules() -> None:
+    for name in KERNEL:
+        assert importlib.import_module(f"runtime.{name}").__file__ is not None
