@@ -1,0 +1,121 @@
+"""Quick start: a few agent runs on the embedded SQLite store, one of them charging a card.
+
+Run with ``make run``. Each run's outcome and journal are printed at the end;
+run it twice and the journal of the earlier runs is still in ./leaseward.db.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+import structlog
+
+from runtime import (
+    Agent,
+    App,
+    ProviderReply,
+    ProviderRequest,
+    Role,
+    Runtime,
+    ScriptedProvider,
+    StepInfo,
+    ToolCall,
+    ToolContext,
+    ToolEffect,
+    ToolError,
+    tool,
+)
+
+STORE_URL = "sqlite:///leaseward.db"
+
+
+@tool
+async def lookup_order(ctx: ToolContext, order_id: str) -> dict[str, Any]:
+    """Read an order from the shop's database."""
+    return {"order_id": order_id, "total_cents": 4200, "status": "unpaid"}
+
+
+@tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout_seconds=10.0)
+async def charge_card(ctx: ToolContext, order_id: str, amount_cents: int) -> dict[str, Any]:
+    """Charge the customer's card. Runs at most once per call, whatever crashes."""
+    if amount_cents <= 0:
+        raise ToolError("the amount must be positive")
+    # A real payment API would be given ctx.idempotency_key as its idempotency key.
+    ctx.log.info("card.charged", order_id=order_id, amount_cents=amount_cents)
+    return {"charge_id": f"ch_{ctx.idempotency_key[:12]}", "amount_cents": amount_cents}
+
+
+@tool(effect=ToolEffect.IDEMPOTENT_WRITE)
+async def mark_paid(ctx: ToolContext, order_id: str) -> str:
+    """Set the order's status to paid (setting it twice changes nothing)."""
+    return f"{order_id} is paid"
+
+
+def cashier_turn(request: ProviderRequest) -> ProviderReply:
+    """A stand-in for a model: look the order up, charge it, mark it paid, answer."""
+    turn = sum(1 for m in request.messages if m.role is Role.ASSISTANT)
+    order_id = next(str(m.content) for m in request.messages if m.role is Role.USER)
+    plan = [
+        ProviderReply(tool_calls=[ToolCall("lookup_order", {"order_id": order_id})]),
+        ProviderReply(
+            tool_calls=[
+                ToolCall("charge_card", {"order_id": order_id, "amount_cents": 4200}),
+                ToolCall("mark_paid", {"order_id": order_id}),
+            ]
+        ),
+        ProviderReply(text=f"Order {order_id} is charged and marked paid."),
+    ]
+    return plan[turn]
+
+
+def build_app() -> App:
+    cashier = Agent(
+        "cashier",
+        ScriptedProvider(cashier_turn),
+        tools=[lookup_order, charge_card, mark_paid],
+        instructions="Collect payment for the order you are given.",
+    )
+    greeter = Agent(
+        "greeter",
+        ScriptedProvider([ProviderReply(text="Hello! How can I help?")]),
+    )
+    confused = Agent(
+        "confused",
+        ScriptedProvider(
+            [
+                ProviderReply(tool_calls=[ToolCall("delete_everything", {})]),
+                ProviderReply(text="That tool does not exist, so nothing was done."),
+            ]
+        ),
+        tools=[lookup_order],
+    )
+    return App([cashier, greeter, confused])
+
+
+def show(steps: list[StepInfo]) -> None:
+    for step in steps:
+        what = step.tool if step.kind.value == "tool" else "provider"
+        effect = step.effect.value if step.effect else "-"
+        print(f"    #{step.seq} epoch {step.epoch} {what:<18} {effect:<21} {step.status.value}")
+
+
+async def main() -> None:
+    async with Runtime.open(STORE_URL, build_app(), concurrency=4) as rt:
+        run_ids = [
+            await rt.submit("cashier", "A-1"),
+            await rt.submit("greeter", "hi"),
+            await rt.submit("confused", "clean up"),
+        ]
+        interactive = await rt.run("cashier", "B-7")
+        for run_id in [*run_ids, interactive.id]:
+            run = await rt.wait(run_id, timeout=30)
+            print(f"run {run.id} agent={run.agent} mode={run.mode.value} state={run.state.value}")
+            print(f"    result: {run.result!r}")
+            show(await rt.steps(run.id))
+
+
+if __name__ == "__main__":
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+    anyio.run(main)
