@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import anyio
+import anyio.lowlevel
 import attrs
 import structlog
 from anyio.abc import TaskStatus
@@ -54,6 +55,9 @@ class Persister:
         task_status.started()
         while True:
             batch = [await self.mailbox.receive()]
+            # One turn of the event loop lets the runs answered by the last batch
+            # send their next request, so they join this batch instead of the next.
+            await anyio.lowlevel.checkpoint()
             while len(batch) < self._max_batch:
                 more = self.mailbox.receive_nowait()
                 if more is None:

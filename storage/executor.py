@@ -29,8 +29,8 @@ class Executor(Protocol):
         """Exclusive use of the connection for a sequence of reads outside a transaction."""
         ...
 
-    async def execute(self, sql: str, params: Params | None = None) -> int:
-        """Run a statement; returns the number of rows it changed."""
+    async def execute(self, sql: str, params: Params | None = None) -> None:
+        """Run a statement. To learn what it changed, give it RETURNING and fetch."""
         ...
 
     async def fetch_all(self, sql: str, params: Params | None = None) -> Sequence[Row]: ...

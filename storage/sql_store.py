@@ -203,7 +203,7 @@ class SQLStore:
     async def _write_step(self, item: BatchItem, step: StepWrite, now: float) -> None:
         q = self._queries
         if step.settles:
-            changed = await self._executor.execute(
+            changed = await self._executor.fetch_all(
                 q["settle_step"],
                 {
                     "run_id": item.run_id,
@@ -216,7 +216,7 @@ class SQLStore:
                     "now": now,
                 },
             )
-            if changed != 1:
+            if len(changed) != 1:
                 raise StoreError(f"step {step.seq} of run {item.run_id} has no open intent")
             return
         await self._executor.execute(
@@ -249,7 +249,7 @@ class SQLStore:
         expired_before: float | None = None,
     ) -> bool:
         target = settlement.target
-        changed = await self._executor.execute(
+        changed = await self._executor.fetch_all(
             self._queries["settle_run"],
             {
                 "run_id": run_id,
@@ -269,7 +269,7 @@ class SQLStore:
                 "now": now,
             },
         )
-        return changed == 1
+        return len(changed) == 1
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         async with self._executor.reading():

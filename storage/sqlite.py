@@ -118,31 +118,22 @@ class SQLiteExecutor:
         async with self._lock:
             yield
 
-    async def _run(self, sql: str, params: Params | None = None) -> aiosqlite.Cursor:
+    async def _run(self, sql: str, params: Params | None = None) -> list[Any]:
+        # execute_fetchall is one trip to the connection's thread; a cursor costs
+        # two more (fetch, close), and the Persister's batches are made of these.
         try:
-            return await self._connection.execute(sql, params or {})
+            return list(await self._connection.execute_fetchall(sql, params or {}))
         except sqlite3.Error as exc:
             raise StoreError(_describe(exc)) from exc
 
-    async def execute(self, sql: str, params: Params | None = None) -> int:
-        cursor = await self._run(sql, params)
-        try:
-            return cursor.rowcount
-        finally:
-            await cursor.close()
+    async def execute(self, sql: str, params: Params | None = None) -> None:
+        await self._run(sql, params)
 
     async def fetch_all(self, sql: str, params: Params | None = None) -> Sequence[Row]:
-        cursor = await self._run(sql, params)
-        try:
-            rows: list[Any] = list(await cursor.fetchall())
-        except sqlite3.Error as exc:
-            raise StoreError(_describe(exc)) from exc
-        finally:
-            await cursor.close()
-        return rows
+        return await self._run(sql, params)
 
     async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
-        rows = await self.fetch_all(sql, params)
+        rows = await self._run(sql, params)
         return rows[0] if rows else None
 
     async def aclose(self) -> None:

@@ -43,7 +43,8 @@ INSERT INTO steps (
 -- name: settle_step
 UPDATE steps
 SET status = :status, output_json = :output_json, error = :error, finished_at = :now
-WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started;
+WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started
+RETURNING seq;
 
 -- name: settle_run
 UPDATE runs
@@ -52,7 +53,8 @@ SET state = :target, reason = :reason, failure_class = :failure_class,
     available_at = :available_at, lease_owner = NULL, lease_expires_at = NULL,
     updated_at = :now, finished_at = :finished_at
 WHERE id = :run_id AND epoch = :epoch AND state = :source
-  AND (:expired_before IS NULL OR lease_expires_at < :expired_before);
+  AND (:expired_before IS NULL OR lease_expires_at < :expired_before)
+RETURNING id;
 
 -- name: get_run
 SELECT * FROM runs WHERE id = :run_id;
