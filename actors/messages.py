@@ -32,9 +32,13 @@ class RunEnded:
 
 @attrs.frozen
 class LeasesReaped:
-    """To the Supervisor, from the LeaseReaper: these runs' leases were taken away."""
+    """To the Supervisor, from the LeaseReaper: these (run id, epoch) leases were taken away.
 
-    run_ids: tuple[str, ...]
+    The epoch matters: by the time this arrives the same Supervisor may already
+    hold the run again under a newer epoch, and that attempt is healthy.
+    """
+
+    leases: tuple[tuple[str, int], ...]
 
 
 SupervisorMessage = Wake | RunEnded | LeasesReaped

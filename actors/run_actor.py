@@ -116,7 +116,7 @@ class RunActor:
         self._clock = clock
         # Interactive runs are never released back to the queue, so they never drain.
         self._draining = draining if run.mode is RunMode.QUEUED else None
-        self._epoch = run.epoch
+        self.epoch = run.epoch
         self._next_seq = 0
         self._pending: list[StepWrite] = []
         self._last_effect: ToolEffect | None = None
@@ -314,7 +314,7 @@ class RunActor:
     ) -> tuple[StepStatus, Any, str | None]:
         ctx = ToolContext(
             run_id=self.run_id,
-            epoch=self._epoch,
+            epoch=self.epoch,
             call_id=pending.call.call_id,
             idempotency_key=pending.idempotency_key,
             log=self._log.bind(tool=bound.name, call_id=pending.call.call_id),
@@ -362,7 +362,7 @@ class RunActor:
     ) -> BatchOutcome:
         item = BatchItem(
             run_id=self.run_id,
-            epoch=self._epoch,
+            epoch=self.epoch,
             steps=steps,
             lease_seconds=lease_seconds,
             settlement=settlement,
@@ -370,7 +370,7 @@ class RunActor:
         sent_at = self._clock.now()
         outcome = await self._persist(item)
         if not outcome.lease_held and not outcome.persisted:
-            raise LeaseLost(f"run {self.run_id} is no longer held at epoch {self._epoch}")
+            raise LeaseLost(f"run {self.run_id} is no longer held at epoch {self.epoch}")
         if not outcome.persisted:
             return outcome
         for step in steps:

@@ -114,7 +114,7 @@ class Supervisor:
         self.mailbox.send_nowait(Wake())
 
     async def _reaped(self, reaped: tuple[Reaped, ...]) -> None:
-        await self.mailbox.send(LeasesReaped(tuple(r.run_id for r in reaped)))
+        await self.mailbox.send(LeasesReaped(tuple((r.run_id, r.epoch) for r in reaped)))
 
     async def _claim_loop(self, runs: TaskGroup) -> None:
         settings = self.settings
@@ -147,9 +147,9 @@ class Supervisor:
 
     def _handle(self, message: SupervisorMessage) -> None:
         if isinstance(message, LeasesReaped):
-            for run_id in message.run_ids:
+            for run_id, epoch in message.leases:
                 local = self._local.get(run_id)
-                if local is not None:
+                if local is not None and local.actor.epoch == epoch:
                     # The store no longer counts this worker as the holder: stop it
                     # now, before it spends time on work it could not record anyway.
                     self._log.warning("lease.lost", run_id=run_id, by="reaper")

@@ -96,8 +96,16 @@ class LoggingProvider:
         return await self._inner.complete(request)
 
 
-def build_app(scenario: str, marker_dir: Path, *, crash: bool) -> App:
-    """The scenario's agent; with ``crash`` it hangs where the scenario kills the worker."""
+def first_reply(scenario: str) -> ProviderReply:
+    """The scenario's first provider turn: one call of its tool."""
+    return ProviderReply(tool_calls=[ToolCall(SCENARIOS[scenario][0], {"amount": 5}, CALL_ID)])
+
+
+def build_app(scenario: str, marker_dir: Path, *, crash: bool, tool_seconds: float = 0.0) -> App:
+    """The scenario's agent; with ``crash`` it hangs where the scenario kills the worker.
+
+    Without ``crash`` its tool takes ``tool_seconds`` and returns.
+    """
     tool_name, effect = SCENARIOS[scenario]
     calls_path = marker_dir / CALLS_FILE
     hang_in_tool = crash and scenario != "after_tool"
@@ -117,14 +125,10 @@ def build_app(scenario: str, marker_dir: Path, *, crash: bool) -> App:
         )
         if hang_in_tool:
             await anyio.sleep_forever()
+        await anyio.sleep(tool_seconds)
         return {"applied": amount}
 
-    script = ScriptedProvider(
-        [
-            ProviderReply(tool_calls=[ToolCall(tool_name, {"amount": 5}, CALL_ID)]),
-            ProviderReply(text="done"),
-        ]
-    )
+    script = ScriptedProvider([first_reply(scenario), ProviderReply(text="done")])
     hang_on_turn = 1 if crash and scenario == "after_tool" else None
     provider = LoggingProvider(script, marker_dir / PROVIDER_FILE, hang_on_turn)
     return App([Agent(AGENT, provider, tools=[act])])
@@ -155,4 +159,6 @@ if __name__ == "__main__":
     # Logs go to a file, never to the stdout pipe the parent reads the run id from.
     log_file = (directory / LOG_FILE).open("a", encoding="utf-8")
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(log_file))
-    anyio.run(main, sys.argv[1], sys.argv[2], directory, sys.argv[4] if len(sys.argv) == 5 else None)
+    anyio.run(
+        main, sys.argv[1], sys.argv[2], directory, sys.argv[4] if len(sys.argv) == 5 else None
+    )
