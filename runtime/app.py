@@ -123,10 +123,8 @@ class Runtime(Client):
     def worker_id(self) -> str:
         return self.supervisor.settings.worker_id
 
-    async def submit(self, agent: str, input: Any) -> str:
-        run_id = await super().submit(agent, input)
+    def _on_queued(self) -> None:
         self.supervisor.wake()
-        return run_id
 
     async def run(self, agent: str, input: Any) -> RunInfo:
         """Run ``agent`` now, in this task, and return the finished run.

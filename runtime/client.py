@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,7 +13,7 @@ import anyio
 from runtime.agents import App
 from runtime.clock import Clock
 from runtime.errors import RunNotFound, UnknownAgent, WaitTimeout
-from runtime.lifecycle import RunMode, RunState
+from runtime.lifecycle import Reason, RunMode, RunState
 from runtime.model import MAX_INPUT_BYTES, NewRun, RunInfo, RunRecord, StepInfo, dump_json
 from storage import CancelOutcome, Store, open_store
 
@@ -23,6 +24,13 @@ WAIT_POLL_SECONDS = 0.5
 
 def new_run_id() -> str:
     return str(uuid.uuid4())
+
+
+def default_operator() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
 
 
 class Client:
@@ -78,7 +86,11 @@ class Client:
     async def submit(self, agent: str, input: Any) -> str:
         """Queue a run of ``agent`` on ``input`` (any JSON value); returns the run id."""
         record = await self._store.create_run(self._new_run(agent, input, RunMode.QUEUED))
+        self._on_queued()
         return record.id
+
+    def _on_queued(self) -> None:
+        """A run became claimable; a Client has nobody to tell, a Runtime wakes its Supervisor."""
 
     async def _record(self, run_id: str) -> RunRecord:
         record = await self._store.get_run(run_id)
@@ -90,11 +102,39 @@ class Client:
         return (await self._record(run_id)).info()
 
     async def runs(
-        self, *, state: RunState | None = None, agent: str | None = None, limit: int = 100
+        self,
+        *,
+        state: RunState | None = None,
+        agent: str | None = None,
+        reason: Reason | None = None,
+        limit: int = 100,
     ) -> list[RunInfo]:
-        return [
-            r.info() for r in await self._store.list_runs(state=state, agent=agent, limit=limit)
-        ]
+        """Runs, newest first."""
+        found = await self._store.list_runs(state=state, agent=agent, reason=reason, limit=limit)
+        return [r.info() for r in found]
+
+    async def dead_letters(
+        self, *, reason: Reason | None = None, limit: int = 100
+    ) -> list[RunInfo]:
+        return await self.runs(state=RunState.DEAD_LETTERED, reason=reason, limit=limit)
+
+    async def redrive(self, run_id: str) -> RunInfo:
+        """Requeue a run dead-lettered not_retryable or retries_exhausted, under a new epoch
+        and with its requeue count reset. An interrupted write needs ``resolve`` instead."""
+        record = await self._store.redrive(run_id)
+        self._on_queued()
+        return record.info()
+
+    async def resolve(
+        self, run_id: str, *, applied: bool, operator: str | None = None, note: str | None = None
+    ) -> RunInfo:
+        """Record whether an interrupted write applied; the run then resumes without
+        executing that call again. The journal keeps who decided and when."""
+        record = await self._store.resolve(
+            run_id, applied=applied, operator=operator or default_operator(), note=note
+        )
+        self._on_queued()
+        return record.info()
 
     async def steps(self, run_id: str) -> list[StepInfo]:
         """The run's journal, oldest step first."""

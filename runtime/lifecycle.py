@@ -18,6 +18,7 @@ __all__ = [
     "BACKOFF_BASE_SECONDS",
     "BACKOFF_CAP_SECONDS",
     "MAX_REQUEUES",
+    "REDRIVABLE_REASONS",
     "TERMINAL_STATES",
     "TRANSITIONS",
     "Event",
@@ -100,6 +101,8 @@ class Event(enum.StrEnum):
     PROVIDE_INPUT = "provide_input"
     CANCEL_WAITING_APPROVAL = "cancel_waiting_approval"
     CANCEL_WAITING_INPUT = "cancel_waiting_input"
+    REDRIVE = "redrive"
+    RESOLVE = "resolve"
 
 
 # (event) -> (source state, target state); None as a source means "no run yet".
@@ -120,7 +123,12 @@ TRANSITIONS: dict[Event, tuple[RunState | None, RunState]] = {
     Event.PROVIDE_INPUT: (RunState.WAITING_FOR_INPUT, RunState.QUEUED),
     Event.CANCEL_WAITING_APPROVAL: (RunState.WAITING_FOR_APPROVAL, RunState.CANCELLED),
     Event.CANCEL_WAITING_INPUT: (RunState.WAITING_FOR_INPUT, RunState.CANCELLED),
+    # The only ways out of a terminal state: operator actions, each under a new epoch (G9).
+    Event.REDRIVE: (RunState.DEAD_LETTERED, RunState.QUEUED),
+    Event.RESOLVE: (RunState.DEAD_LETTERED, RunState.QUEUED),
 }
+
+REDRIVABLE_REASONS = frozenset({Reason.NOT_RETRYABLE, Reason.RETRIES_EXHAUSTED})
 
 
 def transition(state: RunState | None, event: Event) -> RunState:

@@ -50,8 +50,29 @@ MAX_ARGUMENTS_BYTES = 64 * 1024
 MAX_RESULT_BYTES = 256 * 1024
 
 
+def _refuse_non_string_keys(value: Any, what: str) -> None:
+    # json.dumps would quietly turn 1, None or True keys into strings.
+    stack = [value]
+    seen: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue  # a cycle: json.dumps reports it
+        seen.add(id(item))
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    raise InvalidInput(
+                        f"{what} is not a JSON value: the key {key!r} is not a string"
+                    )
+                stack.append(inner)
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+
+
 def dump_json(value: Any, *, what: str = "value", limit: int | None = None) -> str:
     """Canonical JSON text of ``value``; raises InvalidInput if it is not JSON or too large."""
+    _refuse_non_string_keys(value, what)
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
@@ -201,6 +222,8 @@ class StepInfo:
     error: str | None
     started_at: float
     finished_at: float | None
+    resolved_by: str | None = None
+    resolved_at: float | None = None
 
 
 @attrs.frozen

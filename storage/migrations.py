@@ -25,4 +25,7 @@ def _has_sql(part: str) -> bool:
     return any(line.strip() and not line.strip().startswith("--") for line in part.splitlines())
 
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial"),)
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial"),
+    Migration(2, "operator_resolution"),
+)

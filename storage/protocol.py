@@ -9,7 +9,7 @@ from typing import Protocol
 import attrs
 
 from runtime.effects import ToolEffect
-from runtime.lifecycle import RunState, StepStatus
+from runtime.lifecycle import Reason, RunState, StepStatus
 from runtime.model import NewRun, RunRecord, Settlement, StepInfo, StepWrite
 
 __all__ = [
@@ -78,7 +78,12 @@ class Store(Protocol):
     async def get_run(self, run_id: str) -> RunRecord | None: ...
 
     async def list_runs(
-        self, *, state: RunState | None = None, agent: str | None = None, limit: int = 100
+        self,
+        *,
+        state: RunState | None = None,
+        agent: str | None = None,
+        reason: Reason | None = None,
+        limit: int = 100,
     ) -> list[RunRecord]: ...
 
     async def list_steps(self, run_id: str) -> list[StepInfo]: ...
@@ -89,6 +94,16 @@ class Store(Protocol):
 
     async def reap(self, expired: ExpiredRun, settlement: Settlement) -> bool:
         """Settle an expired run, fenced on its epoch and on its lease still being expired."""
+        ...
+
+    async def redrive(self, run_id: str) -> RunRecord:
+        """Put a run dead-lettered not_retryable/retries_exhausted back in the queue."""
+        ...
+
+    async def resolve(
+        self, run_id: str, *, applied: bool, operator: str, note: str | None = None
+    ) -> RunRecord:
+        """Record an operator's verdict on an interrupted write and requeue its run."""
         ...
 
     async def aclose(self) -> None: ...

@@ -8,9 +8,10 @@ from typing import Any
 
 from runtime.clock import Clock
 from runtime.effects import ToolEffect
-from runtime.errors import RunNotFound, StoreError
+from runtime.errors import IllegalTransition, RunNotFound, StoreError
 from runtime.failures import FailureClass
 from runtime.lifecycle import (
+    REDRIVABLE_REASONS,
     TRANSITIONS,
     Event,
     Reason,
@@ -78,7 +79,13 @@ def step_from_row(row: Row) -> StepInfo:
         error=row["error"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
+        resolved_by=row["resolved_by"],
+        resolved_at=row["resolved_at"],
     )
+
+
+def _state_text(run: RunRecord) -> str:
+    return run.state.value if run.reason is None else f"{run.state.value} ({run.reason.value})"
 
 
 class SQLStore:
@@ -277,12 +284,22 @@ class SQLStore:
         return None if row is None else run_from_row(row)
 
     async def list_runs(
-        self, *, state: RunState | None = None, agent: str | None = None, limit: int = 100
+        self,
+        *,
+        state: RunState | None = None,
+        agent: str | None = None,
+        reason: Reason | None = None,
+        limit: int = 100,
     ) -> list[RunRecord]:
         async with self._executor.reading():
             rows = await self._executor.fetch_all(
                 self._queries["list_runs"],
-                {"state": None if state is None else state.value, "agent": agent, "limit": limit},
+                {
+                    "state": None if state is None else state.value,
+                    "agent": agent,
+                    "reason": None if reason is None else reason.value,
+                    "limit": limit,
+                },
             )
         return [run_from_row(r) for r in rows]
 
@@ -344,6 +361,84 @@ class SQLStore:
             return await self._settle(
                 expired.run.id, expired.run.epoch, settlement, now, expired_before=now
             )
+
+    async def _dead_letter(self, run_id: str) -> RunRecord:
+        row = await self._executor.fetch_one(self._queries["get_run"], {"run_id": run_id})
+        if row is None:
+            raise RunNotFound(f"no run with id {run_id!r}")
+        return run_from_row(row)
+
+    async def _reopen(self, run: RunRecord, event: Event, *, reset_requeues: bool) -> RunRecord:
+        row = await self._executor.fetch_one(
+            self._queries["reopen_run"],
+            {
+                "run_id": run.id,
+                "epoch": run.epoch,
+                "source": source_state(event).value,
+                "target": TRANSITIONS[event][1].value,
+                "reset_requeues": reset_requeues,
+                "now": self._now(),
+            },
+        )
+        if row is None:
+            raise StoreError(f"run {run.id} changed while it was being reopened")
+        return run_from_row(row)
+
+    async def redrive(self, run_id: str) -> RunRecord:
+        async with self._executor.transaction():
+            run = await self._dead_letter(run_id)
+            if run.state is not RunState.DEAD_LETTERED or run.reason not in REDRIVABLE_REASONS:
+                hint = (
+                    "; an interrupted write needs `resolve` (did the call apply?)"
+                    if run.reason is Reason.INTERRUPTED_WRITE
+                    else ""
+                )
+                raise IllegalTransition(
+                    f"run {run_id} is {_state_text(run)}: only a run dead-lettered "
+                    f"not_retryable or retries_exhausted can be redriven{hint}"
+                )
+            return await self._reopen(run, Event.REDRIVE, reset_requeues=True)
+
+    async def resolve(
+        self, run_id: str, *, applied: bool, operator: str, note: str | None = None
+    ) -> RunRecord:
+        q = self._queries
+        async with self._executor.transaction():
+            run = await self._dead_letter(run_id)
+            if (
+                run.state is not RunState.DEAD_LETTERED
+                or run.reason is not Reason.INTERRUPTED_WRITE
+            ):
+                raise IllegalTransition(
+                    f"run {run_id} is {_state_text(run)}: only a run dead-lettered "
+                    "interrupted_write waits for a resolution"
+                )
+            last = await self._executor.fetch_one(q["last_step"], {"run_id": run_id})
+            if last is None or StepStatus(last["status"]) is not StepStatus.STARTED:
+                raise IllegalTransition(f"run {run_id} has no interrupted call to resolve")
+            output = {
+                "resolution": "applied" if applied else "not_applied",
+                "resolved_by": operator,
+                "note": note,
+            }
+            resolved = await self._executor.fetch_all(
+                q["resolve_step"],
+                {
+                    "run_id": run_id,
+                    "seq": last["seq"],
+                    "status": (StepStatus.SUCCEEDED if applied else StepStatus.FAILED).value,
+                    "output_json": json.dumps(output, separators=(",", ":")),
+                    "error": None
+                    if applied
+                    else "the operator recorded that the call did not apply",
+                    "resolved_by": operator,
+                    "started": StepStatus.STARTED.value,
+                    "now": self._now(),
+                },
+            )
+            if len(resolved) != 1:
+                raise StoreError(f"the interrupted call of run {run_id} changed meanwhile")
+            return await self._reopen(run, Event.RESOLVE, reset_requeues=False)
 
     async def aclose(self) -> None:
         await self._executor.aclose()

@@ -62,6 +62,7 @@ SELECT * FROM runs WHERE id = :run_id;
 -- name: list_runs
 SELECT * FROM runs
 WHERE (:state IS NULL OR state = :state) AND (:agent IS NULL OR agent = :agent)
+  AND (:reason IS NULL OR reason = :reason)
 ORDER BY created_at DESC, id
 LIMIT :limit;
 
@@ -69,7 +70,7 @@ LIMIT :limit;
 SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq;
 
 -- name: last_step
-SELECT kind, effect, status FROM steps WHERE run_id = :run_id ORDER BY seq DESC LIMIT 1;
+SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq DESC LIMIT 1;
 
 -- name: expired_runs
 SELECT * FROM runs
@@ -86,6 +87,22 @@ WHERE id = :run_id AND state = :source;
 -- name: request_cancel
 UPDATE runs SET cancel_requested = 1, updated_at = :now
 WHERE id = :run_id AND state = :source;
+
+-- name: reopen_run
+UPDATE runs
+SET state = :target, reason = NULL, failure_class = NULL, error = NULL,
+    requeues = CASE WHEN :reset_requeues THEN 0 ELSE requeues END,
+    epoch = epoch + 1, available_at = :now, lease_owner = NULL, lease_expires_at = NULL,
+    cancel_requested = 0, updated_at = :now, finished_at = NULL
+WHERE id = :run_id AND epoch = :epoch AND state = :source
+RETURNING *;
+
+-- name: resolve_step
+UPDATE steps
+SET status = :status, output_json = :output_json, error = :error, finished_at = :now,
+    resolved_by = :resolved_by, resolved_at = :now
+WHERE run_id = :run_id AND seq = :seq AND status = :started
+RETURNING seq;
 
 -- name: create_migrations_table
 CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -85,6 +85,12 @@ class FaultyStore:
     async def reap(self, expired: ExpiredRun, settlement: Settlement) -> bool:
         return await self.inner.reap(expired, settlement)
 
+    async def redrive(self, run_id: str) -> RunRecord:
+        return await self.inner.redrive(run_id)
+
+    async def resolve(self, run_id: str, **kwargs: Any) -> RunRecord:
+        return await self.inner.resolve(run_id, **kwargs)
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 
