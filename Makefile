@@ -3,7 +3,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench clean
+.PHONY: run embedded test lint typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +13,19 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+DEMO_STORE ?= sqlite:///leaseward.db
+
+# The main job: the daemon on ./leaseward.db serving the example app, with a few
+# demo runs queued first. Its logs show their progress; Ctrl-C drains and exits.
 run: $(STAMP)
+	$(BIN)/leaseward migrate --store $(DEMO_STORE)
+	$(BIN)/leaseward submit cashier --input '"A-1"' --store $(DEMO_STORE)
+	$(BIN)/leaseward submit greeter --input '"hello"' --store $(DEMO_STORE)
+	$(BIN)/leaseward submit confused --input '"clean up"' --store $(DEMO_STORE)
+	$(BIN)/leaseward daemon --app examples.quickstart:build_app --store $(DEMO_STORE) \
+		--log-format console --poll-interval-seconds 0.2
+
+embedded: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 
 lint: $(STAMP)

@@ -69,6 +69,8 @@ class Supervisor:
         self._local: dict[str, _Local] = {}
         self._run_ended = anyio.Event()
         self._draining = anyio.Event()
+        self._drain_scope: anyio.CancelScope | None = None
+        self._stop_now = False
         self._claiming = True
         self._agents = tuple(agent.name for agent in app.agents)
         self._log = log.bind(worker_id=settings.worker_id)
@@ -193,11 +195,18 @@ class Supervisor:
         if not self._local:
             return
         self._log.info("worker.draining", runs=len(self._local))
-        with anyio.move_on_after(self.settings.drain_seconds):
+        drain_seconds = 0.0 if self._stop_now else self.settings.drain_seconds
+        with anyio.move_on_after(drain_seconds) as self._drain_scope:
             await self._until_idle()
         for local in list(self._local.values()):
             local.scope.cancel()
         await self._until_idle()
+
+    def stop_now(self) -> None:
+        """Cut a drain short: runs still going are interrupted instead of awaited."""
+        self._stop_now = True
+        if self._drain_scope is not None:
+            self._drain_scope.cancel()
 
     async def _until_idle(self) -> None:
         while self._local:

@@ -242,6 +242,7 @@ class SQLStore:
                 "output_json": step.output_json,
                 "error": step.error,
                 "now": now,
+                "started_at": step.started_at,
                 "finished_at": None if step.status is StepStatus.STARTED else now,
             },
         )

@@ -37,7 +37,7 @@ INSERT INTO steps (
     arguments_json, output_json, error, started_at, finished_at
 ) VALUES (
     :run_id, :seq, :epoch, :kind, :tool, :call_id, :effect, :status, :idempotency_key,
-    :arguments_json, :output_json, :error, :now, :finished_at
+    :arguments_json, :output_json, :error, COALESCE(:started_at, :now), :finished_at
 );
 
 -- name: settle_step

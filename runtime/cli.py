@@ -1,0 +1,575 @@
+"""The ``leaseward`` command: the daemon and the operator's tools.
+
+Every flag has a ``LEASEWARD_*`` environment variable, shown in ``--help``.
+Mistakes print one line on stderr and exit 2; failures exit 1; neither changes
+anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import anyio
+
+from actors.reaper import LeaseReaper
+from runtime.app import (
+    CONCURRENCY,
+    DRAIN_SECONDS,
+    LEASE_SECONDS,
+    POLL_INTERVAL_SECONDS,
+    REAP_INTERVAL_SECONDS,
+    default_worker_id,
+)
+from runtime.client import Client, default_operator
+from runtime.daemon import DaemonSettings, load_app, serve
+from runtime.errors import (
+    ConfigurationError,
+    IllegalTransition,
+    InvalidInput,
+    LeasewardError,
+    RunNotFound,
+    StoreError,
+    UnknownAgent,
+)
+from runtime.lifecycle import Reason, RecoveryPolicy, RunState
+from runtime.logs import LOG_FORMATS, default_log_format
+from runtime.model import RunInfo, StepInfo
+from storage import open_store
+
+__all__ = ["DEFAULT_STORE_URL", "EXIT_FAILURE", "EXIT_USAGE", "main"]
+
+DEFAULT_STORE_URL = "sqlite:///leaseward.db"
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+USAGE_ERRORS = (ConfigurationError, InvalidInput, UnknownAgent)
+
+
+class UsageError(Exception):
+    """A mistake in how the command was called."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not argparse's usage block: the full usage is one --help away.
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+class _EnvFlag:
+    """Adds flags whose default comes from an environment variable, named in the help."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.parser = parser
+
+    def add(
+        self,
+        flag: str,
+        *,
+        help: str,
+        default: Any = None,
+        kind: Callable[[str], Any] = str,
+        switch: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        variable = "LEASEWARD_" + flag.lstrip("-").upper().replace("-", "_")
+        raw = os.environ.get(variable)
+        if switch:
+            value = default if raw is None else _parse_switch(variable, raw)
+            self.parser.add_argument(
+                flag,
+                action="store_true",
+                default=value,
+                help=f"{help} [env: {variable}]",
+                **kwargs,
+            )
+            return
+        value = default if raw is None else _from_env(variable, raw, kind)
+        shown = "" if default is None else f"; default: {default}"
+        self.parser.add_argument(
+            flag,
+            type=kind,
+            default=value,
+            help=f"{help} [env: {variable}{shown}]",
+            **kwargs,
+        )
+
+
+def _parse_switch(variable: str, raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("", "0", "false", "no", "off"):
+        return False
+    raise UsageError(f"{variable}={raw!r} is not a boolean (use 1/0, true/false)")
+
+
+def _from_env(variable: str, raw: str, kind: Callable[[str], Any]) -> Any:
+    try:
+        return kind(raw)
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        raise UsageError(f"{variable}={raw!r}: {exc}") from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number")
+    return value
+
+
+def _state(text: str) -> RunState:
+    try:
+        return RunState(text)
+    except ValueError:
+        known = ", ".join(s.value for s in RunState)
+        raise argparse.ArgumentTypeError(f"{text!r} is not a run state ({known})") from None
+
+
+def _reason(text: str) -> Reason:
+    try:
+        return Reason(text)
+    except ValueError:
+        known = ", ".join(r.value for r in Reason)
+        raise argparse.ArgumentTypeError(f"{text!r} is not a reason ({known})") from None
+
+
+def _log_format(text: str) -> str:
+    if text not in LOG_FORMATS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(LOG_FORMATS)}")
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="leaseward",
+        description="A durable runtime for LLM agent runs: daemon and operator tools.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    def command(name: str, help: str) -> _EnvFlag:
+        sub = commands.add_parser(name, help=help, description=help)
+        flags = _EnvFlag(sub)
+        flags.add("--store", help="store URL, e.g. sqlite:///runs.db", default=DEFAULT_STORE_URL)
+        return flags
+
+    daemon = command("daemon", "run the worker: claim, execute and reap runs until signalled")
+    daemon.add("--app", help="the App to serve, as module:attribute", default=None)
+    daemon.add(
+        "--concurrency", help="runs executed at once", default=CONCURRENCY, kind=_positive_int
+    )
+    daemon.add("--lease-seconds", help="lease length", default=LEASE_SECONDS, kind=_positive_float)
+    daemon.add(
+        "--reap-interval-seconds",
+        help="time between reaper passes",
+        default=REAP_INTERVAL_SECONDS,
+        kind=_positive_float,
+    )
+    daemon.add(
+        "--poll-interval-seconds",
+        help="time between claim polls when idle",
+        default=POLL_INTERVAL_SECONDS,
+        kind=_positive_float,
+    )
+    daemon.add("--worker-id", help="this worker's name in leases", default=default_worker_id())
+    daemon.add(
+        "--drain-seconds",
+        help="on SIGTERM/SIGINT, time runs get to reach a step boundary",
+        default=DRAIN_SECONDS,
+        kind=_non_negative_float,
+    )
+    daemon.add(
+        "--metrics-port", help="serve Prometheus metrics on this port (off if unset)", kind=_port
+    )
+    daemon.add("--metrics-host", help="address the metrics server binds", default="127.0.0.1")
+    daemon.add(
+        "--log-format",
+        help="json or console (console when stderr is a terminal)",
+        default=default_log_format(),
+        kind=_log_format,
+    )
+
+    submit = command("submit", "queue a run and print its id")
+    submit.parser.add_argument("agent", metavar="AGENT", help="the agent to run")
+    submit.add("--input", help="the run input: JSON text, or @file holding JSON", default="null")
+    submit.add("--wait", help="wait for the run to finish and print it", switch=True, default=False)
+    submit.add(
+        "--timeout", help="with --wait, give up after this many seconds", kind=_positive_float
+    )
+    submit.add("--json", help="print JSON", switch=True, default=False)
+
+    runs = command("runs", "list runs, newest first")
+    runs.add("--state", help="only runs in this state", kind=_state)
+    runs.add("--agent", help="only runs of this agent")
+    runs.add("--limit", help="at most this many", default=50, kind=_positive_int)
+    runs.add("--json", help="print JSON", switch=True, default=False)
+
+    show = command("show", "show a run and its journal as a timeline")
+    show.parser.add_argument("run", metavar="RUN", help="run id")
+    show.add("--json", help="print JSON", switch=True, default=False)
+
+    cancel = command("cancel", "cancel a run (at its next step boundary if it is running)")
+    cancel.parser.add_argument("run", metavar="RUN", help="run id")
+
+    dead = command("dead-letters", "list dead-lettered runs")
+    dead.add("--reason", help="only this reason", kind=_reason)
+    dead.add("--limit", help="at most this many", default=50, kind=_positive_int)
+    dead.add("--json", help="print JSON", switch=True, default=False)
+
+    redrive = command(
+        "redrive", "requeue a not_retryable or retries_exhausted run under a new epoch"
+    )
+    redrive.parser.add_argument("run", metavar="RUN", help="run id")
+
+    resolve = command("resolve", "record whether an interrupted write applied, and resume its run")
+    resolve.parser.add_argument("run", metavar="RUN", help="run id")
+    verdict = resolve.parser.add_mutually_exclusive_group(required=True)
+    verdict.add_argument("--applied", action="store_true", help="the call took effect")
+    verdict.add_argument("--not-applied", action="store_true", help="the call had no effect")
+    resolve.add("--note", help="why you decided so (kept in the journal)")
+    resolve.add("--operator", help="who decides (kept in the journal)", default=None)
+
+    reap = command("reap", "settle runs whose lease expired, once")
+    reap.parser.add_argument(
+        "--once",
+        action="store_true",
+        required=True,
+        help="one reaper pass (the daemon reaps continuously)",
+    )
+
+    command("migrate", "create the schema or bring it to the newest version")
+    return parser
+
+
+# -- output ---------------------------------------------------------------------------
+
+
+def _run_json(run: RunInfo) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "agent": run.agent,
+        "mode": run.mode.value,
+        "state": run.state.value,
+        "reason": None if run.reason is None else run.reason.value,
+        "failure_class": None if run.failure_class is None else run.failure_class.value,
+        "result": run.result,
+        "error": run.error,
+        "epoch": run.epoch,
+        "requeues": run.requeues,
+        "created_at": run.created_at,
+        "finished_at": run.finished_at,
+    }
+
+
+def _step_json(step: StepInfo) -> dict[str, Any]:
+    return {
+        "seq": step.seq,
+        "epoch": step.epoch,
+        "kind": step.kind.value,
+        "tool": step.tool,
+        "call_id": step.call_id,
+        "effect": None if step.effect is None else step.effect.value,
+        "status": step.status.value,
+        "idempotency_key": step.idempotency_key,
+        "arguments": step.arguments,
+        "output": step.output,
+        "error": step.error,
+        "started_at": step.started_at,
+        "finished_at": step.finished_at,
+        "resolved_by": step.resolved_by,
+        "resolved_at": step.resolved_at,
+    }
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _run_line(run: RunInfo) -> str:
+    state = run.state.value if run.reason is None else f"{run.state.value}/{run.reason.value}"
+    return (
+        f"{run.id}  {run.agent:<16} {run.mode.value:<11} {state:<32} "
+        f"epoch {run.epoch:<3} requeues {run.requeues}"
+    )
+
+
+def _print_runs(runs: Sequence[RunInfo]) -> None:
+    if not runs:
+        print("no runs")
+    for run in runs:
+        print(_run_line(run))
+
+
+def _print_timeline(run: RunInfo, steps: Sequence[StepInfo]) -> None:
+    print(_run_line(run))
+    if run.result is not None:
+        print(f"  result: {json.dumps(run.result, ensure_ascii=False)}")
+    if run.error:
+        print(f"  error: {run.error}")
+    for step in steps:
+        what = "provider" if step.tool is None else step.tool
+        effect = "-" if step.effect is None else step.effect.value
+        took = (
+            "open"
+            if step.finished_at is None
+            else f"{(step.finished_at - step.started_at) * 1000:.1f} ms"
+        )
+        decided = f"  resolved by {step.resolved_by}" if step.resolved_by else ""
+        print(
+            f"  #{step.seq:<3} epoch {step.epoch:<3} {what:<20} {effect:<21} "
+            f"{step.status.value:<10} {took}{decided}"
+        )
+
+
+# -- commands -------------------------------------------------------------------------
+
+
+def _read_input(text: str) -> Any:
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise UsageError(f"--input {path}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--input is not JSON: {exc}") from None
+
+
+async def _with_client(url: str, body: Callable[[Client], Awaitable[int]]) -> int:
+    store = await open_store(url, must_exist=True)
+    try:
+        return await body(Client(store))
+    finally:
+        with anyio.CancelScope(shield=True):
+            await store.aclose()
+
+
+async def _submit(args: argparse.Namespace) -> int:
+    value = _read_input(args.input)
+
+    async def body(client: Client) -> int:
+        run_id = await client.submit(args.agent, value)
+        if not args.wait:
+            print(json.dumps({"id": run_id}) if args.json else run_id)
+            return 0
+        run = await client.wait(run_id, timeout=args.timeout)
+        if args.json:
+            _print_json(_run_json(run))
+        else:
+            print(_run_line(run))
+        return 0 if run.state is RunState.COMPLETED else EXIT_FAILURE
+
+    return await _with_client(args.store, body)
+
+
+async def _runs(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        runs = await client.runs(state=args.state, agent=args.agent, limit=args.limit)
+        if args.json:
+            _print_json([_run_json(r) for r in runs])
+        else:
+            _print_runs(runs)
+        return 0
+
+    return await _with_client(args.store, body)
+
+
+async def _show(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        run = await client.get(args.run)
+        steps = await client.steps(args.run)
+        if args.json:
+            _print_json({**_run_json(run), "steps": [_step_json(s) for s in steps]})
+        else:
+            _print_timeline(run, steps)
+        return 0
+
+    return await _with_client(args.store, body)
+
+
+async def _cancel(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        if not await client.cancel(args.run):
+            run = await client.get(args.run)
+            print(
+                f"leaseward: run {args.run} had already finished ({run.state.value})",
+                file=sys.stderr,
+            )
+            return EXIT_FAILURE
+        run = await client.get(args.run)
+        if run.state is RunState.CANCELLED:
+            print(f"run {args.run} cancelled")
+        else:
+            print(f"run {args.run}: cancel requested; it stops at its next step boundary")
+        return 0
+
+    return await _with_client(args.store, body)
+
+
+async def _dead_letters(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        runs = await client.dead_letters(reason=args.reason, limit=args.limit)
+        if args.json:
+            _print_json([_run_json(r) for r in runs])
+        else:
+            _print_runs(runs)
+        return 0
+
+    return await _with_client(args.store, body)
+
+
+async def _redrive(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        run = await client.redrive(args.run)
+        print(f"run {run.id} requeued at epoch {run.epoch}")
+        return 0
+
+    return await _with_client(args.store, body)
+
+
+async def _resolve(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        run = await client.resolve(
+            args.run,
+            applied=bool(args.applied),
+            operator=args.operator or default_operator(),
+            note=args.note,
+        )
+        verdict = "applied" if args.applied else "not applied"
+        print(f"run {run.id}: call recorded as {verdict}; requeued at epoch {run.epoch}")
+        return 0
+
+    return await _with_client(args.store, body)
+
+
+async def _reap(args: argparse.Namespace) -> int:
+    store = await open_store(args.store, must_exist=True)
+    try:
+        reaper = LeaseReaper(store, interval_seconds=1.0, policy=RecoveryPolicy())
+        reaped = await reaper.reap_once()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await store.aclose()
+    if not reaped:
+        print("no expired leases")
+    for item in reaped:
+        settled = item.settlement
+        why = "" if settled.reason is None else f" ({settled.reason.value})"
+        print(f"run {item.run_id} epoch {item.epoch}: lease expired -> {settled.target.value}{why}")
+    return 0
+
+
+async def _migrate(args: argparse.Namespace) -> int:
+    store = await open_store(args.store, migrate=False)
+    try:
+        version = await store.migrate()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await store.aclose()
+    print(f"schema at version {version}")
+    return 0
+
+
+async def _daemon(args: argparse.Namespace) -> int:
+    if not args.app:
+        raise UsageError("--app is required (or LEASEWARD_APP), e.g. --app myproject.agents:app")
+    app = load_app(args.app)
+    settings = DaemonSettings(
+        store_url=args.store,
+        concurrency=args.concurrency,
+        lease_seconds=args.lease_seconds,
+        reap_interval_seconds=args.reap_interval_seconds,
+        poll_interval_seconds=args.poll_interval_seconds,
+        worker_id=args.worker_id,
+        drain_seconds=args.drain_seconds,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        log_format=args.log_format,
+    )
+    return await serve(settings, app)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
+    "daemon": _daemon,
+    "submit": _submit,
+    "runs": _runs,
+    "show": _show,
+    "cancel": _cancel,
+    "dead-letters": _dead_letters,
+    "redrive": _redrive,
+    "resolve": _resolve,
+    "reap": _reap,
+    "migrate": _migrate,
+}
+
+
+def _single(exc: BaseException) -> BaseException:
+    """The one error inside nested exception groups (task groups wrap what they raise)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        try:
+            return anyio.run(COMMANDS[args.command], args)
+        except BaseExceptionGroup as group:
+            raise _single(group) from None
+    except UsageError as exc:
+        print(f"leaseward: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except USAGE_ERRORS as exc:
+        print(f"leaseward: error: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except (RunNotFound, IllegalTransition, StoreError, LeasewardError) as exc:
+        print(f"leaseward: {exc.message}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130
+
+
+def entry_point() -> NoReturn:
+    sys.exit(main())
