@@ -42,6 +42,15 @@ class SupervisorSettings:
     max_batch: int = MAX_BATCH_ITEMS
 
 
+def _sole_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup):
+        if len(found.exceptions) != 1:
+            return None
+        found = found.exceptions[0]
+    return found
+
+
 @attrs.define
 class _Local:
     actor: RunActor
@@ -78,18 +87,26 @@ class Supervisor:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Supervisor]:
-        async with anyio.create_task_group() as helpers:
-            await helpers.start(self._keep_alive, "persister", self.persister.run)
-            await helpers.start(self._keep_alive, "reaper", self.reaper.run)
-            async with anyio.create_task_group() as runs:
-                runs.start_soon(self._claim_loop, runs)
-                try:
-                    yield self
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await self._drain()
-                    runs.cancel_scope.cancel()
-            helpers.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as helpers:
+                await helpers.start(self._keep_alive, "persister", self.persister.run)
+                await helpers.start(self._keep_alive, "reaper", self.reaper.run)
+                async with anyio.create_task_group() as runs:
+                    runs.start_soon(self._claim_loop, runs)
+                    try:
+                        yield self
+                    finally:
+                        with anyio.CancelScope(shield=True):
+                            await self._drain()
+                        runs.cancel_scope.cancel()
+                helpers.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The caller's own exception comes back wrapped by our task groups;
+            # hand it back as it was raised, so `except StoreError:` still works.
+            leaf = _sole_leaf(group)
+            if leaf is None:
+                raise
+            raise leaf from leaf.__cause__
 
     async def _keep_alive(
         self,

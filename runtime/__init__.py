@@ -1,5 +1,8 @@
 """leaseward: a durable runtime for LLM agent runs that never repeats a non-idempotent write."""
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from runtime.agents import (
     DEFAULT_MAX_STEPS,
     DEFAULT_PROVIDER_TIMEOUT_SECONDS,
@@ -8,15 +11,6 @@ from runtime.agents import (
     Provider,
     ScriptedProvider,
 )
-from runtime.app import (
-    CONCURRENCY,
-    DRAIN_SECONDS,
-    LEASE_SECONDS,
-    POLL_INTERVAL_SECONDS,
-    REAP_INTERVAL_SECONDS,
-    Runtime,
-)
-from runtime.client import Client
 from runtime.clock import Clock, ManualClock, SystemClock
 from runtime.effects import ToolEffect, ToolEffectResolver
 from runtime.errors import (
@@ -47,6 +41,40 @@ from runtime.model import (
     ToolSpec,
 )
 from runtime.tools import DEFAULT_TOOL_TIMEOUT_SECONDS, FunctionTool, Tool, ToolContext, tool
+
+if TYPE_CHECKING:
+    from runtime.app import (
+        CONCURRENCY,
+        DRAIN_SECONDS,
+        LEASE_SECONDS,
+        POLL_INTERVAL_SECONDS,
+        REAP_INTERVAL_SECONDS,
+        Runtime,
+    )
+    from runtime.client import Client
+
+# The shell (Runtime, Client) imports storage/ and actors/, which import the
+# kernel modules of this package: loading the shell on first use keeps
+# `import storage` or `import actors` from running into a half-made runtime.
+_SHELL = {
+    "CONCURRENCY": "runtime.app",
+    "DRAIN_SECONDS": "runtime.app",
+    "LEASE_SECONDS": "runtime.app",
+    "POLL_INTERVAL_SECONDS": "runtime.app",
+    "REAP_INTERVAL_SECONDS": "runtime.app",
+    "Runtime": "runtime.app",
+    "Client": "runtime.client",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _SHELL.get(name)
+    if module is None:
+        raise AttributeError(f"module 'runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CONCURRENCY",

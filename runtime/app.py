@@ -20,7 +20,8 @@ from runtime.clock import Clock, SystemClock
 from runtime.errors import ConfigurationError
 from runtime.lifecycle import RecoveryPolicy, RunMode
 from runtime.model import RunInfo, Settlement
-from storage import Store, open_store
+from storage.connect import open_store
+from storage.protocol import Store
 
 __all__ = [
     "CONCURRENCY",

@@ -40,7 +40,7 @@ from runtime.errors import (
 from runtime.lifecycle import Reason, RecoveryPolicy, RunState
 from runtime.logs import LOG_FORMATS, default_log_format
 from runtime.model import RunInfo, StepInfo
-from storage import open_store
+from storage.connect import open_store
 
 __all__ = ["DEFAULT_STORE_URL", "EXIT_FAILURE", "EXIT_USAGE", "main"]
 

@@ -15,7 +15,8 @@ from runtime.clock import Clock
 from runtime.errors import RunNotFound, UnknownAgent, WaitTimeout
 from runtime.lifecycle import Reason, RunMode, RunState
 from runtime.model import MAX_INPUT_BYTES, NewRun, RunInfo, RunRecord, StepInfo, dump_json
-from storage import CancelOutcome, Store, open_store
+from storage.connect import open_store
+from storage.protocol import CancelOutcome, Store
 
 __all__ = ["WAIT_POLL_SECONDS", "Client"]
 

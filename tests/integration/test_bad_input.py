@@ -1,0 +1,553 @@
+"""Bad input gets one clear error and writes nothing; bad tool calls are answered, not run."""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from support import Calls
+
+from runtime import (
+    Agent,
+    App,
+    Client,
+    ConfigurationError,
+    FailureClass,
+    InvalidInput,
+    ProviderError,
+    ProviderReply,
+    ProviderRequest,
+    Reason,
+    RecoveryPolicy,
+    Role,
+    RunInfo,
+    RunMode,
+    RunNotFound,
+    RunState,
+    Runtime,
+    ScriptedProvider,
+    StepKind,
+    StepStatus,
+    StoreError,
+    ToolCall,
+    ToolContext,
+    ToolEffect,
+    UnknownAgent,
+    tool,
+)
+from runtime.model import MAX_ARGUMENTS_BYTES, MAX_INPUT_BYTES, MAX_RESULT_BYTES
+from storage import open_store
+from storage.migrations import MIGRATIONS
+
+pytestmark = pytest.mark.anyio
+
+FAST: dict[str, Any] = {"poll_interval_seconds": 0.02, "reap_interval_seconds": 0.05}
+
+
+def path_of(db_url: str) -> Path:
+    return Path(db_url.removeprefix("sqlite:///"))
+
+
+def plain_app() -> App:
+    provider = ScriptedProvider([ProviderReply(text="done")])
+    return App([Agent("echo", provider)])
+
+
+async def until(
+    rt: Runtime, run_id: str, predicate: Callable[[RunInfo], bool], timeout: float = 5.0
+) -> RunInfo:
+    """Polls the run until ``predicate`` holds; fails the test after ``timeout`` seconds."""
+    with anyio.fail_after(timeout):
+        while True:
+            info = await rt.get(run_id)
+            if predicate(info):
+                return info
+            await anyio.sleep(0.005)
+
+
+class Recorder:
+    """A scripted reply callable: ``first`` on turn one, then "done"; keeps every request."""
+
+    def __init__(self, first: ProviderReply) -> None:
+        self.first = first
+        self.requests: list[ProviderRequest] = []
+
+    def __call__(self, request: ProviderRequest) -> ProviderReply:
+        self.requests.append(request)
+        turn = sum(1 for m in request.messages if m.role is Role.ASSISTANT)
+        return self.first if turn == 0 else ProviderReply(text="done")
+
+    def answer_to_first_call(self) -> str:
+        assert len(self.requests) == 2, self.requests
+        last = self.requests[1].messages[-1]
+        assert last.role is Role.TOOL
+        assert last.content is not None
+        return last.content
+
+
+def charging_agent(calls: Calls, recorder: Recorder) -> Agent:
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def charge(ctx: ToolContext, amount: int) -> dict[str, int]:
+        calls.record(ctx, amount=amount)
+        return {"charged": amount}
+
+    @tool(effect=ToolEffect.IDEMPOTENT_WRITE)
+    async def annotate(ctx: ToolContext, memo: str) -> str:
+        calls.record(ctx, memo=memo)
+        return "noted"
+
+    return Agent("payer", ScriptedProvider(recorder), tools=[charge, annotate])
+
+
+# -- submit / run -----------------------------------------------------------------------
+
+
+NOT_JSON: list[Any] = [
+    pytest.param(object(), id="object"),
+    pytest.param(float("nan"), id="nan"),
+    pytest.param(float("inf"), id="inf"),
+    pytest.param({1, 2}, id="set"),
+    pytest.param({("a", "b"): 1}, id="tuple-key"),
+    # json.dumps alone would store {1: "a"} as {"1": "a"}: not the input that was submitted.
+    pytest.param({1: "a"}, id="int-key"),
+    pytest.param({None: "a"}, id="none-key"),
+    pytest.param({True: "a"}, id="bool-key"),
+    pytest.param({"outer": [{"inner": {2: "b"}}]}, id="nested-int-key"),
+    pytest.param({"nested": [1, {"deep": object()}]}, id="nested-object"),
+    pytest.param("x" * (MAX_INPUT_BYTES + 1), id="over-max-input-bytes"),
+]
+
+
+@pytest.mark.parametrize("how", ["submit", "run"])
+async def test_unknown_agent_is_refused_and_nothing_is_stored(db_url: str, how: str) -> None:
+    async with Runtime.open(db_url, plain_app(), **FAST) as rt:
+        with pytest.raises(UnknownAgent) as raised:
+            await getattr(rt, how)("ghost", {"x": 1})
+        assert "ghost" in str(raised.value)
+        assert "echo" in str(raised.value)
+        assert await rt.runs() == []
+
+
+@pytest.mark.parametrize("how", ["submit", "run"])
+@pytest.mark.parametrize("value", NOT_JSON)
+async def test_input_that_is_not_json_is_refused_and_nothing_is_stored(
+    db_url: str, how: str, value: Any
+) -> None:
+    async with Runtime.open(db_url, plain_app(), **FAST) as rt:
+        with pytest.raises(InvalidInput) as raised:
+            await getattr(rt, how)("echo", value)
+        assert "input" in str(raised.value)
+        assert await rt.runs() == []
+
+
+async def test_input_just_under_the_limit_is_accepted(db_url: str) -> None:
+    # The limit counts the bytes of the JSON text: the two quotes count too.
+    value = "x" * (MAX_INPUT_BYTES - 2)
+    async with Runtime.open(db_url, plain_app(), **FAST) as rt:
+        run = await rt.run("echo", value)
+    assert run.state is RunState.COMPLETED
+
+
+async def test_input_limit_counts_utf8_bytes_not_characters(db_url: str) -> None:
+    value = "é" * (MAX_INPUT_BYTES // 2)  # fewer characters than the limit, more bytes
+    async with Runtime.open(db_url, plain_app(), **FAST) as rt:
+        with pytest.raises(InvalidInput, match="byte limit"):
+            await rt.submit("echo", value)
+        assert await rt.runs() == []
+
+
+async def test_client_with_an_app_refuses_unknown_agents(db_url: str) -> None:
+    async with Client.open(db_url, app=plain_app()) as client:
+        with pytest.raises(UnknownAgent, match="ghost"):
+            await client.submit("ghost", None)
+        with pytest.raises(InvalidInput):
+            await client.submit("echo", object())
+        assert await client.runs() == []
+
+
+async def test_client_without_an_app_refuses_an_empty_agent_name(db_url: str) -> None:
+    async with Client.open(db_url) as client:
+        with pytest.raises(UnknownAgent):
+            await client.submit("", None)
+        assert await client.runs() == []
+
+
+@pytest.mark.parametrize("operation", ["get", "steps", "cancel"])
+async def test_unknown_run_id_is_run_not_found(db_url: str, operation: str) -> None:
+    async with Runtime.open(db_url, plain_app(), **FAST) as rt:
+        with pytest.raises(RunNotFound, match="nope"):
+            await getattr(rt, operation)("nope")
+        assert await rt.runs() == []
+
+
+# -- tool calls the model gets wrong ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ({"amount": "five"}, "$.amount: expected integer, got string"),
+        ({}, "missing required property 'amount'"),
+        ({"amount": 5, "currency": "EUR"}, "unexpected property 'currency'"),
+    ],
+)
+async def test_arguments_failing_the_schema_are_answered_and_never_executed(
+    db_url: str, arguments: dict[str, Any], problem: str
+) -> None:
+    calls = Calls()
+    recorder = Recorder(ProviderReply(tool_calls=[ToolCall("charge", arguments, "c1")]))
+    async with Runtime.open(db_url, App([charging_agent(calls, recorder)]), **FAST) as rt:
+        run = await rt.wait(await rt.submit("payer", None), timeout=10)
+        journal = await rt.steps(run.id)
+
+    assert len(calls) == 0
+    answer = recorder.answer_to_first_call()
+    assert "invalid arguments for charge" in answer
+    assert problem in answer
+    tool_rows = [s for s in journal if s.kind is StepKind.TOOL]
+    assert [(s.tool, s.status, s.effect) for s in tool_rows] == [
+        ("charge", StepStatus.FAILED, ToolEffect.NON_IDEMPOTENT_WRITE)
+    ]
+    assert problem in (tool_rows[0].error or "")
+    assert tool_rows[0].arguments == arguments
+    assert (run.state, run.reason, run.result) == (RunState.COMPLETED, Reason.COMPLETED, "done")
+
+
+async def test_unknown_tool_is_answered_and_journaled_as_a_failed_non_idempotent_write(
+    db_url: str,
+) -> None:
+    calls = Calls()
+    recorder = Recorder(ProviderReply(tool_calls=[ToolCall("refund", {"amount": 5}, "c1")]))
+    async with Runtime.open(db_url, App([charging_agent(calls, recorder)]), **FAST) as rt:
+        run = await rt.wait(await rt.submit("payer", None), timeout=10)
+        journal = await rt.steps(run.id)
+
+    assert len(calls) == 0
+    answer = recorder.answer_to_first_call()
+    assert "unknown tool 'refund'" in answer
+    assert "charge" in answer  # the model is told what exists
+    tool_rows = [s for s in journal if s.kind is StepKind.TOOL]
+    assert [(s.tool, s.status, s.effect) for s in tool_rows] == [
+        ("refund", StepStatus.FAILED, ToolEffect.NON_IDEMPOTENT_WRITE)
+    ]
+    assert (run.state, run.result) == (RunState.COMPLETED, "done")
+
+
+async def test_arguments_over_the_size_limit_are_refused_before_the_call(db_url: str) -> None:
+    calls = Calls()
+    memo = "m" * (MAX_ARGUMENTS_BYTES + 1)
+    recorder = Recorder(ProviderReply(tool_calls=[ToolCall("annotate", {"memo": memo}, "c1")]))
+    async with Runtime.open(db_url, App([charging_agent(calls, recorder)]), **FAST) as rt:
+        run = await rt.wait(await rt.submit("payer", None), timeout=10)
+        journal = await rt.steps(run.id)
+
+    assert len(calls) == 0
+    answer = recorder.answer_to_first_call()
+    assert f"over the {MAX_ARGUMENTS_BYTES}-byte limit" in answer
+    assert len(answer) < 1000  # the refusal does not echo the arguments back
+    tool_rows = [s for s in journal if s.kind is StepKind.TOOL]
+    assert [(s.tool, s.status) for s in tool_rows] == [("annotate", StepStatus.FAILED)]
+    assert tool_rows[0].arguments is None
+    assert (run.state, run.result) == (RunState.COMPLETED, "done")
+
+
+@pytest.mark.parametrize(
+    ("result", "problem"),
+    [
+        pytest.param(
+            "r" * (MAX_RESULT_BYTES + 1), f"over the {MAX_RESULT_BYTES}-byte limit", id="big"
+        ),
+        pytest.param(object(), "is not a JSON value", id="object"),
+        pytest.param({"score": math.nan}, "is not a JSON value", id="nan"),
+    ],
+)
+async def test_tool_result_that_cannot_be_recorded_reaches_the_model_as_an_error(
+    db_url: str, result: Any, problem: str
+) -> None:
+    executed: list[str] = []
+
+    @tool
+    async def fetch(ctx: ToolContext) -> Any:
+        executed.append(ctx.call_id)
+        return result
+
+    recorder = Recorder(ProviderReply(tool_calls=[ToolCall("fetch", {}, "c1")]))
+    app = App([Agent("reader", ScriptedProvider(recorder), tools=[fetch])])
+    async with Runtime.open(db_url, app, **FAST) as rt:
+        run = await rt.wait(await rt.submit("reader", None), timeout=10)
+        journal = await rt.steps(run.id)
+
+    assert executed == ["c1"]
+    answer = recorder.answer_to_first_call()
+    assert "the result of fetch" in answer
+    assert problem in answer
+    assert len(answer) < 1000
+    (row,) = [s for s in journal if s.kind is StepKind.TOOL]
+    assert isinstance(row.output, dict)
+    assert problem in row.output["error"]
+    assert (run.state, run.result) == (RunState.COMPLETED, "done")
+
+
+async def test_max_steps_fails_the_run_after_exactly_that_many_provider_steps(
+    db_url: str,
+) -> None:
+    @tool
+    async def lookup(ctx: ToolContext) -> str:
+        return "again"
+
+    provider = ScriptedProvider(lambda request: ProviderReply(tool_calls=[ToolCall("lookup")]))
+    app = App([Agent("looper", provider, tools=[lookup], max_steps=2)])
+    async with Runtime.open(db_url, app, **FAST) as rt:
+        run = await rt.wait(await rt.submit("looper", None), timeout=10)
+        journal = await rt.steps(run.id)
+
+    assert (run.state, run.reason) == (RunState.FAILED, Reason.MAX_STEPS)
+    assert provider.calls == 2
+    assert [s.kind for s in journal].count(StepKind.PROVIDER) == 2
+    assert run.requeues == 0
+
+
+# -- provider failures ------------------------------------------------------------------
+
+
+class FailingProvider:
+    def __init__(self, failure_class: str) -> None:
+        self.failure_class = failure_class
+        self.calls = 0
+
+    async def complete(self, request: ProviderRequest) -> ProviderReply:
+        self.calls += 1
+        raise ProviderError(f"failure {self.calls}", failure_class=self.failure_class)
+
+
+def failing_app(failure_class: str) -> tuple[App, FailingProvider]:
+    provider = FailingProvider(failure_class)
+    return App([Agent("flaky", provider)]), provider
+
+
+async def test_non_retryable_provider_error_dead_letters_at_once(db_url: str) -> None:
+    app, provider = failing_app("auth")
+    async with Runtime.open(db_url, app, **FAST) as rt:
+        run = await rt.wait(await rt.submit("flaky", None), timeout=10)
+
+    assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.NOT_RETRYABLE)
+    assert run.failure_class is FailureClass.AUTH
+    assert run.requeues == 0
+    assert provider.calls == 1
+    assert "failure 1" in (run.error or "")
+
+
+async def test_retryable_provider_error_requeues_with_backoff(db_url: str) -> None:
+    app, provider = failing_app("rate_limit")
+    policy = RecoveryPolicy(backoff_base_seconds=30)
+    async with Runtime.open(db_url, app, recovery=policy, **FAST) as rt:
+        run_id = await rt.submit("flaky", None)
+        run = await until(rt, run_id, lambda r: r.requeues >= 1)
+        store = await open_store(db_url)
+        try:
+            record = await store.get_run(run_id)
+        finally:
+            await store.aclose()
+
+    assert (run.state, run.requeues) == (RunState.QUEUED, 1)
+    assert run.failure_class is FailureClass.RATE_LIMIT
+    assert provider.calls == 1
+    assert record is not None
+    assert record.available_at - record.updated_at == pytest.approx(30.0)
+    assert record.lease_owner is None
+
+
+async def test_retryable_provider_error_dead_letters_when_retries_run_out(db_url: str) -> None:
+    app, provider = failing_app("server_error")
+    policy = RecoveryPolicy(backoff_base_seconds=0.01, max_requeues=2)
+    async with Runtime.open(db_url, app, recovery=policy, **FAST) as rt:
+        run = await rt.wait(await rt.submit("flaky", None), timeout=10)
+
+    assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.RETRIES_EXHAUSTED)
+    assert run.requeues == 2
+    assert run.failure_class is FailureClass.SERVER_ERROR
+    assert provider.calls == 3
+    assert run.epoch == 3
+
+
+async def test_interactive_run_with_a_failing_provider_fails_and_is_never_requeued(
+    db_url: str,
+) -> None:
+    app, provider = failing_app("rate_limit")
+    policy = RecoveryPolicy(backoff_base_seconds=0.01)
+    async with Runtime.open(db_url, app, recovery=policy, **FAST) as rt:
+        run = await rt.run("flaky", None)
+        again = await rt.get(run.id)
+
+    assert run.mode is RunMode.INTERACTIVE
+    assert (run.state, run.reason) == (RunState.FAILED, Reason.INTERACTIVE_FAILED)
+    assert run.requeues == 0
+    assert run.failure_class is FailureClass.RATE_LIMIT
+    assert provider.calls == 1
+    assert again == run
+
+
+# -- configuration and store URLs -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"concurrency": 0}, "concurrency"),
+        ({"concurrency": 1.5}, "concurrency"),
+        ({"lease_seconds": -1}, "lease_seconds"),
+        ({"lease_seconds": math.nan}, "lease_seconds"),
+        ({"reap_interval_seconds": 0}, "reap_interval_seconds"),
+        ({"poll_interval_seconds": -0.5}, "poll_interval_seconds"),
+        ({"app": "not an app"}, "App"),
+        ({"app": [Agent("x", ScriptedProvider([]))]}, "App"),
+    ],
+)
+async def test_bad_runtime_settings_are_configuration_errors_and_create_no_file(
+    db_url: str, kwargs: dict[str, Any], fragment: str
+) -> None:
+    settings = {"app": plain_app(), **FAST, **kwargs}
+    app = settings.pop("app")
+    with pytest.raises(ConfigurationError, match=fragment):
+        async with Runtime.open(db_url, app, **settings):
+            pytest.fail("the runtime opened")
+    assert not path_of(db_url).exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "runs.db",
+        "mysql://x/y",
+        "postgresql://localhost/runs",
+        "sqlite://host/x.db",
+        "sqlite:///",
+        "sqlite:///x.db?synchronous=sometimes",
+        "sqlite:///x.db?busy_timeout_ms=soon",
+        "sqlite:///x.db?bogus=1",
+    ],
+)
+async def test_bad_store_urls_are_configuration_errors_and_create_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError):
+        async with Runtime.open(url, plain_app(), **FAST):
+            pytest.fail("the runtime opened")
+    with pytest.raises(ConfigurationError):
+        async with Client.open(url):
+            pytest.fail("the client opened")
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_store_in_a_missing_directory_is_a_store_error_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "missing"
+    with pytest.raises(StoreError, match="does not exist"):
+        async with Runtime.open(f"sqlite:///{missing / 'runs.db'}", plain_app(), **FAST):
+            pytest.fail("the runtime opened")
+    assert not missing.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def _table_names(path: Path) -> list[str]:
+    connection = sqlite3.connect(path)
+    try:
+        rows = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return sorted(name for (name,) in rows)
+    finally:
+        connection.close()
+
+
+async def test_a_locked_new_database_is_a_store_error_and_gets_no_schema(db_url: str) -> None:
+    # Running as root makes chmod useless, so the file is made unwritable another
+    # real way: a second connection holds an exclusive lock on it.
+    path = path_of(db_url)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("CREATE TABLE unrelated (x)")
+        holder.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StoreError, match="locked"):
+            async with Runtime.open(f"{db_url}?busy_timeout_ms=50", plain_app(), **FAST):
+                pytest.fail("the runtime opened")
+        holder.execute("ROLLBACK")
+    finally:
+        holder.close()
+    assert _table_names(path) == ["unrelated"]
+
+
+async def test_a_locked_database_refuses_writes_with_a_store_error_and_keeps_no_half(
+    db_url: str,
+) -> None:
+    path = path_of(db_url)
+    async with Runtime.open(f"{db_url}?busy_timeout_ms=50", plain_app(), **FAST) as rt:
+        first = await rt.run("echo", "before")
+        holder = sqlite3.connect(path, isolation_level=None)
+        try:
+            holder.execute("BEGIN EXCLUSIVE")
+            with pytest.raises(StoreError, match="locked"):
+                await rt.submit("echo", "during")
+            with pytest.raises(StoreError, match="locked"):
+                await rt.run("echo", "during")
+            with pytest.raises(StoreError, match="locked"):
+                await rt.cancel(first.id)
+            holder.execute("ROLLBACK")
+        finally:
+            holder.close()
+        runs = await rt.runs()
+        # The store still works once the lock is gone.
+        after = await rt.run("echo", "after")
+    assert [r.id for r in runs] == [first.id]
+    assert after.state is RunState.COMPLETED
+
+
+async def test_reopening_a_locked_migrated_database_is_a_store_error(db_url: str) -> None:
+    path = path_of(db_url)
+    async with Runtime.open(db_url, plain_app(), **FAST) as rt:
+        await rt.submit("echo", 1)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StoreError, match="locked"):
+            async with Runtime.open(f"{db_url}?busy_timeout_ms=50", plain_app(), **FAST):
+                pytest.fail("the runtime opened")
+        holder.execute("ROLLBACK")
+    finally:
+        holder.close()
+    connection = sqlite3.connect(path)
+    try:
+        versions = connection.execute("SELECT version FROM schema_migrations").fetchall()
+        count = connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    finally:
+        connection.close()
+    assert versions == [(m.version,) for m in MIGRATIONS]
+    assert count == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through chmod; see the lock tests")
+async def test_a_read_only_database_is_a_store_error(db_url: str) -> None:
+    path = path_of(db_url)
+    async with Runtime.open(db_url, plain_app(), **FAST) as rt:
+        await rt.submit("echo", 1)
+    path.chmod(0o444)
+    path.parent.chmod(0o555)
+    try:
+        with pytest.raises(StoreError, match="readonly"):
+            async with Runtime.open(db_url, plain_app(), **FAST) as rt:
+                await rt.submit("echo", 2)
+    finally:
+        path.parent.chmod(0o755)
+        path.chmod(0o644)
+    connection = sqlite3.connect(path)
+    try:
+        count = connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    finally:
+        connection.close()
+    assert count == 1
