@@ -1,7 +1,8 @@
-"""The actors: mailboxes, messages, Supervisor, RunActor, Persister and LeaseReaper."""
+"""The actors: mailboxes, messages, Supervisor, RunActor, Persister, LeaseReaper, metrics."""
 
 from actors.mailbox import Mailbox, Reply
 from actors.messages import LeasesReaped, Persist, RunEnded, SupervisorMessage, Wake
+from actors.metrics import Metrics
 from actors.persister import MAX_BATCH_ITEMS, Persister, PersisterStats
 from actors.reaper import REAP_BATCH, LeaseReaper, Reaped, plan_reap
 from actors.run_actor import DEADLINE_MARGIN_SECONDS, RunActor, RunSettings
@@ -15,6 +16,7 @@ __all__ = [
     "LeaseReaper",
     "LeasesReaped",
     "Mailbox",
+    "Metrics",
     "Persist",
     "Persister",
     "PersisterStats",

@@ -12,6 +12,7 @@ from anyio.abc import TaskStatus
 
 from actors.mailbox import Mailbox, Reply
 from actors.messages import Persist
+from actors.metrics import Metrics
 from runtime.errors import LeasewardError
 from storage.protocol import BatchItem, BatchOutcome, Store
 
@@ -39,9 +40,15 @@ class Persister:
     """
 
     def __init__(
-        self, store: Store, *, group_commit: bool = True, max_batch: int = MAX_BATCH_ITEMS
+        self,
+        store: Store,
+        *,
+        group_commit: bool = True,
+        max_batch: int = MAX_BATCH_ITEMS,
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = store
+        self._metrics = metrics if metrics is not None else Metrics()
         self._max_batch = max_batch if group_commit else 1
         self.mailbox: Mailbox[Persist] = Mailbox()
         self.stats = PersisterStats()
@@ -87,6 +94,7 @@ class Persister:
         self.stats.items += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
         self.stats.commit_seconds += elapsed
+        self._metrics.batch_committed(len(batch), elapsed)
         log.debug("persister.committed", items=len(batch), seconds=round(elapsed, 6))
         for request, outcome in zip(batch, outcomes, strict=True):
             request.reply.answer(outcome)

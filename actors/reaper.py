@@ -9,6 +9,7 @@ import attrs
 import structlog
 from anyio.abc import TaskStatus
 
+from actors.metrics import Metrics
 from runtime.errors import LeasewardError
 from runtime.failures import FailureClass
 from runtime.lifecycle import Event, RecoveryPolicy, decide_recovery
@@ -57,8 +58,10 @@ class LeaseReaper:
         policy: RecoveryPolicy,
         on_reaped: Callable[[tuple[Reaped, ...]], Awaitable[None]] | None = None,
         batch: int = REAP_BATCH,
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = store
+        self._metrics = metrics if metrics is not None else Metrics()
         self._interval = interval_seconds
         self._policy = policy
         self._on_reaped = on_reaped
@@ -92,7 +95,10 @@ class LeaseReaper:
                 "state": settlement.target.value,
             }
             log.warning("lease.reaped", **fields)
+            self._metrics.lease_reaped()
+            self._metrics.run_settled(settlement.target)
             if settlement.event is Event.DEAD_LETTER and settlement.reason is not None:
                 log.error("run.dead_lettered", reason=settlement.reason.value, **fields)
+                self._metrics.dead_lettered(settlement.reason)
             done.append(Reaped(run.id, run.epoch, settlement))
         return tuple(done)

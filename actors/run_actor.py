@@ -9,6 +9,7 @@ import anyio
 import attrs
 import structlog
 
+from actors.metrics import Metrics
 from runtime.agents import Agent
 from runtime.clock import Clock
 from runtime.conversation import (
@@ -106,8 +107,10 @@ class RunActor:
         clock: Clock,
         worker_id: str,
         draining: anyio.Event | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.run_id = run.id
+        self._metrics = metrics if metrics is not None else Metrics()
         self._run = run
         self._agent = agent
         self._persist = persist
@@ -214,6 +217,7 @@ class RunActor:
             messages=tuple(messages),
             tools=self._agent.tool_specs,
         )
+        started_at = self._clock.now()
         with anyio.fail_after(timeout):
             reply = await self._agent.provider.complete(request)
         if not isinstance(reply, ProviderReply):
@@ -225,6 +229,7 @@ class RunActor:
             kind=StepKind.PROVIDER,
             status=StepStatus.SUCCEEDED,
             output_json=dump_json(reply_to_json(reply), what="the provider reply"),
+            started_at=started_at,
         )
         upcoming = pending_calls(self.run_id, seq, reply)
         await self._record_soft(step, self._timeout_of_next(upcoming))
@@ -276,6 +281,8 @@ class RunActor:
             await self._record_intent(base, bound.timeout_seconds)
         else:
             await self._admit(bound.timeout_seconds)
+            # A read has no intent row, so its record carries when the call began.
+            base = attrs.evolve(base, started_at=self._clock.now())
         status, output, error = await self._call(bound, pending, dict(call.arguments))
         try:
             output_json = dump_json(
@@ -377,6 +384,7 @@ class RunActor:
             self._log.debug(
                 "step.recorded", seq=step.seq, kind=step.kind.value, status=step.status.value
             )
+            self._metrics.step_recorded(step.kind, step.effect)
         if steps:
             newest = max(steps, key=lambda s: s.seq)
             self._last_effect = newest.effect
@@ -385,6 +393,7 @@ class RunActor:
             self._lease_deadline = sent_at + lease_seconds
             self._cancel_requested = outcome.cancel_requested
             self._log.debug("lease.renewed", seconds=lease_seconds)
+            self._metrics.lease_renewed()
         return outcome
 
     async def _record_soft(self, step: StepWrite, next_timeout: float) -> None:
@@ -406,6 +415,7 @@ class RunActor:
         outcome = await self._send([step], self._lease_for(self._timeout_of_next(after)))
         if not outcome.persisted:
             self._log.error("audit.failed", seq=step.seq, tool=step.tool, error=outcome.error)
+            self._metrics.audit_failed()
             raise AuditPersistenceFailed(
                 f"{step.tool} (call {step.call_id}) ran but its result could not be recorded: "
                 f"{outcome.error}"
@@ -486,6 +496,7 @@ class RunActor:
             self._log.error("run.settle_failed", event=settlement.event.value, error=outcome.error)
             return
         self.settlement = settlement
+        self._metrics.run_settled(settlement.target)
         if self._pending:
             # Fail-soft records the store kept refusing; the run is over without them.
             self._log.warning("step.dropped", count=len(self._pending))
@@ -497,6 +508,7 @@ class RunActor:
             fields["failure_class"] = settlement.failure_class.value
         if settlement.event is Event.DEAD_LETTER:
             self._log.error("run.dead_lettered", error=settlement.error, **fields)
+            self._metrics.dead_lettered(settlement.reason)
         elif settlement.event in (Event.REQUEUE, Event.RELEASE):
             self._log.info(
                 "run.requeued" if settlement.event is Event.REQUEUE else "lease.released",

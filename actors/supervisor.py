@@ -12,6 +12,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from actors.mailbox import Mailbox
 from actors.messages import LeasesReaped, RunEnded, SupervisorMessage, Wake
+from actors.metrics import Metrics
 from actors.persister import MAX_BATCH_ITEMS, Persister
 from actors.reaper import LeaseReaper, Reaped
 from actors.run_actor import RunActor, RunSettings
@@ -60,20 +61,33 @@ class _Local:
 class Supervisor:
     """The root actor of one worker process."""
 
-    def __init__(self, store: Store, app: App, settings: SupervisorSettings, clock: Clock) -> None:
+    def __init__(
+        self,
+        store: Store,
+        app: App,
+        settings: SupervisorSettings,
+        clock: Clock,
+        *,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.metrics = metrics if metrics is not None else Metrics()
         self._store = store
         self._app = app
         self.settings = settings
         self._clock = clock
         self.mailbox: Mailbox[SupervisorMessage] = Mailbox()
         self.persister = Persister(
-            store, group_commit=settings.group_commit, max_batch=settings.max_batch
+            store,
+            group_commit=settings.group_commit,
+            max_batch=settings.max_batch,
+            metrics=self.metrics,
         )
         self.reaper = LeaseReaper(
             store,
             interval_seconds=settings.reap_interval_seconds,
             policy=settings.run.policy,
             on_reaped=self._reaped,
+            metrics=self.metrics,
         )
         self._local: dict[str, _Local] = {}
         self._run_ended = anyio.Event()
@@ -185,6 +199,7 @@ class Supervisor:
             clock=self._clock,
             worker_id=self.settings.worker_id,
             draining=self._draining,
+            metrics=self.metrics,
         )
         scope = anyio.CancelScope()
         self._local[record.id] = _Local(actor, scope)

@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 
+from actors.metrics import Metrics
 from actors.persister import MAX_BATCH_ITEMS
 from actors.reaper import Reaped
 from actors.run_actor import DEADLINE_MARGIN_SECONDS, RunActor, RunSettings
@@ -79,6 +80,7 @@ class Runtime(Client):
         recovery: RecoveryPolicy | None = None,
         group_commit: bool = True,
         max_batch: int = MAX_BATCH_ITEMS,
+        metrics: Metrics | None = None,
     ) -> AsyncIterator[Runtime]:
         """Open the store (a URL, or a Store you own), start the actors, drain on exit."""
         if not isinstance(app, App):
@@ -109,7 +111,7 @@ class Runtime(Client):
         owned = isinstance(store, str)
         opened = await open_store(store, clock=clock) if isinstance(store, str) else store
         try:
-            supervisor = Supervisor(opened, app, settings, clock)
+            supervisor = Supervisor(opened, app, settings, clock, metrics=metrics)
             async with supervisor.running():
                 yield cls(opened, app, supervisor, clock)
         finally:
@@ -150,6 +152,7 @@ class Runtime(Client):
             settings=settings.run,
             clock=self._clock,
             worker_id=settings.worker_id,
+            metrics=self.supervisor.metrics,
         )
         await actor.run()
         self._notify_changed()

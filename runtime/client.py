@@ -58,6 +58,10 @@ class Client:
             with anyio.CancelScope(shield=True):
                 await store.aclose()
 
+    @property
+    def store(self) -> Store:
+        return self._store
+
     def _notify_changed(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()

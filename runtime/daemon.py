@@ -5,22 +5,26 @@ from __future__ import annotations
 import importlib
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
 import attrs
+import prometheus_client
 import structlog
 from anyio.abc import TaskStatus
 
+from actors.metrics import Metrics
 from runtime.agents import App
 from runtime.app import Runtime
-from runtime.errors import ConfigurationError
+from runtime.errors import ConfigurationError, LeasewardError
 from runtime.logs import LogFormat, configure_logging
 
 __all__ = ["DaemonSettings", "load_app", "serve"]
 
 log = structlog.get_logger("leaseward.daemon")
+
+RUN_COUNT_INTERVAL_SECONDS = 5.0
 
 
 @attrs.frozen
@@ -82,11 +86,46 @@ async def _second_signal_stops_at_once(
         return
 
 
+def _serve_metrics(metrics: Metrics, host: str, port: int) -> Callable[[], None]:
+    try:
+        server, _ = prometheus_client.start_http_server(port, addr=host, registry=metrics.registry)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
+        ) from None
+    log.info("metrics.serving", host=host, port=server.server_port)
+    return server.shutdown
+
+
+async def _count_runs(runtime: Runtime, metrics: Metrics) -> None:
+    """Keep the runs-by-state gauge current; a failed count keeps the last one."""
+    while True:
+        try:
+            metrics.set_run_counts(await runtime.store.count_runs())
+        except LeasewardError as exc:
+            log.warning("metrics.count_failed", error=exc.message)
+        await anyio.sleep(RUN_COUNT_INTERVAL_SECONDS)
+
+
 async def serve(settings: DaemonSettings, app: App) -> int:
     """Serve until SIGTERM or SIGINT, then drain; a second signal stops at once."""
     fmt: LogFormat = "json" if settings.log_format == "json" else "console"
     configure_logging(fmt)
     structlog.contextvars.bind_contextvars(worker_id=settings.worker_id)
+    metrics = Metrics()
+    stop_metrics: Callable[[], None] | None = None
+    if settings.metrics_port is not None:
+        stop_metrics = _serve_metrics(metrics, settings.metrics_host, settings.metrics_port)
+    try:
+        await _serve(settings, app, metrics)
+    finally:
+        if stop_metrics is not None:
+            stop_metrics()
+    log.info("daemon.stopped")
+    return 0
+
+
+async def _serve(settings: DaemonSettings, app: App, metrics: Metrics) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with anyio.create_task_group() as tasks:
             async with Runtime.open(
@@ -98,7 +137,9 @@ async def serve(settings: DaemonSettings, app: App) -> int:
                 poll_interval_seconds=settings.poll_interval_seconds,
                 drain_seconds=settings.drain_seconds,
                 worker_id=settings.worker_id,
+                metrics=metrics,
             ) as runtime:
+                tasks.start_soon(_count_runs, runtime, metrics)
                 log.info(
                     "daemon.started",
                     store=settings.store_url,
@@ -113,7 +154,5 @@ async def serve(settings: DaemonSettings, app: App) -> int:
                     )
                     break
                 await tasks.start(_second_signal_stops_at_once, signals, runtime)
-            # The Runtime has drained; the watcher of a second signal is not needed.
+            # The Runtime has drained; the watcher and the counter are not needed.
             tasks.cancel_scope.cancel()
-    log.info("daemon.stopped")
-    return 0

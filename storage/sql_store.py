@@ -304,6 +304,11 @@ class SQLStore:
             )
         return [run_from_row(r) for r in rows]
 
+    async def count_runs(self) -> dict[RunState, int]:
+        async with self._executor.reading():
+            rows = await self._executor.fetch_all(self._queries["count_runs"])
+        return {RunState(r["state"]): int(r["runs"]) for r in rows}
+
     async def list_steps(self, run_id: str) -> list[StepInfo]:
         async with self._executor.reading():
             rows = await self._executor.fetch_all(self._queries["list_steps"], {"run_id": run_id})

@@ -66,6 +66,9 @@ WHERE (:state IS NULL OR state = :state) AND (:agent IS NULL OR agent = :agent)
 ORDER BY created_at DESC, id
 LIMIT :limit;
 
+-- name: count_runs
+SELECT state, COUNT(*) AS runs FROM runs GROUP BY state;
+
 -- name: list_steps
 SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq;
 

@@ -73,6 +73,9 @@ class FaultyStore:
     async def list_runs(self, **kwargs: Any) -> list[RunRecord]:
         return await self.inner.list_runs(**kwargs)
 
+    async def count_runs(self) -> Any:
+        return await self.inner.count_runs()
+
     async def list_steps(self, run_id: str) -> Any:
         return await self.inner.list_steps(run_id)
 
