@@ -149,7 +149,8 @@ async def test_actor_metrics_are_served_over_http(db_url: str) -> None:
     assert value(samples, "leaseward_dead_letters_total", reason="retries_exhausted") == 1
     assert value(samples, "leaseward_dead_letters_total", reason="interrupted_write") == 1
     assert value(samples, "leaseward_runs_settled_total", state="completed") == 1
-    assert value(samples, "leaseward_runs_settled_total", state="dead_lettered") == 1
+    # One dead letter by the reaper, one by the actor after the audit failure.
+    assert value(samples, "leaseward_runs_settled_total", state="dead_lettered") == 2
     assert value(samples, "leaseward_runs_settled_total", state="failed") is None
 
     # Low cardinality: no run id, worker id or tool name ever becomes a label.
