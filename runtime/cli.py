@@ -332,7 +332,10 @@ def _run_line(run: RunInfo) -> str:
     )
 
 
-def _print_runs(runs: Sequence[RunInfo]) -> None:
+def _print_runs(runs: Sequence[RunInfo], *, as_json: bool) -> None:
+    if as_json:
+        _print_json([_run_json(r) for r in runs])
+        return
     if not runs:
         print("no runs")
     for run in runs:
@@ -376,111 +379,97 @@ def _read_input(text: str) -> Any:
         raise UsageError(f"--input is not JSON: {exc}") from None
 
 
-async def _with_client(url: str, body: Callable[[Client], Awaitable[int]]) -> int:
-    store = await open_store(url, must_exist=True)
-    try:
-        return await body(Client(store))
-    finally:
-        with anyio.CancelScope(shield=True):
-            await store.aclose()
+ClientCommand = Callable[[Client, argparse.Namespace], Awaitable[int]]
 
 
-async def _submit(args: argparse.Namespace) -> int:
+def _client_command(body: ClientCommand) -> Callable[[argparse.Namespace], Awaitable[int]]:
+    """A command on an existing store: a mistyped path must not create a database."""
+
+    async def command(args: argparse.Namespace) -> int:
+        store = await open_store(args.store, must_exist=True)
+        try:
+            return await body(Client(store), args)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await store.aclose()
+
+    return command
+
+
+@_client_command
+async def _submit(client: Client, args: argparse.Namespace) -> int:
     value = _read_input(args.input)
-
-    async def body(client: Client) -> int:
-        run_id = await client.submit(args.agent, value)
-        if not args.wait:
-            print(json.dumps({"id": run_id}) if args.json else run_id)
-            return 0
-        run = await client.wait(run_id, timeout=args.timeout)
-        if args.json:
-            _print_json(_run_json(run))
-        else:
-            print(_run_line(run))
-        return 0 if run.state is RunState.COMPLETED else EXIT_FAILURE
-
-    return await _with_client(args.store, body)
-
-
-async def _runs(args: argparse.Namespace) -> int:
-    async def body(client: Client) -> int:
-        runs = await client.runs(state=args.state, agent=args.agent, limit=args.limit)
-        if args.json:
-            _print_json([_run_json(r) for r in runs])
-        else:
-            _print_runs(runs)
+    run_id = await client.submit(args.agent, value)
+    if not args.wait:
+        print(json.dumps({"id": run_id}) if args.json else run_id)
         return 0
-
-    return await _with_client(args.store, body)
-
-
-async def _show(args: argparse.Namespace) -> int:
-    async def body(client: Client) -> int:
-        run = await client.get(args.run)
-        steps = await client.steps(args.run)
-        if args.json:
-            _print_json({**_run_json(run), "steps": [_step_json(s) for s in steps]})
-        else:
-            _print_timeline(run, steps)
-        return 0
-
-    return await _with_client(args.store, body)
+    run = await client.wait(run_id, timeout=args.timeout)
+    if args.json:
+        _print_json(_run_json(run))
+    else:
+        print(_run_line(run))
+    return 0 if run.state is RunState.COMPLETED else EXIT_FAILURE
 
 
-async def _cancel(args: argparse.Namespace) -> int:
-    async def body(client: Client) -> int:
-        if not await client.cancel(args.run):
-            run = await client.get(args.run)
-            print(
-                f"leaseward: run {args.run} had already finished ({run.state.value})",
-                file=sys.stderr,
-            )
-            return EXIT_FAILURE
-        run = await client.get(args.run)
-        if run.state is RunState.CANCELLED:
-            print(f"run {args.run} cancelled")
-        else:
-            print(f"run {args.run}: cancel requested; it stops at its next step boundary")
-        return 0
-
-    return await _with_client(args.store, body)
+@_client_command
+async def _runs(client: Client, args: argparse.Namespace) -> int:
+    runs = await client.runs(state=args.state, agent=args.agent, limit=args.limit)
+    _print_runs(runs, as_json=args.json)
+    return 0
 
 
-async def _dead_letters(args: argparse.Namespace) -> int:
-    async def body(client: Client) -> int:
-        runs = await client.dead_letters(reason=args.reason, limit=args.limit)
-        if args.json:
-            _print_json([_run_json(r) for r in runs])
-        else:
-            _print_runs(runs)
-        return 0
-
-    return await _with_client(args.store, body)
-
-
-async def _redrive(args: argparse.Namespace) -> int:
-    async def body(client: Client) -> int:
-        run = await client.redrive(args.run)
-        print(f"run {run.id} requeued at epoch {run.epoch}")
-        return 0
-
-    return await _with_client(args.store, body)
+@_client_command
+async def _show(client: Client, args: argparse.Namespace) -> int:
+    run = await client.get(args.run)
+    steps = await client.steps(args.run)
+    if args.json:
+        _print_json({**_run_json(run), "steps": [_step_json(s) for s in steps]})
+    else:
+        _print_timeline(run, steps)
+    return 0
 
 
-async def _resolve(args: argparse.Namespace) -> int:
-    async def body(client: Client) -> int:
-        run = await client.resolve(
-            args.run,
-            applied=bool(args.applied),
-            operator=args.operator or default_operator(),
-            note=args.note,
+@_client_command
+async def _cancel(client: Client, args: argparse.Namespace) -> int:
+    cancelled = await client.cancel(args.run)
+    run = await client.get(args.run)
+    if not cancelled:
+        print(
+            f"leaseward: run {args.run} had already finished ({run.state.value})", file=sys.stderr
         )
-        verdict = "applied" if args.applied else "not applied"
-        print(f"run {run.id}: call recorded as {verdict}; requeued at epoch {run.epoch}")
-        return 0
+        return EXIT_FAILURE
+    if run.state is RunState.CANCELLED:
+        print(f"run {args.run} cancelled")
+    else:
+        print(f"run {args.run}: cancel requested; it stops at its next step boundary")
+    return 0
 
-    return await _with_client(args.store, body)
+
+@_client_command
+async def _dead_letters(client: Client, args: argparse.Namespace) -> int:
+    runs = await client.dead_letters(reason=args.reason, limit=args.limit)
+    _print_runs(runs, as_json=args.json)
+    return 0
+
+
+@_client_command
+async def _redrive(client: Client, args: argparse.Namespace) -> int:
+    run = await client.redrive(args.run)
+    print(f"run {run.id} requeued at epoch {run.epoch}")
+    return 0
+
+
+@_client_command
+async def _resolve(client: Client, args: argparse.Namespace) -> int:
+    run = await client.resolve(
+        args.run,
+        applied=bool(args.applied),
+        operator=args.operator or default_operator(),
+        note=args.note,
+    )
+    verdict = "applied" if args.applied else "not applied"
+    print(f"run {run.id}: call recorded as {verdict}; requeued at epoch {run.epoch}")
+    return 0
 
 
 async def _reap(args: argparse.Namespace) -> int:
@@ -569,6 +558,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`leaseward runs | head`): not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def entry_point() -> NoReturn:
