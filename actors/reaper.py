@@ -91,7 +91,7 @@ class LeaseReaper:
             fields = {
                 "run_id": run.id,
                 "epoch": run.epoch,
-                "worker_id": run.lease_owner,
+                "lease_owner": run.lease_owner,
                 "state": settlement.target.value,
             }
             log.warning("lease.reaped", **fields)

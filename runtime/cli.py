@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -38,7 +39,7 @@ from runtime.errors import (
     UnknownAgent,
 )
 from runtime.lifecycle import Reason, RecoveryPolicy, RunState
-from runtime.logs import LOG_FORMATS, default_log_format
+from runtime.logs import LOG_FORMATS, configure_logging, default_log_format
 from runtime.model import RunInfo, StepInfo
 from storage.connect import open_store
 
@@ -62,10 +63,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _EnvFlag:
-    """Adds flags whose default comes from an environment variable, named in the help."""
+    """Adds flags whose default comes from an environment variable, named in the help.
 
-    def __init__(self, parser: argparse.ArgumentParser) -> None:
+    Only the command being run reads its variables (``use_env``), so a variable
+    meant for the daemon cannot break ``leaseward runs``.
+    """
+
+    def __init__(self, parser: argparse.ArgumentParser, *, use_env: bool) -> None:
         self.parser = parser
+        self._use_env = use_env
 
     def add(
         self,
@@ -78,7 +84,7 @@ class _EnvFlag:
         **kwargs: Any,
     ) -> None:
         variable = "LEASEWARD_" + flag.lstrip("-").upper().replace("-", "_")
-        raw = os.environ.get(variable)
+        raw = os.environ.get(variable) if self._use_env else None
         if switch:
             value = default if raw is None else _parse_switch(variable, raw)
             self.parser.add_argument(
@@ -89,12 +95,14 @@ class _EnvFlag:
                 **kwargs,
             )
             return
-        value = default if raw is None else _from_env(variable, raw, kind)
         shown = "" if default is None else f"; default: {default}"
+        # A string default goes through ``type`` only when the flag is not given,
+        # so the command line wins over the variable, and a bad variable for a
+        # flag given on the command line is never read.
         self.parser.add_argument(
             flag,
-            type=kind,
-            default=value,
+            type=kind if raw is None else _from_env(variable, raw, kind),
+            default=default if raw is None else raw,
             help=f"{help} [env: {variable}{shown}]",
             **kwargs,
         )
@@ -109,11 +117,18 @@ def _parse_switch(variable: str, raw: str) -> bool:
     raise UsageError(f"{variable}={raw!r} is not a boolean (use 1/0, true/false)")
 
 
-def _from_env(variable: str, raw: str, kind: Callable[[str], Any]) -> Any:
-    try:
-        return kind(raw)
-    except (ValueError, argparse.ArgumentTypeError) as exc:
-        raise UsageError(f"{variable}={raw!r}: {exc}") from None
+def _from_env(variable: str, raw: str, kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``kind``, naming the variable when it is the variable's value that is wrong."""
+
+    def convert(text: str) -> Any:
+        try:
+            return kind(text)
+        except (ValueError, argparse.ArgumentTypeError) as exc:
+            if text == raw:
+                raise argparse.ArgumentTypeError(f"{variable}={raw!r}: {exc}") from None
+            raise
+
+    return convert
 
 
 def _positive_int(text: str) -> int:
@@ -178,7 +193,7 @@ def _log_format(text: str) -> str:
     return text
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="leaseward",
         description="A durable runtime for LLM agent runs: daemon and operator tools.",
@@ -188,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> _EnvFlag:
         sub = commands.add_parser(name, help=help, description=help)
-        flags = _EnvFlag(sub)
+        flags = _EnvFlag(sub, use_env=name == command_name)
         flags.add("--store", help="store URL, e.g. sqlite:///runs.db", default=DEFAULT_STORE_URL)
         return flags
 
@@ -542,7 +557,12 @@ def _single(exc: BaseException) -> BaseException:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        arguments = list(sys.argv[1:] if argv is None else argv)
+        chosen = next((a for a in arguments if not a.startswith("-")), None)
+        args = build_parser(chosen).parse_args(arguments)
+        if args.command != "daemon":
+            # Operator commands print results on stdout; their logs stay on stderr.
+            configure_logging(default_log_format(), level=logging.WARNING)
         try:
             return anyio.run(COMMANDS[args.command], args)
         except BaseExceptionGroup as group:
