@@ -160,13 +160,15 @@ class RunActor:
         final = conversation.final_reply
         try:
             while True:
-                self._at_boundary()
+                # A finished conversation completes even when a cancel or a drain
+                # arrived meanwhile: the work is done and recorded.
                 if final is not None:
                     return Settlement(
                         Event.COMPLETE,
                         Reason.COMPLETED,
                         result_json=dump_json(final.text, what="result"),
                     )
+                self._at_boundary()
                 if pending:
                     call = pending.pop(0)
                     output = await self._tool_step(call, pending)
