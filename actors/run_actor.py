@@ -495,7 +495,10 @@ class RunActor:
             return
         if not outcome.persisted:
             # The lease will expire and the reaper applies recovery from the journal.
-            self._log.error("run.settle_failed", event=settlement.event.value, error=outcome.error)
+            # ("event" is the log line's own name: the transition goes under another key.)
+            self._log.error(
+                "run.settle_failed", transition=settlement.event.value, error=outcome.error
+            )
             return
         self.settlement = settlement
         self._metrics.run_settled(settlement.target)

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import anyio
+import anyio.lowlevel
 import attrs
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
@@ -156,12 +157,16 @@ class Supervisor:
             claimed: list[RunRecord] = []
             if room > 0:
                 try:
-                    claimed = await self._store.claim_runs(
-                        settings.worker_id,
-                        min(room, CLAIM_BATCH),
-                        settings.lease_seconds,
-                        self._agents,
-                    )
+                    # Shielded: a claim cut off by shutdown may have committed, and its
+                    # runs would sit leased until they expire. Finished, they are
+                    # started and, the scope being cancelled, released at once.
+                    with anyio.CancelScope(shield=True):
+                        claimed = await self._store.claim_runs(
+                            settings.worker_id,
+                            min(room, CLAIM_BATCH),
+                            settings.lease_seconds,
+                            self._agents,
+                        )
                 except LeasewardError as exc:
                     self._log.warning("claim.failed", error=exc.message)
                 for record in claimed:
@@ -169,14 +174,26 @@ class Supervisor:
                     # at its first boundary, where an unstarted claim would sit leased.
                     self._start(runs, record)
             if claimed and len(claimed) == min(room, CLAIM_BATCH):
+                # The claim above is shielded: a cancelled loop stops here, not there.
+                await anyio.lowlevel.checkpoint()
                 continue
             await self._wait_for_mail()
 
     async def _wait_for_mail(self) -> None:
-        with anyio.move_on_after(self.settings.poll_interval_seconds):
-            self._handle(await self.mailbox.receive())
+        """Until mail comes, the store hears of new work (another process's submit or
+        requeue), or the poll interval passes; then handle whatever mail there is."""
+        poll = self.settings.poll_interval_seconds
+        with anyio.move_on_after(poll):
+            async with anyio.create_task_group() as waiting:
+                waiting.start_soon(self._until_work, poll, waiting.cancel_scope)
+                self._handle(await self.mailbox.receive())
+                waiting.cancel_scope.cancel()
         while (message := self.mailbox.receive_nowait()) is not None:
             self._handle(message)
+
+    async def _until_work(self, timeout: float, waiting: anyio.CancelScope) -> None:
+        await self._store.wait_for_work(timeout)
+        waiting.cancel()
 
     def _handle(self, message: SupervisorMessage) -> None:
         if isinstance(message, LeasesReaped):

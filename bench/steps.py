@@ -22,9 +22,14 @@ table counts every request the Persister committed (its ``stats.items``).
 Runs are submitted through a ``Client`` before the Runtime opens, so the
 measured time is the runtime's work only (claim, steps, settle), not submits.
 
+With ``--store postgresql://user@host/maintenance_db`` the same is measured on
+PostgreSQL: each sample runs in a fresh database created on that server (and
+dropped after), so the URL names a database to create them from, not one to fill.
+
 This is a benchmark, not a test: it asserts nothing about time.
 
     .venv/bin/python bench/steps.py
+    .venv/bin/python bench/steps.py --store postgresql://postgres@127.0.0.1/postgres
     .venv/bin/python bench/steps.py --steps-per-run 20 --concurrency 1,10,100,200
     .venv/bin/python bench/steps.py --variants read --min-seconds 5 --store-dir /tmp/lw
 """
@@ -35,7 +40,8 @@ import argparse
 import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -125,11 +131,9 @@ async def measure(
     group_commit: bool,
     concurrency: int,
     steps_per_run: int,
-    db_path: Path,
-    synchronous: str,
+    url: str,
     poll_interval: float,
 ) -> Measurement:
-    url = f"sqlite:///{db_path}?synchronous={synchronous}"
     app = make_app(variant, steps_per_run)
     async with Client.open(url, app=app) as client:
         run_ids = [await client.submit(AGENT, {"n": i}) for i in range(concurrency)]
@@ -248,7 +252,8 @@ def parse_variants(text: str) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description="Durable journal steps per second, group commit on vs off (SQLite)."
+        description="Durable journal steps per second, group commit on vs off "
+        "(SQLite, or PostgreSQL with --store)."
     )
     parser.add_argument(
         "--steps-per-run",
@@ -291,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the SQLite files go (kept); default: a temporary directory, removed after",
     )
     parser.add_argument(
+        "--store",
+        default=None,
+        metavar="postgresql://...",
+        help="measure on PostgreSQL: a server and maintenance database to create a fresh "
+        "database per sample from (default: SQLite files)",
+    )
+    parser.add_argument(
         "--synchronous",
         choices=["off", "normal", "full", "extra"],
         default="full",
@@ -312,6 +324,18 @@ def wanting(taken: Sequence[Measurement], args: argparse.Namespace) -> bool:
     return len(taken) < repeat or sum(m.seconds for m in taken) < min_seconds
 
 
+@asynccontextmanager
+async def store_for(args: argparse.Namespace, db_path: Path) -> AsyncIterator[str]:
+    """The store URL of one sample: a fresh SQLite file, or a fresh PostgreSQL database."""
+    if args.store is None:
+        yield f"sqlite:///{db_path.resolve()}?synchronous={args.synchronous}"
+        return
+    from pg_support import fresh_database
+
+    async with fresh_database(args.store, "steps") as url:
+        yield url
+
+
 async def run_all(args: argparse.Namespace, store_dir: Path) -> list[Measurement]:
     counter = 0
 
@@ -319,16 +343,16 @@ async def run_all(args: argparse.Namespace, store_dir: Path) -> list[Measurement
         nonlocal counter
         counter += 1
         mode = "group" if group_commit else "single"
-        db_path = store_dir / f"{counter:04d}-{variant}-{mode}-c{concurrency}.db"
-        return await measure(
-            variant=variant,
-            group_commit=group_commit,
-            concurrency=concurrency,
-            steps_per_run=args.steps_per_run,
-            db_path=db_path.resolve(),
-            synchronous=args.synchronous,
-            poll_interval=args.poll_interval,
-        )
+        name = f"{counter:04d}-{variant}-{mode}-c{concurrency}.db"
+        async with store_for(args, store_dir / name) as url:
+            return await measure(
+                variant=variant,
+                group_commit=group_commit,
+                concurrency=concurrency,
+                steps_per_run=args.steps_per_run,
+                url=url,
+                poll_interval=args.poll_interval,
+            )
 
     # Warm up (imports, query files, first connection), and throw the result away.
     await sample(args.variants[0], True, 1)
@@ -356,6 +380,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit("--steps-per-run must be >= 0, --repeat >= 1, --poll-interval > 0")
     if args.min_seconds < 0:
         raise SystemExit("--min-seconds must be >= 0")
+    if args.store is not None and not args.store.startswith(("postgresql://", "postgres://")):
+        raise SystemExit("--store takes a postgresql:// URL (SQLite is the default)")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
     started = time.perf_counter()
@@ -370,9 +396,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     total = time.perf_counter() - started
 
     k = args.steps_per_run
+    if args.store is None:
+        engine = f"SQLite WAL synchronous={args.synchronous}"
+    else:
+        engine = f"PostgreSQL, a fresh database per sample on {args.store}"
+        where = "dropped"
     print(
         f"leaseward durable steps: {k} tool calls a run = {2 * k + 1} journal rows; "
-        f"SQLite WAL synchronous={args.synchronous}; each cell >= {args.min_seconds:g} s "
+        f"{engine}; each cell >= {args.min_seconds:g} s "
         f"of runtime, >= {args.repeat} sample(s); files in {where}"
     )
     print()

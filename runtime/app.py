@@ -23,6 +23,7 @@ from runtime.lifecycle import RecoveryPolicy, RunMode
 from runtime.model import RunInfo, Settlement
 from storage.connect import open_store
 from storage.protocol import Store
+from storage.url import pool_size_for
 
 __all__ = [
     "CONCURRENCY",
@@ -109,7 +110,11 @@ class Runtime(Client):
             max_batch=max_batch,
         )
         owned = isinstance(store, str)
-        opened = await open_store(store, clock=clock) if isinstance(store, str) else store
+        opened = (
+            await open_store(store, clock=clock, pool_size=pool_size_for(concurrency))
+            if isinstance(store, str)
+            else store
+        )
         try:
             supervisor = Supervisor(opened, app, settings, clock, metrics=metrics)
             async with supervisor.running():

@@ -1,18 +1,24 @@
-"""Stores: the protocol, its SQL implementation, and opening one from a URL."""
+"""Stores: the protocol, its SQL implementation, and opening one from a URL.
+
+The PostgreSQL executor lives in ``storage.postgres``, imported only when a
+``postgresql://`` URL is opened (asyncpg is the optional ``postgres`` extra).
+"""
 
 from __future__ import annotations
 
 from storage.connect import open_store
 from storage.protocol import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun, Store
-from storage.sql_store import SQLStore
+from storage.sql_store import WORK_CHANNEL, SQLStore
 from storage.sqlite import SQLiteExecutor, SQLiteOptions
-from storage.url import StoreURL, parse_store_url
+from storage.url import PostgresOptions, StoreURL, parse_store_url, pool_size_for
 
 __all__ = [
+    "WORK_CHANNEL",
     "BatchItem",
     "BatchOutcome",
     "CancelOutcome",
     "ExpiredRun",
+    "PostgresOptions",
     "SQLStore",
     "SQLiteExecutor",
     "SQLiteOptions",
@@ -20,4 +26,5 @@ __all__ = [
     "StoreURL",
     "open_store",
     "parse_store_url",
+    "pool_size_for",
 ]

@@ -5,34 +5,82 @@ from __future__ import annotations
 import anyio
 
 from runtime.clock import Clock, SystemClock
-from runtime.errors import StoreError
+from runtime.errors import ConfigurationError, StoreError
+from storage.executor import Executor
 from storage.sql_store import SQLStore
 from storage.sqlite import SQLiteExecutor
-from storage.url import parse_store_url
+from storage.url import DEFAULT_POOL_SIZE, StoreURL, parse_store_url
 
 __all__ = ["open_store"]
 
 
 async def open_store(
-    url: str, *, clock: Clock | None = None, migrate: bool = True, must_exist: bool = False
+    url: str,
+    *,
+    clock: Clock | None = None,
+    migrate: bool = True,
+    must_exist: bool = False,
+    pool_size: int | None = None,
 ) -> SQLStore:
     """Connect to the store a URL names; by default create or upgrade its schema.
 
     With ``must_exist`` a database that is not there yet is an error instead of
-    being created, so a mistyped path in an operator command changes nothing.
+    being created, so a mistyped path in an operator command changes nothing. A
+    PostgreSQL database is never created by connecting (a wrong name is a
+    ConfigurationError); with ``must_exist`` one without leaseward's schema is an
+    error too, instead of being migrated.
+    ``pool_size`` is how many connections a PostgreSQL store may hold, unless the
+    URL says (``?pool_size=N``); a SQLite store has one.
     """
     parsed = parse_store_url(url)
+    if pool_size is not None and (
+        isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1
+    ):
+        raise ConfigurationError(f"pool_size must be a positive integer, not {pool_size!r}")
+    executor = await _connect(parsed, must_exist=must_exist, pool_size=pool_size)
+    store = SQLStore(executor, clock or SystemClock())
+    if must_exist and parsed.postgresql is not None:
+        # Connecting never creates a PostgreSQL database, but migrating would fill
+        # whatever database the URL names (postgres, say) with leaseward's tables.
+        try:
+            present = await store.schema_present()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await store.aclose()
+            raise
+        if not present:
+            with anyio.CancelScope(shield=True):
+                await store.aclose()
+            raise StoreError(
+                f"no leaseward schema in {parsed.postgresql.display}; "
+                "create it with `leaseward migrate`"
+            )
+    if migrate:
+        try:
+            await store.migrate()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await store.aclose()
+            raise
+    return store
+
+
+async def _connect(parsed: StoreURL, *, must_exist: bool, pool_size: int | None) -> Executor:
+    if parsed.postgresql is not None:
+        try:
+            from storage.postgres import PostgresExecutor
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not exc.name.startswith("asyncpg"):
+                raise
+            raise ConfigurationError(
+                "PostgreSQL stores need asyncpg: install leaseward[postgres]"
+            ) from exc
+        return await PostgresExecutor.connect(
+            parsed.postgresql, pool_size=pool_size or DEFAULT_POOL_SIZE
+        )
     assert parsed.sqlite is not None
     if must_exist and not await anyio.Path(parsed.sqlite.path).exists():
         raise StoreError(
             f"no database at {parsed.sqlite.path!r}; create it with `leaseward migrate`"
         )
-    executor = await SQLiteExecutor.connect(parsed.sqlite)
-    store = SQLStore(executor, clock or SystemClock())
-    if migrate:
-        try:
-            await store.migrate()
-        except BaseException:
-            await store.aclose()
-            raise
-    return store
+    return await SQLiteExecutor.connect(parsed.sqlite)

@@ -13,12 +13,23 @@ Row = Mapping[str, Any]
 
 
 class Executor(Protocol):
-    """Runs SQL. Raises only ``StoreError``: driver errors are translated at this boundary."""
+    """Runs SQL. Raises only ``StoreError``: driver errors are translated at this boundary.
+
+    Parameters are named (``:name``) in every dialect. A list or tuple value is
+    bound as the dialect needs it: an array in PostgreSQL, JSON text in SQLite
+    (which reads it with ``json_each``). Each task has its own transaction or
+    read: what a task runs inside ``transaction()`` or ``reading()`` goes to the
+    connection that block holds, and never interleaves with another task's.
+    """
 
     dialect: str
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
-        """One write transaction, exclusive for its whole length; rolls back on error."""
+        """One write transaction on one connection for its whole length; rolls back on error.
+
+        Row locks and fenced updates keep concurrent transactions correct; a
+        dialect may also serialize them (SQLite holds its write lock throughout).
+        """
         ...
 
     def savepoint(self, name: str) -> AbstractAsyncContextManager[None]:
@@ -36,5 +47,22 @@ class Executor(Protocol):
     async def fetch_all(self, sql: str, params: Params | None = None) -> Sequence[Row]: ...
 
     async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None: ...
+
+    async def notify(self, channel: str) -> None:
+        """Tell listeners on ``channel`` (other processes too, where the dialect can).
+
+        Inside a transaction the notice goes out when it commits, and not at all
+        if it rolls back. Best effort: a dialect without notifications does nothing.
+        """
+        ...
+
+    async def wait_for_notification(self, channel: str, timeout: float) -> None:
+        """Return when a notice on ``channel`` arrives, or after ``timeout`` seconds.
+
+        A notice that arrived since the last wait returns at once. Never raises a
+        store fault: a lost listening connection is re-established with backoff,
+        and until then this just waits out the timeout (polling is the fallback).
+        """
+        ...
 
     async def aclose(self) -> None: ...

@@ -110,4 +110,13 @@ class Store(Protocol):
         """Record an operator's verdict on an interrupted write and requeue its run."""
         ...
 
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return when a run may have become claimable, or after ``timeout`` seconds.
+
+        A store that can hear other processes submit or requeue (PostgreSQL's
+        LISTEN/NOTIFY) returns early; one that cannot just waits out the timeout.
+        Never raises a store fault: callers poll as the fallback.
+        """
+        ...
+
     async def aclose(self) -> None: ...

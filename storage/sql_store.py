@@ -27,7 +27,10 @@ from storage.migrations import MIGRATIONS
 from storage.protocol import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun
 from storage.queries import load_queries
 
-__all__ = ["SQLStore"]
+__all__ = ["WORK_CHANNEL", "SQLStore"]
+
+WORK_CHANNEL = "leaseward_runs"
+"""Where a store announces that a run became claimable (submitted, requeued, reopened)."""
 
 _CANCEL_EVENTS = {
     RunState.QUEUED: Event.CANCEL_QUEUED,
@@ -84,12 +87,29 @@ def step_from_row(row: Row) -> StepInfo:
     )
 
 
+def _makes_claimable(settlement: Settlement | None) -> bool:
+    """Whether a settlement puts its run back in the queue now (not after a backoff)."""
+    return (
+        settlement is not None
+        and settlement.target is RunState.QUEUED
+        and settlement.delay_seconds <= 0
+    )
+
+
 def _state_text(run: RunRecord) -> str:
     return run.state.value if run.reason is None else f"{run.state.value} ({run.reason.value})"
 
 
 class SQLStore:
-    """A store over any executor: domain operations here, SQL in the dialect's query file."""
+    """A store over any executor: domain operations here, SQL in the dialect's query file.
+
+    No absolute time is computed here. The queries get durations
+    (``lease_seconds``, ``delay_seconds``) and flags (``terminal``,
+    ``check_expired``, ``finished``) and add them to the dialect's "now": the
+    injected clock's reading passed as ``:now`` (SQLite), or the database clock
+    (PostgreSQL, whose queries ignore ``:now``), so that on a shared database
+    clock skew between workers can neither reap a live run nor keep a dead one.
+    """
 
     def __init__(self, executor: Executor, clock: Clock) -> None:
         self._executor = executor
@@ -99,6 +119,8 @@ class SQLStore:
     async def migrate(self) -> int:
         q = self._queries
         async with self._executor.transaction():
+            # Two processes starting on a new database must not both migrate it.
+            await self._executor.execute(q["lock_migrations"])
             await self._executor.execute(q["create_migrations_table"])
             row = await self._executor.fetch_one(q["schema_version"])
             current = int(row["version"]) if row is not None else 0
@@ -119,16 +141,23 @@ class SQLStore:
                 )
         return newest
 
+    async def schema_present(self) -> bool:
+        """Whether this database has been migrated at least once (by any version)."""
+        async with self._executor.reading():
+            row = await self._executor.fetch_one(self._queries["schema_present"])
+        return row is not None and bool(row["present"])
+
     def _now(self) -> float:
         return self._clock.now()
 
     async def create_run(self, new: NewRun) -> RunRecord:
-        now = self._now()
+        lease_seconds: float | None
         if new.mode is RunMode.INTERACTIVE:
             state, epoch = TRANSITIONS[Event.START_INTERACTIVE][1], 1
-            expires = now + (new.lease_seconds or 0.0)
+            lease_seconds = new.lease_seconds or 0.0
         else:
-            state, epoch, expires = TRANSITIONS[Event.SUBMIT][1], 0, None
+            # No lease: NULL seconds make a NULL expiry.
+            state, epoch, lease_seconds = TRANSITIONS[Event.SUBMIT][1], 0, None
         async with self._executor.transaction():
             row = await self._executor.fetch_one(
                 self._queries["insert_run"],
@@ -140,10 +169,12 @@ class SQLStore:
                     "input_json": new.input_json,
                     "epoch": epoch,
                     "lease_owner": new.lease_owner,
-                    "lease_expires_at": expires,
-                    "now": now,
+                    "lease_seconds": lease_seconds,
+                    "now": self._now(),
                 },
             )
+            if state is RunState.QUEUED:
+                await self._executor.notify(WORK_CHANNEL)
         if row is None:
             raise StoreError("the new run was not returned by the store")
         return run_from_row(row)
@@ -162,19 +193,28 @@ class SQLStore:
                     "worker_id": worker_id,
                     "lease_seconds": lease_seconds,
                     "limit": limit,
-                    "agents": json.dumps(list(agents)),
+                    "agents": list(agents),
                     "now": self._now(),
                 },
             )
         return sorted((run_from_row(r) for r in rows), key=lambda r: (r.available_at, r.created_at))
 
     async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
-        outcomes: list[BatchOutcome] = []
+        outcomes: list[BatchOutcome | None] = [None] * len(items)
         now = self._now()
+        # In run id order, so that two concurrent batches lock their runs in the
+        # same order and cannot deadlock (a stable sort keeps one run's items in order).
+        order = sorted(range(len(items)), key=lambda index: items[index].run_id)
+        requeued = False
         async with self._executor.transaction():
-            for item in items:
-                outcomes.append(await self._commit_item(item, now))
-        return outcomes
+            for index in order:
+                outcome = await self._commit_item(items[index], now)
+                outcomes[index] = outcome
+                settlement = items[index].settlement
+                requeued = requeued or (outcome.persisted and _makes_claimable(settlement))
+            if requeued:
+                await self._executor.notify(WORK_CHANNEL)
+        return [outcome for outcome in outcomes if outcome is not None]
 
     async def _commit_item(self, item: BatchItem, now: float) -> BatchOutcome:
         q = self._queries
@@ -243,7 +283,7 @@ class SQLStore:
                 "error": step.error,
                 "now": now,
                 "started_at": step.started_at,
-                "finished_at": None if step.status is StepStatus.STARTED else now,
+                "finished": step.status is not StepStatus.STARTED,
             },
         )
 
@@ -254,7 +294,7 @@ class SQLStore:
         settlement: Settlement,
         now: float,
         *,
-        expired_before: float | None = None,
+        check_expired: bool = False,
     ) -> bool:
         target = settlement.target
         changed = await self._executor.fetch_all(
@@ -271,9 +311,9 @@ class SQLStore:
                 "result_json": settlement.result_json,
                 "error": settlement.error,
                 "spent_retries": 1 if settlement.spends_retry else 0,
-                "available_at": now + settlement.delay_seconds,
-                "finished_at": now if target.terminal else None,
-                "expired_before": expired_before,
+                "delay_seconds": settlement.delay_seconds,
+                "terminal": target.terminal,
+                "check_expired": check_expired,
                 "now": now,
             },
         )
@@ -318,7 +358,7 @@ class SQLStore:
         q = self._queries
         now = self._now()
         async with self._executor.transaction():
-            row = await self._executor.fetch_one(q["get_run"], {"run_id": run_id})
+            row = await self._executor.fetch_one(q["lock_run"], {"run_id": run_id})
             if row is None:
                 raise RunNotFound(f"no run with id {run_id!r}")
             state = RunState(row["state"])
@@ -362,14 +402,16 @@ class SQLStore:
         return found
 
     async def reap(self, expired: ExpiredRun, settlement: Settlement) -> bool:
-        now = self._now()
         async with self._executor.transaction():
-            return await self._settle(
-                expired.run.id, expired.run.epoch, settlement, now, expired_before=now
+            changed = await self._settle(
+                expired.run.id, expired.run.epoch, settlement, self._now(), check_expired=True
             )
+            if changed and _makes_claimable(settlement):
+                await self._executor.notify(WORK_CHANNEL)
+        return changed
 
     async def _dead_letter(self, run_id: str) -> RunRecord:
-        row = await self._executor.fetch_one(self._queries["get_run"], {"run_id": run_id})
+        row = await self._executor.fetch_one(self._queries["lock_run"], {"run_id": run_id})
         if row is None:
             raise RunNotFound(f"no run with id {run_id!r}")
         return run_from_row(row)
@@ -388,6 +430,7 @@ class SQLStore:
         )
         if row is None:
             raise StoreError(f"run {run.id} changed while it was being reopened")
+        await self._executor.notify(WORK_CHANNEL)
         return run_from_row(row)
 
     async def redrive(self, run_id: str) -> RunRecord:
@@ -445,6 +488,9 @@ class SQLStore:
             if len(resolved) != 1:
                 raise StoreError(f"the interrupted call of run {run_id} changed meanwhile")
             return await self._reopen(run, Event.RESOLVE, reset_requeues=False)
+
+    async def wait_for_work(self, timeout: float) -> None:
+        await self._executor.wait_for_notification(WORK_CHANNEL, timeout)
 
     async def aclose(self) -> None:
         await self._executor.aclose()

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -31,6 +32,18 @@ class SQLiteOptions:
     path: str
     synchronous: str = "FULL"
     busy_timeout_ms: int = BUSY_TIMEOUT_MS
+
+
+def _bindable(params: Params | None) -> Mapping[str, Any]:
+    """SQLite has no arrays: a list or tuple goes in as JSON text, read with json_each."""
+    if not params:
+        return {}
+    if not any(isinstance(value, list | tuple) for value in params.values()):
+        return params
+    return {
+        key: json.dumps(list(value)) if isinstance(value, list | tuple) else value
+        for key, value in params.items()
+    }
 
 
 def _describe(exc: sqlite3.Error) -> str:
@@ -81,7 +94,13 @@ class SQLiteExecutor:
         async with self._lock:
             # IMMEDIATE takes the write lock up front, so two processes queue on
             # the busy timeout instead of deadlocking on a read-to-write upgrade.
-            await self._run("BEGIN IMMEDIATE")
+            try:
+                await self._run("BEGIN IMMEDIATE")
+            except BaseException:
+                # Cancelled while the connection's thread ran BEGIN: it may have begun.
+                with anyio.CancelScope(shield=True):
+                    await self._rollback()
+                raise
             try:
                 yield
             except BaseException:
@@ -122,7 +141,7 @@ class SQLiteExecutor:
         # execute_fetchall is one trip to the connection's thread; a cursor costs
         # two more (fetch, close), and the Persister's batches are made of these.
         try:
-            return list(await self._connection.execute_fetchall(sql, params or {}))
+            return list(await self._connection.execute_fetchall(sql, _bindable(params)))
         except sqlite3.Error as exc:
             raise StoreError(_describe(exc)) from exc
 
@@ -135,6 +154,12 @@ class SQLiteExecutor:
     async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
         rows = await self._run(sql, params)
         return rows[0] if rows else None
+
+    async def notify(self, channel: str) -> None:
+        """Nothing to do: SQLite has no notifications; other processes poll."""
+
+    async def wait_for_notification(self, channel: str, timeout: float) -> None:
+        await anyio.sleep(timeout)
 
     async def aclose(self) -> None:
         try:

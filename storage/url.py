@@ -1,21 +1,71 @@
-"""Store URLs: ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``, options as a query."""
+"""Store URLs: ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``,
+``postgresql://user@host:5432/db``; options as a query."""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 
 from runtime.errors import ConfigurationError
 from storage.sqlite import BUSY_TIMEOUT_MS, SYNCHRONOUS_MODES, SQLiteOptions
 
-__all__ = ["StoreURL", "parse_store_url"]
+__all__ = [
+    "COMMAND_TIMEOUT_SECONDS",
+    "CONNECT_TIMEOUT_SECONDS",
+    "DEFAULT_POOL_SIZE",
+    "MAX_POOL_SIZE",
+    "PostgresOptions",
+    "StoreURL",
+    "parse_store_url",
+    "pool_size_for",
+]
+
+CONNECT_TIMEOUT_SECONDS = 5.0
+COMMAND_TIMEOUT_SECONDS = 15.0
+DEFAULT_POOL_SIZE = 4
+MAX_POOL_SIZE = 20
+
+
+def pool_size_for(concurrency: int) -> int:
+    """PostgreSQL connections for a worker that runs ``concurrency`` runs at once.
+
+    The Persister writes on one; claims, the reaper and client reads take a few
+    more; runs that start together load their journals in parallel.
+    """
+    return max(DEFAULT_POOL_SIZE, min(MAX_POOL_SIZE, 4 + concurrency // 4))
+
+
+@attrs.frozen
+class PostgresOptions:
+    """Where a PostgreSQL store is and how to use it.
+
+    ``dsn`` is the URL without leaseward's own options; the rest of its query
+    (``sslmode=...``, ...) goes to the driver. ``pool_size`` None means "size it
+    from the runtime's concurrency".
+    """
+
+    dsn: str
+    pool_size: int | None = None
+    connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
+    command_timeout_seconds: float = COMMAND_TIMEOUT_SECONDS
+
+    @property
+    def display(self) -> str:
+        """The DSN without its password, for messages and logs."""
+        parts = urlsplit(self.dsn)
+        netloc = parts.netloc
+        if "@" in netloc:
+            user, _, host = netloc.rpartition("@")
+            netloc = f"{user.partition(':')[0]}@{host}"
+        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 @attrs.frozen
 class StoreURL:
     scheme: str
     sqlite: SQLiteOptions | None = None
+    postgresql: PostgresOptions | None = None
 
 
 def parse_store_url(url: str) -> StoreURL:
@@ -27,9 +77,57 @@ def parse_store_url(url: str) -> StoreURL:
             "sqlite", sqlite=_sqlite_options(url, parts.netloc, parts.path, parts.query)
         )
     if parts.scheme in ("postgresql", "postgres"):
-        raise ConfigurationError("PostgreSQL stores are not available in this version")
+        return StoreURL("postgresql", postgresql=_postgres_options(url))
     raise ConfigurationError(
-        f"store URL {url!r} has an unknown scheme {parts.scheme!r}; expected sqlite://"
+        f"store URL {url!r} has an unknown scheme {parts.scheme!r}; "
+        "expected sqlite:// or postgresql://"
+    )
+
+
+def _positive_seconds(key: str, value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ConfigurationError(
+            f"store URL option {key}={value!r} is not a positive number of seconds"
+        )
+    return seconds
+
+
+def _postgres_options(url: str) -> PostgresOptions:
+    parts = urlsplit(url)
+    if not parts.hostname and not parts.path.strip("/") and not parts.query:
+        # postgresql:// alone would mean "everything from PG* variables"; say so explicitly.
+        raise ConfigurationError(
+            f"store URL {url!r} names no server or database; "
+            "expected e.g. postgresql://user@host:5432/dbname"
+        )
+    pool_size: int | None = None
+    connect_timeout = CONNECT_TIMEOUT_SECONDS
+    command_timeout = COMMAND_TIMEOUT_SECONDS
+    driver: list[tuple[str, str]] = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key == "pool_size":
+            if not value.isdigit() or int(value) < 1:
+                raise ConfigurationError(
+                    f"store URL option pool_size={value!r} is not a positive whole number"
+                )
+            pool_size = int(value)
+        elif key == "connect_timeout_seconds":
+            connect_timeout = _positive_seconds(key, value)
+        elif key == "command_timeout_seconds":
+            command_timeout = _positive_seconds(key, value)
+        else:
+            # sslmode, application_name, ...: the driver knows these.
+            driver.append((key, value))
+    dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(driver), ""))
+    return PostgresOptions(
+        dsn,
+        pool_size=pool_size,
+        connect_timeout_seconds=connect_timeout,
+        command_timeout_seconds=command_timeout,
     )
 
 

@@ -1,10 +1,34 @@
-"""Shared fixtures: anyio's pytest plugin on asyncio, and a fresh SQLite file per test."""
+"""Shared fixtures: anyio's pytest plugin on asyncio, a fresh SQLite file per test, and a
+fresh PostgreSQL database per test.
+
+PostgreSQL is found through ``LEASEWARD_TEST_PG_URL``, else the standard ``PG*``
+variables, else ``postgresql://postgres@127.0.0.1:5432/postgres``. The URL names a
+maintenance database where the tests may create and drop databases. Once per
+session a template database is created there with the schema migrated; each test
+then gets its own database copied from it (``CREATE DATABASE ... TEMPLATE``), so
+tests never see each other's rows, and drops it afterwards. Without a reachable
+server the PostgreSQL tests skip, saying why (they fail instead when
+``LEASEWARD_TEST_PG_REQUIRED`` is set, as `.ci/run` does after making sure the
+server is up).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
+import attrs
 import pytest
+
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+PG_CONNECT_TIMEOUT_SECONDS = 3.0
+DIALECTS = ["sqlite", "postgresql"]
 
 
 @pytest.fixture
@@ -17,3 +41,151 @@ def anyio_backend() -> str:
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'runs.db'}"
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------
+
+
+def pg_admin_url() -> str:
+    """Where the test server is, from LEASEWARD_TEST_PG_URL or the PG* variables."""
+    explicit = os.environ.get("LEASEWARD_TEST_PG_URL")
+    if explicit:
+        return explicit
+    if not any(os.environ.get(name) for name in ("PGHOST", "PGPORT", "PGUSER", "PGDATABASE")):
+        return DEFAULT_PG_URL
+    host = os.environ.get("PGHOST") or "127.0.0.1"
+    port = os.environ.get("PGPORT") or "5432"
+    user = quote(os.environ.get("PGUSER") or "postgres", safe="")
+    database = quote(os.environ.get("PGDATABASE") or "postgres", safe="")
+    # PGPASSWORD is read by the driver itself; it does not go into URLs we print.
+    if host.startswith("/"):
+        # A socket directory goes in the query: postgresql://user@/db?host=/run/postgresql
+        return f"postgresql://{user}@/{database}?" + urlencode({"host": host, "port": port})
+    return f"postgresql://{user}@{host}:{port}/{database}"
+
+
+def with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{database}", parts.query, ""))
+
+
+def run_async(body: Callable[[], Awaitable[Any]]) -> Any:
+    """Run ``body`` on an event loop of its own, in a thread: sync fixtures may be set up
+    while the anyio test runner owns this thread's loop."""
+
+    async def main() -> Any:
+        return await body()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, main()).result()
+
+
+@attrs.define
+class PgServer:
+    """The test server: runs admin statements on the maintenance database."""
+
+    admin_url: str
+    template: str | None = None
+
+    def run(self, *statements: str) -> None:
+        run_async(lambda: self._run(statements))
+
+    async def _run(self, statements: tuple[str, ...]) -> None:
+        import asyncpg
+
+        connection = await asyncpg.connect(self.admin_url, timeout=PG_CONNECT_TIMEOUT_SECONDS)
+        try:
+            for statement in statements:
+                await connection.execute(statement)
+        finally:
+            await connection.close()
+
+    def url_for(self, database: str, **options: str) -> str:
+        url = with_database(self.admin_url, database)
+        if options:
+            url += ("&" if "?" in url else "?") + urlencode(options)
+        return url
+
+    def create_database(self, *, migrated: bool = True) -> str:
+        """A new database (from the migrated template, or empty); dropped by drop()."""
+        name = f"lw_{uuid.uuid4().hex[:16]}"
+        template = self.template if migrated else "template0"
+        self.run(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        return name
+
+    def drop(self, database: str) -> None:
+        self.run(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+def _unreachable(admin_url: str) -> str | None:
+    """Why the server cannot be used, or None."""
+    try:
+        import asyncpg  # noqa: F401
+    except ImportError:
+        return "asyncpg is not installed (pip install -e '.[postgres]')"
+    try:
+        PgServer(admin_url).run("SELECT 1")
+    except Exception as exc:
+        return (
+            f"PostgreSQL is not reachable at {urlsplit(admin_url).netloc or admin_url} "
+            f"({type(exc).__name__}: {exc}); set LEASEWARD_TEST_PG_URL or PG* variables"
+        )
+    return None
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """The server with this session's template database; skips the test when unreachable."""
+    admin_url = pg_admin_url()
+    reason = _unreachable(admin_url)
+    if reason is not None:
+        if os.environ.get("LEASEWARD_TEST_PG_REQUIRED"):
+            pytest.fail(f"LEASEWARD_TEST_PG_REQUIRED is set, but {reason}")
+        pytest.skip(reason)
+    server = PgServer(admin_url)
+    template = f"lw_template_{uuid.uuid4().hex[:12]}"
+    server.run(f'CREATE DATABASE "{template}"')
+    try:
+        run_async(lambda: _migrate(server.url_for(template)))
+        # A template must have no sessions while it is copied: _migrate closed its own.
+        server.template = template
+        yield server
+    finally:
+        server.drop(template)
+
+
+async def _migrate(url: str) -> None:
+    from storage import open_store
+
+    store = await open_store(url)
+    await store.aclose()
+
+
+@pytest.fixture
+def pg_database(pg_server: PgServer) -> Iterator[str]:
+    """The name of a fresh database with the schema, dropped after the test."""
+    name = pg_server.create_database()
+    try:
+        yield name
+    finally:
+        pg_server.drop(name)
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer, pg_database: str) -> str:
+    """A store URL for a fresh PostgreSQL database with the schema."""
+    return pg_server.url_for(pg_database)
+
+
+@pytest.fixture(params=DIALECTS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store of each dialect in turn: the conformance fixture."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'runs.db'}"
+    url: Any = request.getfixturevalue("pg_url")
+    return str(url)
+
+
+@pytest.fixture
+def dialect(store_url: str) -> str:
+    return "postgresql" if store_url.startswith("postgresql") else "sqlite"

@@ -1,6 +1,8 @@
 -- Named queries for SQLite. Each block starts with "-- name: <name>".
 -- Parameters are named (:name); the domain operations in storage/sql_store.py
--- pass the same names to every dialect.
+-- pass the same names to every dialect. Times are float epoch seconds: here
+-- :now is the store's injected clock; the domain operations pass durations
+-- (:lease_seconds, :delay_seconds) and flags, never absolute times.
 
 -- name: insert_run
 INSERT INTO runs (
@@ -8,7 +10,7 @@ INSERT INTO runs (
     lease_expires_at, available_at, cancel_requested, created_at, updated_at
 ) VALUES (
     :id, :agent, :mode, :state, :input_json, :epoch, 0, :lease_owner,
-    :lease_expires_at, :now, 0, :now, :now
+    :now + :lease_seconds, :now, 0, :now, :now
 )
 RETURNING *;
 
@@ -37,7 +39,8 @@ INSERT INTO steps (
     arguments_json, output_json, error, started_at, finished_at
 ) VALUES (
     :run_id, :seq, :epoch, :kind, :tool, :call_id, :effect, :status, :idempotency_key,
-    :arguments_json, :output_json, :error, COALESCE(:started_at, :now), :finished_at
+    :arguments_json, :output_json, :error, COALESCE(:started_at, :now),
+    CASE WHEN :finished THEN :now END
 );
 
 -- name: settle_step
@@ -50,13 +53,17 @@ RETURNING seq;
 UPDATE runs
 SET state = :target, reason = :reason, failure_class = :failure_class,
     result_json = :result_json, error = :error, requeues = requeues + :spent_retries,
-    available_at = :available_at, lease_owner = NULL, lease_expires_at = NULL,
-    updated_at = :now, finished_at = :finished_at
+    available_at = :now + :delay_seconds, lease_owner = NULL, lease_expires_at = NULL,
+    updated_at = :now, finished_at = CASE WHEN :terminal THEN :now END
 WHERE id = :run_id AND epoch = :epoch AND state = :source
-  AND (:expired_before IS NULL OR lease_expires_at < :expired_before)
+  AND (NOT :check_expired OR lease_expires_at < :now)
 RETURNING id;
 
 -- name: get_run
+SELECT * FROM runs WHERE id = :run_id;
+
+-- name: lock_run
+-- The transaction holds SQLite's write lock already: no other writer can interleave.
 SELECT * FROM runs WHERE id = :run_id;
 
 -- name: list_runs
@@ -107,12 +114,21 @@ SET status = :status, output_json = :output_json, error = :error, finished_at = 
 WHERE run_id = :run_id AND seq = :seq AND status = :started
 RETURNING seq;
 
+-- name: lock_migrations
+-- BEGIN IMMEDIATE already keeps a second migrator out until this one commits.
+SELECT 1;
+
 -- name: create_migrations_table
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY,
     name TEXT NOT NULL,
     applied_at REAL NOT NULL
 );
+
+-- name: schema_present
+SELECT EXISTS (
+    SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'
+) AS present;
 
 -- name: schema_version
 SELECT COALESCE(MAX(version), 0) AS version FROM schema_migrations;

@@ -1,14 +1,22 @@
 """A worker process for the multi-process tests: works the queue until it is empty.
 
-Usage: pool_worker.py DB_URL WORKER_ID CALLS_FILE
+Usage: pool_worker.py STORE_URL WORKER_ID CALLS_FILE [EVENTS_FILE]
 Every execution of the write tool appends "run_id worker_id epoch" to CALLS_FILE.
+With EVENTS_FILE, every claim, lost lease and reap this worker logs is appended to
+it as a JSON line (event, run_id, epoch, worker_id, lease_owner, time), fsynced, so that a test
+can tell who held which run at which epoch even for a worker it SIGKILLed.
+POOL_WORKER_CHARGE_SECONDS makes each write take that long (default 0).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
+import time
+from collections.abc import MutableMapping
+from typing import Any
 
 import anyio
 import structlog
@@ -26,21 +34,30 @@ from runtime import (
     tool,
 )
 
+RECORDED_EVENTS = {"run.claimed", "lease.lost", "lease.reaped"}
+
 
 def build_app(calls_file: str, worker_id: str) -> App:
-    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout_seconds=5.0)
+    charge_seconds = float(os.environ.get("POOL_WORKER_CHARGE_SECONDS", "0"))
+
+    # Short deadlines: a lease covers the next call's deadline, so they bound how long
+    # a SIGKILLed worker's runs stay leased before a survivor reaps them.
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout_seconds=2.0)
     async def charge(ctx: ToolContext, amount: int) -> int:
         with open(calls_file, "a") as out:
             out.write(f"{ctx.run_id} {worker_id} {ctx.epoch}\n")
             out.flush()
             os.fsync(out.fileno())
+        if charge_seconds:
+            await anyio.sleep(charge_seconds)
         return amount
 
     provider = ScriptedProvider(
         [
             ProviderReply(tool_calls=[ToolCall("charge", {"amount": 1}, "c")]),
             ProviderReply(text="paid"),
-        ]
+        ],
+        timeout_seconds=2.0,
     )
     return App([Agent("payer", provider, tools=[charge])])
 
@@ -67,6 +84,38 @@ async def work(url: str, worker_id: str, calls_file: str) -> None:
                 return
 
 
+def record_events(events_file: str, worker_id: str) -> None:
+    out = open(events_file, "a")  # noqa: SIM115 -- open for the life of the process
+
+    def keep(_: Any, method: str, event_dict: MutableMapping[str, Any]) -> Any:
+        if event_dict.get("event") in RECORDED_EVENTS:
+            line = {
+                "event": event_dict["event"],
+                "run_id": event_dict.get("run_id"),
+                "epoch": event_dict.get("epoch"),
+                "worker_id": event_dict.get("worker_id", worker_id),
+                # The reaper names the expired lease's holder (once as worker_id).
+                "lease_owner": event_dict.get("lease_owner", event_dict.get("worker_id")),
+                "by": worker_id,
+                "time": time.time(),
+            }
+            out.write(json.dumps(line) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        if method in ("warning", "error", "critical", "exception"):
+            return event_dict
+        raise structlog.DropEvent
+
+    structlog.configure(
+        processors=[keep, structlog.processors.KeyValueRenderer()],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
 if __name__ == "__main__":
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    if len(sys.argv) > 4:
+        record_events(sys.argv[4], sys.argv[2])
+    else:
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     anyio.run(work, sys.argv[1], sys.argv[2], sys.argv[3])

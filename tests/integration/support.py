@@ -94,6 +94,9 @@ class FaultyStore:
     async def resolve(self, run_id: str, **kwargs: Any) -> RunRecord:
         return await self.inner.resolve(run_id, **kwargs)
 
+    async def wait_for_work(self, timeout: float) -> None:
+        await self.inner.wait_for_work(timeout)
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 

@@ -426,7 +426,8 @@ async def test_bad_runtime_settings_are_configuration_errors_and_create_no_file(
     [
         "runs.db",
         "mysql://x/y",
-        "postgresql://localhost/runs",
+        "postgresql://localhost/runs?pool_size=none",
+        "postgresql://",
         "sqlite://host/x.db",
         "sqlite:///",
         "sqlite:///x.db?synchronous=sometimes",

@@ -7,7 +7,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from support import Calls, capture_logs, events, one_call_agent, provider_step
+from support import Calls, FaultyStore, capture_logs, events, one_call_agent, provider_step
 
 from runtime import (
     Agent,
@@ -68,11 +68,11 @@ def intent(seq: int, effect: ToolEffect, key: str) -> StepWrite:
 
 
 async def test_reaped_run_mid_non_idempotent_write_is_dead_lettered_not_rerun(
-    db_url: str,
+    store_url: str,
 ) -> None:
     calls = Calls()
     app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")])
-    store = await open_store(db_url)
+    store = await open_store(store_url)
     run_id = await ghost_claims(
         store, "payer", (provider_step(0, CHARGE), intent(1, ToolEffect.NON_IDEMPOTENT_WRITE, "k"))
     )
@@ -91,10 +91,10 @@ async def test_reaped_run_mid_non_idempotent_write_is_dead_lettered_not_rerun(
     assert {"lease.reaped", "run.dead_lettered"} <= set(events(logs))
 
 
-async def test_reaped_idempotent_write_is_rerun_with_the_same_key(db_url: str) -> None:
+async def test_reaped_idempotent_write_is_rerun_with_the_same_key(store_url: str) -> None:
     calls = Calls()
     app = App([one_call_agent("payer", ToolEffect.IDEMPOTENT_WRITE, calls, tool_name="charge")])
-    store = await open_store(db_url)
+    store = await open_store(store_url)
     run_id = (await store.create_run(_queued("payer"))).id
     # The key the ghost handed to the payment system is derived from the journal.
     key = idempotency_key(run_id, 0, 0, "call-1")
@@ -121,10 +121,10 @@ async def test_reaped_idempotent_write_is_rerun_with_the_same_key(db_url: str) -
     assert charge_rows == [(StepStatus.STARTED, 1, key), (StepStatus.SUCCEEDED, 2, key)]
 
 
-async def test_resume_does_not_repeat_recorded_steps(db_url: str) -> None:
+async def test_resume_does_not_repeat_recorded_steps(store_url: str) -> None:
     calls = Calls()
     agent = one_call_agent("reader", ToolEffect.READ_ONLY, calls, tool_name="charge")
-    store = await open_store(db_url)
+    store = await open_store(store_url)
     done = StepWrite(
         seq=1,
         kind=StepKind.TOOL,
@@ -148,8 +148,8 @@ async def test_resume_does_not_repeat_recorded_steps(db_url: str) -> None:
     assert [s.kind for s in journal] == [StepKind.PROVIDER, StepKind.TOOL, StepKind.PROVIDER]
 
 
-async def test_stale_epoch_can_neither_record_nor_settle(db_url: str) -> None:
-    store = await open_store(db_url)
+async def test_stale_epoch_can_neither_record_nor_settle(store_url: str) -> None:
+    store = await open_store(store_url)
     run_id = (await store.create_run(_queued("payer"))).id
     [first] = await store.claim_runs("w1", 1, 0.01, ["payer"])
     await anyio.sleep(0.02)
@@ -174,7 +174,7 @@ async def test_stale_epoch_can_neither_record_nor_settle(db_url: str) -> None:
     assert 9 not in [s.seq for s in journal]
 
 
-async def test_cancel_is_seen_at_the_next_step_boundary(db_url: str) -> None:
+async def test_cancel_is_seen_at_the_next_step_boundary(store_url: str) -> None:
     entered, release = anyio.Event(), anyio.Event()
     calls = Calls()
 
@@ -183,7 +183,7 @@ async def test_cancel_is_seen_at_the_next_step_boundary(db_url: str) -> None:
         await release.wait()
 
     agent = one_call_agent("slow", ToolEffect.READ_ONLY, calls, body=block)
-    async with Runtime.open(db_url, App([agent]), **FAST) as rt:
+    async with Runtime.open(store_url, App([agent]), **FAST) as rt:
         run_id = await rt.submit("slow", None)
         await entered.wait()
         assert await rt.cancel(run_id) is True
@@ -198,12 +198,12 @@ async def test_cancel_is_seen_at_the_next_step_boundary(db_url: str) -> None:
     # The tool call in flight finished and was recorded; the next turn never started.
     assert provider.calls == 1
     assert len(calls) == 1
-    async with Runtime.open(db_url, App([]), **FAST) as rt:
+    async with Runtime.open(store_url, App([]), **FAST) as rt:
         assert await rt.cancel(queued) is True
         assert (await rt.get(queued)).state is RunState.CANCELLED
 
 
-async def test_a_call_longer_than_the_lease_is_not_reaped(db_url: str) -> None:
+async def test_a_call_longer_than_the_lease_is_not_reaped(store_url: str) -> None:
     calls = Calls()
 
     async def outlive_the_lease(ctx: ToolContext) -> None:
@@ -217,14 +217,14 @@ async def test_a_call_longer_than_the_lease_is_not_reaped(db_url: str) -> None:
         body=outlive_the_lease,
     )
     with capture_logs() as logs:
-        async with Runtime.open(db_url, App([agent]), lease_seconds=0.2, **FAST) as rt:
+        async with Runtime.open(store_url, App([agent]), lease_seconds=0.2, **FAST) as rt:
             run = await rt.wait(await rt.submit("long", None), timeout=10)
     assert (run.state, run.epoch, run.requeues) == (RunState.COMPLETED, 1, 0)
     assert len(calls) == 1
     assert "lease.reaped" not in events(logs)
 
 
-async def test_drain_releases_runs_without_spending_a_retry(db_url: str) -> None:
+async def test_drain_releases_runs_without_spending_a_retry(store_url: str) -> None:
     entered = anyio.Event()
     turns: list[int] = []
 
@@ -239,10 +239,10 @@ async def test_drain_releases_runs_without_spending_a_retry(db_url: str) -> None
         return "waited"
 
     looping = Agent("looping", ScriptedProvider(reply), tools=[wait])
-    async with Runtime.open(db_url, App([looping]), drain_seconds=5, **FAST) as rt:
+    async with Runtime.open(store_url, App([looping]), drain_seconds=5, **FAST) as rt:
         run_id = await rt.submit("looping", None)
         await entered.wait()
-    async with Runtime.open(db_url, App([]), **FAST) as rt:
+    async with Runtime.open(store_url, App([]), **FAST) as rt:
         run = await rt.get(run_id)
         journal = await rt.steps(run_id)
     assert (run.state, run.requeues) == (RunState.QUEUED, 0)
@@ -251,7 +251,7 @@ async def test_drain_releases_runs_without_spending_a_retry(db_url: str) -> None
     assert journal[-1].tool == "wait" and journal[-1].status is StepStatus.SUCCEEDED
 
 
-async def test_two_runtimes_on_one_file_never_both_hold_a_run(db_url: str) -> None:
+async def test_two_runtimes_on_one_store_never_both_hold_a_run(store_url: str) -> None:
     executions: list[tuple[str, str]] = []
 
     def build(worker: str) -> App:
@@ -264,8 +264,8 @@ async def test_two_runtimes_on_one_file_never_both_hold_a_run(db_url: str) -> No
         return App([Agent("payer", ScriptedProvider([CHARGE, ProviderReply(text="ok")]), [charge])])
 
     async with (
-        Runtime.open(db_url, build("a"), concurrency=4, worker_id="a", **FAST) as a,
-        Runtime.open(db_url, build("b"), concurrency=4, worker_id="b", **FAST) as b,
+        Runtime.open(store_url, build("a"), concurrency=4, worker_id="a", **FAST) as a,
+        Runtime.open(store_url, build("b"), concurrency=4, worker_id="b", **FAST) as b,
     ):
         ids = [await (a if i % 2 else b).submit("payer", i) for i in range(40)]
         runs = [await a.wait(run_id, timeout=20) for run_id in ids]
@@ -274,11 +274,11 @@ async def test_two_runtimes_on_one_file_never_both_hold_a_run(db_url: str) -> No
     assert {worker for _, worker in executions} == {"a", "b"}
 
 
-async def test_step_records_of_concurrent_runs_share_transactions(db_url: str) -> None:
+async def test_step_records_of_concurrent_runs_share_transactions(store_url: str) -> None:
     calls = Calls()
     app = App([one_call_agent("reader", ToolEffect.READ_ONLY, calls)])
     with capture_logs() as logs:
-        async with Runtime.open(db_url, app, concurrency=20, **FAST) as rt:
+        async with Runtime.open(store_url, app, concurrency=20, **FAST) as rt:
             ids = [await rt.submit("reader", i) for i in range(20)]
             runs = [await rt.wait(run_id, timeout=20) for run_id in ids]
             stats = rt.supervisor.persister.stats
@@ -287,3 +287,31 @@ async def test_step_records_of_concurrent_runs_share_transactions(db_url: str) -
     assert stats.batches < stats.items
     names = set(events(logs))
     assert {"run.claimed", "step.recorded", "lease.renewed", "run.settled"} <= names
+
+
+class SlowClaims(FaultyStore):
+    """Claims commit, then take a while to come back: a shutdown can land in between."""
+
+    def __init__(self, inner: SQLStore) -> None:
+        super().__init__(inner)
+        self.claimed = anyio.Event()
+
+    async def claim_runs(self, *args: Any, **kwargs: Any) -> list[Any]:
+        got = await self.inner.claim_runs(*args, **kwargs)
+        if got:
+            self.claimed.set()
+            await anyio.sleep(0.3)
+        return got
+
+
+async def test_a_claim_in_flight_at_shutdown_is_released_not_left_leased(store_url: str) -> None:
+    store = SlowClaims(await open_store(store_url))
+    app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, Calls())])
+    async with Runtime.open(store, app, **FAST) as rt:
+        run_id = await rt.submit("payer", None)
+        await store.claimed.wait()
+    run = await store.get_run(run_id)
+    await store.aclose()
+    assert run is not None
+    # Claimed in the store while the runtime shut down: started, and released at once.
+    assert (run.state, run.epoch, run.requeues, run.lease_owner) == (RunState.QUEUED, 1, 0, None)

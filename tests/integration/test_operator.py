@@ -27,12 +27,21 @@ from storage import open_store
 pytestmark = pytest.mark.anyio
 
 
-async def interrupted_run(db_url: str, rt: Runtime) -> str:
-    store = await open_store(db_url)
-    run_id = await ghost_claims(
-        store, "payer", (provider_step(0, CHARGE), intent(1, ToolEffect.NON_IDEMPOTENT_WRITE, "k"))
-    )
-    await store.aclose()
+async def ghost_run(store_url: str) -> str:
+    """A run whose worker died in a non-idempotent call. Made before any runtime is
+    open: one would claim the run first (on PostgreSQL it hears of it at once)."""
+    store = await open_store(store_url)
+    try:
+        return await ghost_claims(
+            store,
+            "payer",
+            (provider_step(0, CHARGE), intent(1, ToolEffect.NON_IDEMPOTENT_WRITE, "k")),
+        )
+    finally:
+        await store.aclose()
+
+
+async def dead_lettered(rt: Runtime, run_id: str) -> str:
     run = await rt.wait(run_id, timeout=10)
     assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.INTERRUPTED_WRITE)
     return run_id
@@ -40,7 +49,7 @@ async def interrupted_run(db_url: str, rt: Runtime) -> str:
 
 @pytest.mark.parametrize("applied", [True, False])
 async def test_resolve_resumes_an_interrupted_write_without_running_it(
-    db_url: str, applied: bool
+    store_url: str, applied: bool
 ) -> None:
     calls = Calls()
     seen: list[ProviderRequest] = []
@@ -51,8 +60,9 @@ async def test_resolve_resumes_an_interrupted_write_without_running_it(
 
     agent = one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")
     agent.provider = ScriptedProvider([CHARGE, answer])
-    async with Runtime.open(db_url, App([agent]), **FAST) as rt:
-        run_id = await interrupted_run(db_url, rt)
+    ghost = await ghost_run(store_url)
+    async with Runtime.open(store_url, App([agent]), **FAST) as rt:
+        run_id = await dead_lettered(rt, ghost)
         with pytest.raises(IllegalTransition, match="resolve"):
             await rt.redrive(run_id)
         reopened = await rt.resolve(run_id, applied=applied, operator="alice", note="checked")
@@ -72,7 +82,7 @@ async def test_resolve_resumes_an_interrupted_write_without_running_it(
     assert len(tool_messages) == 1 and "alice" in (tool_messages[0].content or "")
 
 
-async def test_redrive_requeues_a_not_retryable_run_under_a_new_epoch(db_url: str) -> None:
+async def test_redrive_requeues_a_not_retryable_run_under_a_new_epoch(store_url: str) -> None:
     broken = [True]
 
     def answer(request: ProviderRequest) -> ProviderReply:
@@ -81,7 +91,7 @@ async def test_redrive_requeues_a_not_retryable_run_under_a_new_epoch(db_url: st
         return ProviderReply(text="ok")
 
     app = App([Agent("chat", ScriptedProvider(answer))])
-    async with Runtime.open(db_url, app, **FAST) as rt:
+    async with Runtime.open(store_url, app, **FAST) as rt:
         run_id = await rt.submit("chat", "hi")
         dead = await rt.wait(run_id, timeout=10)
         assert (dead.state, dead.reason) == (RunState.DEAD_LETTERED, Reason.NOT_RETRYABLE)

@@ -1,4 +1,4 @@
-"""Two worker processes on one SQLite file share the queue and never both hold a run."""
+"""Two worker processes on one store (each dialect) share the queue and never both hold a run."""
 
 from __future__ import annotations
 
@@ -20,16 +20,16 @@ RUNS = 60
 
 
 async def test_two_processes_share_the_work_and_each_write_runs_once(
-    db_url: str, tmp_path: Path
+    store_url: str, tmp_path: Path
 ) -> None:
     calls_file = tmp_path / "calls.txt"
-    async with Client.open(db_url) as client:
+    async with Client.open(store_url) as client:
         ids = [await client.submit("payer", i) for i in range(RUNS)]
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     workers = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), db_url, name, str(calls_file)],
+            [sys.executable, str(WORKER), store_url, name, str(calls_file)],
             env=env,
             stderr=subprocess.PIPE,
         )
@@ -49,6 +49,6 @@ async def test_two_processes_share_the_work_and_each_write_runs_once(
     assert sorted(executions) == sorted(ids)
     assert set(executions.values()) == {1}, "a non-idempotent write ran twice"
     assert {worker for _, worker, _ in lines} == {"w1", "w2"}
-    async with Client.open(db_url) as client:
+    async with Client.open(store_url) as client:
         runs = [await client.get(run_id) for run_id in ids]
     assert all(r.state is RunState.COMPLETED and r.epoch == 1 for r in runs)

@@ -1,24 +1,24 @@
-"""The SQLite store itself: schema, pragmas, indexes, claiming, fencing, reaping, cancelling."""
+"""The SQLite store itself: its migrations on a file, pragmas, and partial indexes.
+
+What every dialect must do alike (claiming, fencing, reaping, cancelling) is in
+test_store_conformance.py, which runs on SQLite and PostgreSQL.
+"""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
-import anyio
 import pytest
-from support import provider_step
+from test_store_conformance import new_run
 
-from runtime import ProviderReply, RunNotFound, StoreError, ToolCall
+from runtime import StoreError
 from runtime.clock import ManualClock
-from runtime.effects import ToolEffect
-from runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
-from runtime.model import NewRun, RunRecord, Settlement, StepWrite, dump_json
-from storage import BatchItem, CancelOutcome, SQLStore, open_store
+from runtime.lifecycle import RunState
+from storage import SQLStore, open_store
 from storage.migrations import MIGRATIONS
 from storage.queries import load_queries
 from storage.sqlite import BUSY_TIMEOUT_MS
@@ -26,7 +26,6 @@ from storage.sqlite import BUSY_TIMEOUT_MS
 pytestmark = pytest.mark.anyio
 
 QUERIES = load_queries("sqlite")
-COMPLETE = Settlement(Event.COMPLETE, Reason.COMPLETED, result_json='"ok"')
 
 
 def path_of(db_url: str) -> Path:
@@ -35,15 +34,6 @@ def path_of(db_url: str) -> Path:
 
 def raw(db_url: str) -> sqlite3.Connection:
     return sqlite3.connect(path_of(db_url), isolation_level=None)
-
-
-def new_run(agent: str = "a", value: Any = None, run_id: str | None = None) -> NewRun:
-    return NewRun(
-        id=run_id or str(uuid.uuid4()),
-        agent=agent,
-        mode=RunMode.QUEUED,
-        input_json=dump_json(value),
-    )
 
 
 @pytest.fixture
@@ -58,42 +48,6 @@ async def store(anyio_backend: str, db_url: str, clock: ManualClock) -> AsyncIte
         yield opened
     finally:
         await opened.aclose()
-
-
-async def claimed(store: SQLStore, agent: str = "a", lease_seconds: float = 5.0) -> RunRecord:
-    record = await store.create_run(new_run(agent))
-    (run,) = await store.claim_runs("w1", 1, lease_seconds, [agent])
-    assert run.id == record.id
-    return run
-
-
-def intent(seq: int, effect: ToolEffect = ToolEffect.NON_IDEMPOTENT_WRITE) -> StepWrite:
-    return StepWrite(
-        seq=seq,
-        kind=StepKind.TOOL,
-        status=StepStatus.STARTED,
-        tool="charge",
-        call_id="c1",
-        effect=effect,
-        idempotency_key="k1",
-        arguments_json='{"amount":5}',
-    )
-
-
-def outcome_of(step: StepWrite) -> StepWrite:
-    return StepWrite(
-        seq=step.seq,
-        kind=step.kind,
-        status=StepStatus.SUCCEEDED,
-        tool=step.tool,
-        call_id=step.call_id,
-        effect=step.effect,
-        output_json='{"charged":5}',
-        settles=True,
-    )
-
-
-ASK = ProviderReply(tool_calls=[ToolCall("charge", {"amount": 5}, "c1")])
 
 
 # -- migrations -------------------------------------------------------------------------
@@ -304,375 +258,3 @@ async def test_claim_finds_the_few_queued_runs_among_many_finished(
     assert all(r.state is RunState.RUNNING and r.epoch == 1 for r in got)
     assert await store.claim_runs("w1", 10, 5.0, ["a"]) == []
     assert len(await store.list_runs(state=RunState.COMPLETED, limit=10_000)) == 5000
-
-
-# -- claiming ---------------------------------------------------------------------------
-
-
-async def test_claim_takes_the_oldest_first_within_the_limit(
-    store: SQLStore, clock: ManualClock
-) -> None:
-    ids = []
-    for index in range(4):
-        ids.append((await store.create_run(new_run(value=index))).id)
-        clock.advance(1)
-
-    first = await store.claim_runs("w1", 2, 30.0, ["a"])
-    clock.advance(1)
-    second = await store.claim_runs("w2", 5, 10.0, ["a"])
-
-    assert [r.id for r in first] == ids[:2]
-    assert [r.id for r in second] == ids[2:]
-    for run, owner, expires in [
-        *[(r, "w1", clock.now() - 1 + 30.0) for r in first],
-        *[(r, "w2", clock.now() + 10.0) for r in second],
-    ]:
-        assert run.state is RunState.RUNNING
-        assert run.epoch == 1
-        assert run.lease_owner == owner
-        assert run.lease_expires_at == pytest.approx(expires)
-        stored = await store.get_run(run.id)
-        assert stored == run
-
-
-async def test_claim_takes_only_the_listed_agents(store: SQLStore) -> None:
-    mine = await store.create_run(new_run("mine"))
-    theirs = await store.create_run(new_run("theirs"))
-    other = await store.create_run(new_run("other"))
-
-    assert await store.claim_runs("w1", 10, 5.0, []) == []
-    got = await store.claim_runs("w1", 10, 5.0, ["mine", "absent"])
-    assert [r.id for r in got] == [mine.id]
-    got = await store.claim_runs("w1", 10, 5.0, ["other", "theirs"])
-    assert sorted(r.id for r in got) == sorted([theirs.id, other.id])
-
-
-async def test_a_run_available_later_is_not_claimed_before_its_time(
-    store: SQLStore, clock: ManualClock
-) -> None:
-    run = await claimed(store)
-    requeue = Settlement(Event.REQUEUE, delay_seconds=10.0, spends_retry=True)
-    (outcome,) = await store.commit_batch([BatchItem(run.id, run.epoch, settlement=requeue)])
-    assert outcome.persisted
-    queued = await store.get_run(run.id)
-    assert queued is not None
-    assert (queued.state, queued.requeues) == (RunState.QUEUED, 1)
-    assert queued.available_at == pytest.approx(clock.now() + 10.0)
-
-    assert await store.claim_runs("w1", 10, 5.0, ["a"]) == []
-    clock.advance(9.5)
-    assert await store.claim_runs("w1", 10, 5.0, ["a"]) == []
-    clock.advance(0.5)
-    (again,) = await store.claim_runs("w2", 10, 5.0, ["a"])
-    assert (again.id, again.epoch, again.lease_owner) == (run.id, 2, "w2")
-
-
-async def test_two_stores_on_one_file_never_claim_the_same_run(db_url: str) -> None:
-    setup = await open_store(db_url)
-    try:
-        ids = {(await setup.create_run(new_run(value=i))).id for i in range(300)}
-    finally:
-        await setup.aclose()
-    stores = [await open_store(db_url) for _ in range(3)]
-    taken: list[list[str]] = [[] for _ in stores]
-
-    async def claim(index: int) -> None:
-        batch = await stores[index].claim_runs(f"w{index}", 7, 30.0, ["a"])
-        taken[index].extend(r.id for r in batch)
-
-    try:
-        with anyio.fail_after(30):
-            # In rounds, so that every store has a claim in flight at the same time
-            # (SQLite's busy handler would otherwise let one connection starve the rest).
-            while sum(map(len, taken)) < len(ids):
-                async with anyio.create_task_group() as tg:
-                    for index in range(len(stores)):
-                        tg.start_soon(claim, index)
-        leftover = await stores[1].claim_runs("w1", 7, 30.0, ["a"])
-        runs = await stores[0].list_runs(limit=1000)
-    finally:
-        for opened in stores:
-            await opened.aclose()
-
-    every = [run_id for share in taken for run_id in share]
-    assert len(every) == len(set(every)) == len(ids)
-    assert set(every) == ids
-    assert leftover == []
-    assert all(taken), "a store claimed nothing"
-    assert {(r.state, r.epoch) for r in runs} == {(RunState.RUNNING, 1)}
-    owners = {r.id: r.lease_owner for r in runs}
-    for index, share in enumerate(taken):
-        assert {owners[run_id] for run_id in share} <= {f"w{index}"}
-
-
-# -- fencing (G6) and terminal is terminal (G9) ----------------------------------------
-
-
-@pytest.mark.parametrize("stale_epoch", [0, 2])
-async def test_a_batch_under_the_wrong_epoch_writes_nothing(
-    store: SQLStore, clock: ManualClock, stale_epoch: int
-) -> None:
-    run = await claimed(store)
-    clock.advance(1)
-    (outcome,) = await store.commit_batch(
-        [BatchItem(run.id, stale_epoch, steps=(provider_step(0, ASK),), lease_seconds=50.0)]
-    )
-    assert (outcome.persisted, outcome.lease_held) == (False, False)
-    assert await store.list_steps(run.id) == []
-    assert await store.get_run(run.id) == run
-
-
-async def test_a_batch_under_the_right_epoch_records_and_renews(
-    store: SQLStore, clock: ManualClock
-) -> None:
-    run = await claimed(store)
-    clock.advance(3)
-    (outcome,) = await store.commit_batch(
-        [BatchItem(run.id, 1, steps=(provider_step(0, ASK), intent(1)), lease_seconds=5.0)]
-    )
-    assert (outcome.persisted, outcome.lease_held, outcome.cancel_requested) == (True, True, False)
-    assert outcome.lease_expires_at == pytest.approx(clock.now() + 5.0)
-    renewed = await store.get_run(run.id)
-    assert renewed is not None
-    assert renewed.lease_expires_at == pytest.approx(clock.now() + 5.0)
-    steps = await store.list_steps(run.id)
-    assert [(s.seq, s.kind, s.status, s.epoch) for s in steps] == [
-        (0, StepKind.PROVIDER, StepStatus.SUCCEEDED, 1),
-        (1, StepKind.TOOL, StepStatus.STARTED, 1),
-    ]
-    assert steps[1].finished_at is None
-    assert steps[0].started_at == steps[0].finished_at == clock.now()
-
-    assert await store.request_cancel(run.id) is CancelOutcome.REQUESTED
-    clock.advance(1)
-    (outcome,) = await store.commit_batch(
-        [BatchItem(run.id, 1, steps=(outcome_of(intent(1)),), lease_seconds=7.0)]
-    )
-    assert (outcome.persisted, outcome.lease_held, outcome.cancel_requested) == (True, True, True)
-    assert outcome.lease_expires_at == pytest.approx(clock.now() + 7.0)
-    settled = (await store.list_steps(run.id))[1]
-    assert (settled.status, settled.output, settled.finished_at) == (
-        StepStatus.SUCCEEDED,
-        {"charged": 5},
-        clock.now(),
-    )
-
-
-async def test_a_settle_under_a_stale_epoch_changes_nothing(
-    store: SQLStore, clock: ManualClock
-) -> None:
-    run = await claimed(store)
-    clock.advance(1)
-    for epoch in (0, 2):
-        (outcome,) = await store.commit_batch([BatchItem(run.id, epoch, settlement=COMPLETE)])
-        assert (outcome.persisted, outcome.lease_held) == (False, False)
-    assert await store.get_run(run.id) == run
-
-
-async def test_a_terminal_run_cannot_be_settled_or_renewed_again(
-    store: SQLStore, clock: ManualClock
-) -> None:
-    run = await claimed(store)
-    clock.advance(1)
-    (outcome,) = await store.commit_batch([BatchItem(run.id, 1, settlement=COMPLETE)])
-    assert (outcome.persisted, outcome.lease_held) == (True, False)
-    done = await store.get_run(run.id)
-    assert done is not None
-    assert (done.state, done.reason, done.result) == (
-        RunState.COMPLETED,
-        Reason.COMPLETED,
-        "ok",
-    )
-    assert (done.lease_owner, done.lease_expires_at, done.finished_at) == (None, None, clock.now())
-
-    clock.advance(1)
-    attempts = [
-        BatchItem(run.id, 1, lease_seconds=5.0),
-        BatchItem(run.id, 1, steps=(provider_step(0, ASK),), lease_seconds=5.0),
-        BatchItem(run.id, 1, settlement=Settlement(Event.FAIL, Reason.MAX_STEPS, error="x")),
-        BatchItem(run.id, 1, settlement=Settlement(Event.REQUEUE, spends_retry=True)),
-        BatchItem(run.id, 1, settlement=COMPLETE),
-    ]
-    for item in attempts:
-        (outcome,) = await store.commit_batch([item])
-        assert (outcome.persisted, outcome.lease_held) == (False, False), item
-    assert await store.get_run(run.id) == done
-    assert await store.list_steps(run.id) == []
-    assert await store.claim_runs("w1", 10, 5.0, ["a"]) == []
-    assert await store.request_cancel(run.id) is CancelOutcome.ALREADY_FINISHED
-
-
-async def test_a_bad_step_fails_its_item_only(store: SQLStore, clock: ManualClock) -> None:
-    one = await claimed(store)
-    two = await claimed(store)
-    three = await claimed(store)
-    (outcome,) = await store.commit_batch(
-        [BatchItem(three.id, 1, steps=(intent(0), outcome_of(intent(0))), lease_seconds=5.0)]
-    )
-    assert outcome.persisted
-    three_before = await store.list_steps(three.id)
-    clock.advance(2)
-
-    outcomes = await store.commit_batch(
-        [
-            # Settles a row that does not exist: the whole item rolls back, lease included.
-            BatchItem(
-                one.id, 1, steps=(provider_step(0, ASK), outcome_of(intent(1))), lease_seconds=9.0
-            ),
-            BatchItem(two.id, 1, steps=(provider_step(0, ASK),), lease_seconds=9.0),
-            # Settles a row that is already settled, not started.
-            BatchItem(three.id, 1, steps=(outcome_of(intent(0)),), lease_seconds=9.0),
-        ]
-    )
-
-    assert [(o.persisted, o.lease_held) for o in outcomes] == [
-        (False, True),
-        (True, True),
-        (False, True),
-    ]
-    assert "no open intent" in (outcomes[0].error or "")
-    assert "no open intent" in (outcomes[2].error or "")
-    assert await store.list_steps(one.id) == []
-    assert await store.get_run(one.id) == one
-    assert await store.list_steps(three.id) == three_before
-    assert [s.seq for s in await store.list_steps(two.id)] == [0]
-    renewed = await store.get_run(two.id)
-    assert renewed is not None
-    assert renewed.lease_expires_at == pytest.approx(clock.now() + 9.0)
-
-
-# -- reaping ----------------------------------------------------------------------------
-
-
-async def test_an_expired_lease_is_found_with_its_last_step(
-    store: SQLStore, clock: ManualClock
-) -> None:
-    run = await claimed(store)
-    fresh = await claimed(store)
-    (outcome,) = await store.commit_batch(
-        [BatchItem(run.id, 1, steps=(provider_step(0, ASK), intent(1)), lease_seconds=5.0)]
-    )
-    assert outcome.persisted
-    assert await store.expired_runs(10) == []
-    clock.advance(5)
-    assert await store.expired_runs(10) == []  # expires *at* now: not yet past
-    clock.advance(0.001)
-    # Renewing the other run keeps it out of the reaper's way.
-    await store.commit_batch([BatchItem(fresh.id, 1, lease_seconds=5.0)])
-
-    (expired,) = await store.expired_runs(10)
-
-    assert expired.run.id == run.id
-    assert expired.run.epoch == 1
-    assert (expired.last_effect, expired.last_status) == (
-        ToolEffect.NON_IDEMPOTENT_WRITE,
-        StepStatus.STARTED,
-    )
-
-
-async def test_expired_runs_are_oldest_first_and_bounded(
-    store: SQLStore, clock: ManualClock
-) -> None:
-    runs = []
-    for _ in range(4):
-        runs.append(await claimed(store))
-        clock.advance(1)
-    clock.advance(10)
-    found = await store.expired_runs(3)
-    assert [e.run.id for e in found] == [r.id for r in runs[:3]]
-    assert all(e.last_effect is None and e.last_status is None for e in found)
-
-
-async def test_reap_settles_an_expired_run_once(store: SQLStore, clock: ManualClock) -> None:
-    run = await claimed(store)
-    clock.advance(6)
-    (expired,) = await store.expired_runs(10)
-    dead = Settlement(Event.DEAD_LETTER, Reason.INTERRUPTED_WRITE, error="reaped")
-
-    assert await store.reap(expired, dead) is True
-    assert await store.reap(expired, dead) is False
-
-    record = await store.get_run(run.id)
-    assert record is not None
-    assert (record.state, record.reason, record.lease_owner) == (
-        RunState.DEAD_LETTERED,
-        Reason.INTERRUPTED_WRITE,
-        None,
-    )
-    assert await store.expired_runs(10) == []
-    # The worker that lost the run can no longer write under its epoch.
-    (outcome,) = await store.commit_batch([BatchItem(run.id, 1, lease_seconds=5.0)])
-    assert (outcome.persisted, outcome.lease_held) == (False, False)
-
-
-async def test_reap_is_fenced_by_a_renewal_since_the_scan(
-    store: SQLStore, clock: ManualClock
-) -> None:
-    run = await claimed(store)
-    clock.advance(6)
-    (expired,) = await store.expired_runs(10)
-    # The slow worker comes back and renews before the reaper acts on its scan.
-    (outcome,) = await store.commit_batch([BatchItem(run.id, 1, lease_seconds=5.0)])
-    assert outcome.persisted
-
-    requeue = Settlement(Event.REQUEUE, spends_retry=True)
-    assert await store.reap(expired, requeue) is False
-    record = await store.get_run(run.id)
-    assert record is not None
-    assert (record.state, record.epoch, record.lease_owner) == (RunState.RUNNING, 1, "w1")
-    assert record.requeues == 0
-
-
-async def test_reap_is_fenced_by_a_new_epoch(store: SQLStore, clock: ManualClock) -> None:
-    run = await claimed(store)
-    clock.advance(6)
-    (expired,) = await store.expired_runs(10)
-    assert await store.reap(expired, Settlement(Event.REQUEUE)) is True
-    (again,) = await store.claim_runs("w2", 1, 5.0, ["a"])
-    assert again.epoch == 2
-    clock.advance(6)
-    # The old scan names epoch 1: it cannot settle the run now held under epoch 2.
-    assert await store.reap(expired, Settlement(Event.DEAD_LETTER, Reason.NOT_RETRYABLE)) is False
-    record = await store.get_run(run.id)
-    assert record is not None
-    assert (record.state, record.epoch, record.lease_owner) == (RunState.RUNNING, 2, "w2")
-
-
-# -- cancelling -------------------------------------------------------------------------
-
-
-async def test_cancel_a_queued_run_at_once(store: SQLStore, clock: ManualClock) -> None:
-    record = await store.create_run(new_run())
-    clock.advance(1)
-    assert await store.request_cancel(record.id) is CancelOutcome.CANCELLED
-    cancelled = await store.get_run(record.id)
-    assert cancelled is not None
-    assert (cancelled.state, cancelled.reason, cancelled.finished_at) == (
-        RunState.CANCELLED,
-        Reason.CANCELLED,
-        clock.now(),
-    )
-    assert await store.claim_runs("w1", 10, 5.0, ["a"]) == []
-    assert await store.request_cancel(record.id) is CancelOutcome.ALREADY_FINISHED
-
-
-async def test_cancel_a_running_run_sets_the_flag(store: SQLStore) -> None:
-    run = await claimed(store)
-    assert await store.request_cancel(run.id) is CancelOutcome.REQUESTED
-    record = await store.get_run(run.id)
-    assert record is not None
-    assert (record.state, record.cancel_requested, record.epoch) == (RunState.RUNNING, True, 1)
-    # The holder settles it at its next boundary.
-    cancel = Settlement(Event.CANCEL_RUNNING, Reason.CANCELLED)
-    (outcome,) = await store.commit_batch([BatchItem(run.id, 1, settlement=cancel)])
-    assert outcome.persisted
-    assert await store.request_cancel(run.id) is CancelOutcome.ALREADY_FINISHED
-    final = await store.get_run(run.id)
-    assert final is not None
-    assert (final.state, final.reason) == (RunState.CANCELLED, Reason.CANCELLED)
-
-
-async def test_cancel_an_unknown_run(store: SQLStore) -> None:
-    with pytest.raises(RunNotFound, match="ghost"):
-        await store.request_cancel("ghost")
-    assert await store.list_runs() == []

@@ -1,4 +1,5 @@
-"""Store faults around the real SQLite store: writes fail closed, reads fail soft (G3-G5)."""
+"""Store faults around the real store, on each dialect: writes fail closed, reads fail soft
+(G3-G5)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ pytestmark = pytest.mark.anyio
 FAST = {"poll_interval_seconds": 0.02, "reap_interval_seconds": 0.05}
 
 
-async def faulty(db_url: str) -> FaultyStore:
-    return FaultyStore(await open_store(db_url))
+async def faulty(store_url: str) -> FaultyStore:
+    return FaultyStore(await open_store(store_url))
 
 
 @pytest.mark.parametrize(
@@ -42,10 +43,10 @@ async def faulty(db_url: str) -> FaultyStore:
     ],
 )
 async def test_unrecorded_write_result_fails_the_run_and_leaves_the_intent(
-    db_url: str, effect: ToolEffect, state: RunState, reason: Reason
+    store_url: str, effect: ToolEffect, state: RunState, reason: Reason
 ) -> None:
     calls = Calls()
-    store = await faulty(db_url)
+    store = await faulty(store_url)
     store.fault = settles_tool("charge")
     app = App([one_call_agent("payer", effect, calls, tool_name="charge")])
     with capture_logs() as logs:
@@ -63,9 +64,9 @@ async def test_unrecorded_write_result_fails_the_run_and_leaves_the_intent(
     assert "audit.failed" in events(logs)
 
 
-async def test_read_tool_under_the_same_fault_completes(db_url: str) -> None:
+async def test_read_tool_under_the_same_fault_completes(store_url: str) -> None:
     calls = Calls()
-    store = await faulty(db_url)
+    store = await faulty(store_url)
     store.fault = records_tool("lookup")
     app = App([one_call_agent("reader", ToolEffect.READ_ONLY, calls, tool_name="lookup")])
     with capture_logs() as logs:
@@ -79,9 +80,9 @@ async def test_read_tool_under_the_same_fault_completes(db_url: str) -> None:
     assert "step.record_failed" in events(logs)
 
 
-async def test_read_record_that_fails_once_is_sent_again_with_the_next_step(db_url: str) -> None:
+async def test_read_record_that_fails_once_is_sent_again_with_the_next_step(store_url: str) -> None:
     calls = Calls()
-    store = await faulty(db_url)
+    store = await faulty(store_url)
     failed_once: list[bool] = []
 
     def first_time_only(item: object) -> bool:
@@ -104,10 +105,10 @@ async def test_read_record_that_fails_once_is_sent_again_with_the_next_step(db_u
 
 @pytest.mark.parametrize("effect", [ToolEffect.IDEMPOTENT_WRITE, ToolEffect.NON_IDEMPOTENT_WRITE])
 async def test_write_whose_intent_cannot_be_stored_is_never_called(
-    db_url: str, effect: ToolEffect
+    store_url: str, effect: ToolEffect
 ) -> None:
     calls = Calls()
-    store = await faulty(db_url)
+    store = await faulty(store_url)
     store.fault = records_tool("charge", StepStatus.STARTED)
     app = App([one_call_agent("payer", effect, calls, tool_name="charge")])
     async with Runtime.open(store, app, **FAST) as rt:
@@ -126,9 +127,9 @@ async def test_write_whose_intent_cannot_be_stored_is_never_called(
     assert store.refused
 
 
-async def test_persister_crash_is_restarted_and_fails_the_write_closed(db_url: str) -> None:
+async def test_persister_crash_is_restarted_and_fails_the_write_closed(store_url: str) -> None:
     calls = Calls()
-    store = await faulty(db_url)
+    store = await faulty(store_url)
     app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls)])
     quick_retry = RecoveryPolicy(backoff_base_seconds=0.01)
     with capture_logs() as logs:

@@ -1,0 +1,256 @@
+"""Claim throughput on PostgreSQL with 1, 2 and 4 worker processes.
+
+For each worker count P this creates a fresh database on the server the URL names,
+fills it with R queued runs (one INSERT, not timed), starts P worker processes that
+each connect and then, at one agreed instant, claim in a loop (``claim_runs`` with
+``--batch`` runs a claim, the store's single ``FOR UPDATE SKIP LOCKED`` statement)
+until the queue is empty. It reports runs claimed per second and claim transactions
+per second over the wall time from that instant until the last worker found the queue
+empty, and checks afterwards that every run was claimed exactly once (epoch 1).
+
+    .venv/bin/python bench/claims.py
+    .venv/bin/python bench/claims.py --store postgresql://postgres@127.0.0.1/postgres \\
+        --workers 1,2,4 --runs 20000 --batch 1,32
+
+The URL names a server and a maintenance database to create the fresh databases
+from; each is dropped afterwards. This is a benchmark, not a test: it asserts
+nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import asyncpg
+import attrs
+from pg_support import fresh_database
+
+from runtime.clock import SystemClock
+from storage import open_store
+
+AGENT = "bench"
+LEASE_SECONDS = 300.0
+START_DELAY_SECONDS = 1.5
+ROOT = Path(__file__).resolve().parents[1]
+
+FILL_SQL = """
+INSERT INTO runs (id, agent, mode, state, input_json, epoch, requeues, lease_owner,
+                  lease_expires_at, available_at, cancel_requested, created_at, updated_at)
+SELECT 'run-' || lpad(n::text, 8, '0'), $1, 'queued', 'queued', 'null', 0, 0, NULL, NULL,
+       leaseward_now() - 10 + n * 1e-6, FALSE, leaseward_now() - 10, leaseward_now() - 10
+FROM generate_series(1, $2) AS n
+"""
+
+
+@attrs.frozen
+class Result:
+    workers: int
+    batch: int
+    runs: int
+    claimed: int
+    claims: int
+    seconds: float
+    per_worker: tuple[int, ...]
+    double_claims: int
+
+    @property
+    def runs_per_second(self) -> float:
+        return self.claimed / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def claims_per_second(self) -> float:
+        return self.claims / self.seconds if self.seconds > 0 else 0.0
+
+
+# -- one worker process -------------------------------------------------------------------
+
+
+async def worker(url: str, worker_id: str, batch: int, start_at: float) -> None:
+    store = await open_store(url, clock=SystemClock(), migrate=False, pool_size=2)
+    try:
+        # Warm the connection and the prepared claim statement before the start.
+        await store.claim_runs(worker_id, batch, LEASE_SECONDS, ["nobody"])
+        await anyio.sleep(max(0.0, start_at - time.time()))
+        started = time.time()
+        claimed = claims = 0
+        while True:
+            got = await store.claim_runs(worker_id, batch, LEASE_SECONDS, [AGENT])
+            claims += 1
+            if not got:
+                break
+            claimed += len(got)
+        ended = time.time()
+    finally:
+        await store.aclose()
+    print(json.dumps({"claimed": claimed, "claims": claims, "started": started, "ended": ended}))
+
+
+# -- the driver ---------------------------------------------------------------------------
+
+
+async def measure(admin_url: str, workers: int, batch: int, runs: int) -> Result:
+    async with fresh_database(admin_url, "claims") as url:
+        connection = await asyncpg.connect(url)
+        try:
+            await connection.execute(FILL_SQL, AGENT, runs)
+            await connection.execute("ANALYZE runs")
+        finally:
+            await connection.close()
+
+        start_at = time.time() + START_DELAY_SECONDS + 0.2 * workers
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "bench")])}
+        processes = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    url,
+                    f"w{index}",
+                    str(batch),
+                    repr(start_at),
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+            )
+            for index in range(workers)
+        ]
+        reports = []
+        for process in processes:
+            out, _ = await anyio.to_thread.run_sync(process.communicate)
+            if process.returncode != 0:
+                raise SystemExit(f"a worker failed (exit {process.returncode})")
+            reports.append(json.loads(out.decode().strip().splitlines()[-1]))
+
+        connection = await asyncpg.connect(url)
+        try:
+            running = await connection.fetchval(
+                "SELECT COUNT(*) FROM runs WHERE state = 'running' AND epoch = 1"
+            )
+            bad = await connection.fetchval("SELECT COUNT(*) FROM runs WHERE epoch <> 1")
+        finally:
+            await connection.close()
+
+    claimed = sum(r["claimed"] for r in reports)
+    seconds = max(r["ended"] for r in reports) - min(r["started"] for r in reports)
+    return Result(
+        workers=workers,
+        batch=batch,
+        runs=runs,
+        claimed=claimed,
+        claims=sum(r["claims"] for r in reports),
+        seconds=seconds,
+        per_worker=tuple(r["claimed"] for r in reports),
+        double_claims=int(bad) + (claimed - int(running)),
+    )
+
+
+def parse_ints(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of integers: {text!r}"
+        ) from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError("values must be positive integers")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Claim throughput on PostgreSQL with several worker processes."
+    )
+    parser.add_argument(
+        "--store",
+        default=os.environ.get(
+            "LEASEWARD_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+        ),
+        metavar="postgresql://...",
+        help="server and maintenance database to create fresh databases from "
+        "(default: $LEASEWARD_TEST_PG_URL or %(default)s)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=parse_ints,
+        default=[1, 2, 4],
+        metavar="P,P,...",
+        help="worker process counts (default: 1,2,4)",
+    )
+    parser.add_argument(
+        "--batch",
+        type=parse_ints,
+        default=[1, 32],
+        metavar="B,B,...",
+        help="runs asked for by each claim; 32 is the Supervisor's (default: 1,32)",
+    )
+    parser.add_argument(
+        "--runs", type=int, default=5000, help="queued runs per measurement (default: 5000)"
+    )
+    return parser
+
+
+def print_results(results: Sequence[Result]) -> None:
+    header = (
+        f"{'P':>3} {'batch':>5} {'runs':>7} {'claimed':>7} {'claims':>7} {'wall s':>7} "
+        f"{'runs/s':>8} {'claims/s':>8} {'vs P=1':>7} {'double':>6}  per worker"
+    )
+    print(header)
+    print("-" * len(header))
+    base: dict[int, float] = {}
+    for r in results:
+        if r.workers == 1:
+            base.setdefault(r.batch, r.runs_per_second)
+        ratio = r.runs_per_second / base[r.batch] if base.get(r.batch) else 0.0
+        print(
+            f"{r.workers:>3} {r.batch:>5} {r.runs:>7} {r.claimed:>7} {r.claims:>7} "
+            f"{r.seconds:>7.3f} {r.runs_per_second:>8.0f} {r.claims_per_second:>8.0f} "
+            f"{ratio:>6.2f}x {r.double_claims:>6}  {','.join(map(str, r.per_worker))}"
+        )
+
+
+async def run_all(args: argparse.Namespace) -> list[Result]:
+    results = []
+    for batch in args.batch:
+        for workers in args.workers:
+            results.append(await measure(args.store, workers, batch, args.runs))
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--worker"]:
+        url, worker_id, batch, start_at = argv[1:5]
+        anyio.run(worker, url, worker_id, int(batch), float(start_at))
+        return
+    args = build_parser().parse_args(argv)
+    started = time.perf_counter()
+    results = anyio.run(run_all, args)
+    print(
+        f"leaseward claim throughput on PostgreSQL ({args.store}): {args.runs} queued runs "
+        f"per measurement, each worker a process claiming in a loop until the queue is empty;"
+        f" {os.cpu_count()} CPUs shared with the server"
+    )
+    print()
+    print_results(results)
+    print()
+    print(
+        "P = worker processes; batch = runs a claim asks for; claims = claim statements "
+        "(the last of each worker finds none);\nruns/s = runs claimed per second of wall time "
+        "from the common start to the last worker done; vs P=1 = runs/s over the same batch "
+        "with one worker;\ndouble = runs claimed more than once or not at epoch 1 "
+        "(checked in the database after; must be 0)."
+    )
+    print(f"total {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,389 @@
+"""The PostgreSQL executor: an asyncpg pool, one connection per transaction or read.
+
+Each ``transaction()`` or ``reading()`` takes a connection from the pool and
+binds it to the calling task (a context variable) for the length of the block,
+so concurrent tasks never share a connection and a statement inside the block
+goes where its transaction is. A statement outside any block borrows a
+connection for itself. A dedicated connection LISTENs for notifications.
+
+Every driver error (asyncpg's, and the OSError of a lost socket) becomes a
+``StoreError`` here, or a ``ConfigurationError`` when the URL itself is wrong
+(no such database, role or password). A lost connection is dropped by the pool
+and replaced on the next acquire; a lost listener is re-established with backoff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from types import MappingProxyType
+from typing import Any, TypeAlias, TypeVar
+from urllib.parse import parse_qsl, urlsplit
+
+import anyio
+import asyncpg
+import structlog
+from asyncpg.pool import PoolConnectionProxy
+from asyncpg.transaction import Transaction
+
+from runtime.errors import ConfigurationError, StoreError
+from storage.executor import Params, Row
+from storage.url import DEFAULT_POOL_SIZE, PostgresOptions
+
+__all__ = [
+    "ACQUIRE_TIMEOUT_SECONDS",
+    "APPLICATION_NAME",
+    "LISTEN_BACKOFF_MAX_SECONDS",
+    "LISTEN_BACKOFF_MIN_SECONDS",
+    "PostgresExecutor",
+    "translate_params",
+]
+
+ACQUIRE_TIMEOUT_SECONDS = 30.0
+CLOSE_TIMEOUT_SECONDS = 5.0
+LISTEN_BACKOFF_MIN_SECONDS = 0.5
+LISTEN_BACKOFF_MAX_SECONDS = 30.0
+APPLICATION_NAME = "leaseward"
+
+log = structlog.get_logger("leaseward.store")
+
+T = TypeVar("T")
+
+Connection: TypeAlias = "PoolConnectionProxy[asyncpg.Record]"
+
+# Driver errors, translated at this boundary. OSError covers refused and reset
+# sockets, TimeoutError a connect or command that ran out of time.
+_DRIVER_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+    TimeoutError,
+)
+# Errors that say the URL is wrong, not that the server is unwell: retrying won't help.
+_CONFIGURATION_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.InvalidCatalogNameError,
+    asyncpg.InvalidAuthorizationSpecificationError,
+    asyncpg.ClientConfigurationError,
+)
+
+# The connection each executor has bound in this context, by executor id, with the
+# task that bound it. Never mutated: binding makes a new mapping, and the block
+# resets it on exit. A task started inside a block inherits a copy of the context,
+# so the binding also names its task: a child task never takes its parent's
+# connection (it would interleave statements with the parent's transaction).
+_BOUND: ContextVar[Mapping[int, tuple[int, Connection]]] = ContextVar(
+    "leaseward_pg_bound", default=MappingProxyType({})
+)
+
+# A quoted string, a quoted name, a comment, a cast (::), or a :name parameter.
+_TOKENS = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|::|:([A-Za-z_]\w*)""")
+
+
+def translate_params(sql: str) -> tuple[str, tuple[str, ...]]:
+    """``:name`` parameters to ``$n``, in order of first use; casts, strings and comments kept.
+
+    Returns the new text and the parameter names, ``$1`` first. A name used
+    twice is one parameter. Dollar-quoted bodies are not parsed: the named
+    queries have none (the migrations, which do, take no parameters).
+    """
+    names: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return match.group(0)
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return _TOKENS.sub(replace, sql), tuple(names)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    sqlstate = getattr(exc, "sqlstate", None)
+    kind = type(exc).__name__
+    return f"postgresql: {kind}{f' [{sqlstate}]' if sqlstate else ''}: {text}"
+
+
+def _application_name(dsn: str) -> str:
+    """The URL's application_name, else leaseward's: how the server lists our sessions."""
+    return dict(parse_qsl(urlsplit(dsn).query)).get("application_name") or APPLICATION_NAME
+
+
+def _adapt(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+class PostgresExecutor:
+    dialect = "postgresql"
+
+    def __init__(self, pool: asyncpg.Pool[asyncpg.Record], options: PostgresOptions) -> None:
+        self._pool = pool
+        self._options = options
+        self._translated: dict[str, tuple[str, tuple[str, ...]]] = {}
+        # Listening: one connection outside the pool, one event per channel. An
+        # event stays set until a waiter consumes it, so a notice that arrives
+        # between two waits is not lost.
+        self._listener: asyncpg.Connection[asyncpg.Record] | None = None
+        self._listened: set[str] = set()
+        self._events: dict[str, anyio.Event] = {}
+        self._listen_lock = anyio.Lock()
+        self._listen_backoff = LISTEN_BACKOFF_MIN_SECONDS
+        self._listen_retry_at = 0.0
+        self._listener_lost = False
+        self._closed = False
+
+    @classmethod
+    async def connect(
+        cls, options: PostgresOptions, *, pool_size: int = DEFAULT_POOL_SIZE
+    ) -> PostgresExecutor:
+        size = options.pool_size or pool_size
+        name = _application_name(options.dsn)
+        try:
+            pool = await asyncpg.create_pool(
+                options.dsn,
+                min_size=1,
+                max_size=size,
+                timeout=options.connect_timeout_seconds,
+                command_timeout=options.command_timeout_seconds,
+                server_settings={"application_name": name},
+            )
+        except _CONFIGURATION_ERRORS as exc:
+            raise ConfigurationError(
+                f"the PostgreSQL store {options.display} cannot be used: {_describe(exc)}"
+            ) from exc
+        except _DRIVER_ERRORS as exc:
+            raise StoreError(f"{_describe(exc)} ({options.display})") from exc
+        return cls(pool, options)
+
+    # -- connections --------------------------------------------------------------------
+
+    def _bound(self) -> Connection | None:
+        bound = _BOUND.get().get(id(self))
+        if bound is None or bound[0] != anyio.get_current_task().id:
+            return None
+        return bound[1]
+
+    async def _call(self, operation: Callable[..., Awaitable[T]], *args: Any) -> T:
+        # The call itself is inside: a pool proxy whose connection was lost raises
+        # before it returns an awaitable.
+        try:
+            return await operation(*args)
+        except _DRIVER_ERRORS as exc:
+            raise StoreError(_describe(exc)) from exc
+
+    @asynccontextmanager
+    async def _hold(self) -> AsyncIterator[Connection]:
+        """A connection of the pool, bound to this task for the block."""
+        if self._closed:
+            raise StoreError(f"postgresql: the store {self._options.display} is closed")
+        connection = await self._call(lambda: self._pool.acquire(timeout=ACQUIRE_TIMEOUT_SECONDS))
+        token = _BOUND.set({**_BOUND.get(), id(self): (anyio.get_current_task().id, connection)})
+        try:
+            yield connection
+        finally:
+            _BOUND.reset(token)
+            with anyio.CancelScope(shield=True), contextlib.suppress(*_DRIVER_ERRORS):
+                # A broken connection is closed by the pool and replaced on a later acquire.
+                await self._pool.release(connection, timeout=CLOSE_TIMEOUT_SECONDS)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        if self._bound() is not None:
+            raise StoreError("postgresql: a transaction is already open here; use savepoint()")
+        async with self._hold() as connection:
+            transaction = await self._call(self._begin, connection)
+            try:
+                yield
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self._rollback(transaction)
+                raise
+            try:
+                await self._call(transaction.commit)
+            except BaseException:
+                # Whether a COMMIT whose answer was lost applied is unknown: callers
+                # treat it as not persisted, which fails writes closed.
+                with anyio.CancelScope(shield=True):
+                    await self._rollback(transaction)
+                raise
+
+    async def _begin(self, connection: Connection) -> Transaction:
+        transaction = connection.transaction()
+        await transaction.start()
+        return transaction
+
+    async def _rollback(self, transaction: Transaction) -> None:
+        # The connection may be gone, or the transaction already ended: nothing to undo.
+        with contextlib.suppress(*_DRIVER_ERRORS), anyio.move_on_after(CLOSE_TIMEOUT_SECONDS):
+            await transaction.rollback()
+
+    @asynccontextmanager
+    async def savepoint(self, name: str) -> AsyncIterator[None]:
+        connection = self._bound()
+        if connection is None:
+            raise StoreError(f"postgresql: savepoint {name!r} outside a transaction")
+        # asyncpg nests: a transaction inside one is a SAVEPOINT.
+        savepoint = await self._call(self._begin, connection)
+        try:
+            yield
+        except BaseException:
+            await self._call(savepoint.rollback)
+            raise
+        await self._call(savepoint.commit)
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[None]:
+        if self._bound() is not None:
+            yield
+            return
+        async with self._hold():
+            yield
+
+    # -- statements ---------------------------------------------------------------------
+
+    def _prepare(self, sql: str, params: Params | None) -> tuple[str, list[Any]]:
+        translated = self._translated.get(sql)
+        if translated is None:
+            translated = self._translated[sql] = translate_params(sql)
+        text, names = translated
+        given = params or {}
+        missing = [name for name in names if name not in given]
+        if missing:
+            raise StoreError(f"postgresql: the query needs parameters {', '.join(missing)}")
+        return text, [_adapt(given[name]) for name in names]
+
+    async def _fetch(self, sql: str, params: Params | None) -> list[Row]:
+        text, args = self._prepare(sql, params)
+        connection = self._bound()
+        if connection is not None:
+            records = await self._call(connection.fetch, text, *args)
+        else:
+            async with self._hold() as borrowed:
+                records = await self._call(borrowed.fetch, text, *args)
+        return [dict(record.items()) for record in records]
+
+    async def execute(self, sql: str, params: Params | None = None) -> None:
+        await self._fetch(sql, params)
+
+    async def fetch_all(self, sql: str, params: Params | None = None) -> Sequence[Row]:
+        return await self._fetch(sql, params)
+
+    async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
+        rows = await self._fetch(sql, params)
+        return rows[0] if rows else None
+
+    # -- notifications ------------------------------------------------------------------
+
+    async def notify(self, channel: str) -> None:
+        # Inside a transaction NOTIFY is sent at COMMIT; the server drops duplicates.
+        await self.execute("SELECT pg_notify(:channel, '')", {"channel": channel})
+
+    async def wait_for_notification(self, channel: str, timeout: float) -> None:
+        deadline = anyio.current_time() + timeout
+        event = self._events.get(channel)
+        if event is None:
+            event = self._events[channel] = anyio.Event()
+        if not await self._listening(channel):
+            await anyio.sleep(max(0.0, deadline - anyio.current_time()))
+            return
+        with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+            await event.wait()
+        if event.is_set() and self._events.get(channel) is event:
+            self._events[channel] = anyio.Event()
+
+    async def _listening(self, channel: str) -> bool:
+        """Whether a listening connection is up (connecting it if the backoff allows)."""
+        async with self._listen_lock:
+            listener = self._listener
+            if listener is not None and not listener.is_closed():
+                if channel in self._listened:
+                    return True
+                try:
+                    await listener.add_listener(channel, self._notified)
+                except _DRIVER_ERRORS as exc:
+                    log.warning("store.listen_failed", error=_describe(exc))
+                    return False
+                self._listened.add(channel)
+                return True
+            if self._closed or anyio.current_time() < self._listen_retry_at:
+                return False
+            try:
+                # Shielded: a connect cut off halfway leaves asyncpg's protocol
+                # failing in a callback; connect_timeout_seconds bounds the wait.
+                with anyio.CancelScope(shield=True):
+                    await self._listen()
+            except BaseException as exc:
+                self._listen_retry_at = anyio.current_time() + self._listen_backoff
+                self._listen_backoff = min(self._listen_backoff * 2, LISTEN_BACKOFF_MAX_SECONDS)
+                if isinstance(exc, Exception):
+                    log.warning(
+                        "store.listen_failed",
+                        error=_describe(exc),
+                        retry_in_seconds=round(self._listen_retry_at - anyio.current_time(), 3),
+                    )
+                    return False
+                raise
+            self._listen_backoff = LISTEN_BACKOFF_MIN_SECONDS
+            if self._listener_lost:
+                # Notices sent while nobody listened are gone: look for work once.
+                self._listener_lost = False
+                log.info("store.listen_restored")
+                for event in self._events.values():
+                    event.set()
+            return True
+
+    async def _listen(self) -> None:
+        name = _application_name(self._options.dsn)
+        listener = await asyncpg.connect(
+            self._options.dsn,
+            timeout=self._options.connect_timeout_seconds,
+            command_timeout=self._options.command_timeout_seconds,
+            server_settings={"application_name": f"{name}-listen"},
+        )
+        try:
+            for channel in self._events:
+                await listener.add_listener(channel, self._notified)
+            listener.add_termination_listener(self._lost)
+        except BaseException:
+            listener.terminate()
+            raise
+        self._listener = listener
+        self._listened = set(self._events)
+
+    def _notified(self, connection: object, pid: int, channel: str, payload: object) -> None:
+        event = self._events.get(channel)
+        if event is not None:
+            event.set()
+
+    def _lost(self, connection: object) -> None:
+        if connection is not self._listener:
+            return
+        self._listener = None
+        if self._closed:
+            return
+        self._listener_lost = True
+        log.warning("store.listen_lost")
+        # Wake the waiters: they re-establish the listener, or fall back to polling.
+        for event in self._events.values():
+            event.set()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(*_DRIVER_ERRORS):
+                await listener.close(timeout=CLOSE_TIMEOUT_SECONDS)
+        with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS) as scope:
+            try:
+                await self._pool.close()
+            except _DRIVER_ERRORS as exc:
+                self._pool.terminate()
+                raise StoreError(_describe(exc)) from exc
+        if scope.cancelled_caught:
+            self._pool.terminate()

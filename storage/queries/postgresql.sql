@@ -1,0 +1,153 @@
+-- Named queries for PostgreSQL. Each block starts with "-- name: <name>".
+-- Parameters are named (:name) as in every dialect; the executor turns them into
+-- $1, $2, ... Every time comes from the database clock, leaseward_now(), never
+-- from a worker: the :now the domain operations pass is ignored here, and only
+-- durations (:lease_seconds, :delay_seconds) and flags come from the caller.
+-- Casts (::text, ::boolean, ...) tell the server the type of a parameter it
+-- could not infer from where it stands.
+
+-- name: insert_run
+INSERT INTO runs (
+    id, agent, mode, state, input_json, epoch, requeues, lease_owner,
+    lease_expires_at, available_at, cancel_requested, created_at, updated_at
+) VALUES (
+    :id, :agent, :mode, :state, :input_json, :epoch, 0, :lease_owner,
+    leaseward_now() + :lease_seconds::double precision, leaseward_now(), FALSE,
+    leaseward_now(), leaseward_now()
+)
+RETURNING *;
+
+-- name: claim_runs
+-- One statement: pick the oldest ready runs no other claimer has locked, and
+-- lease them. SKIP LOCKED lets concurrent claimers take disjoint runs without
+-- waiting on each other.
+WITH picked AS MATERIALIZED (
+    SELECT id FROM runs
+    WHERE state = :source AND available_at <= leaseward_now()
+      AND agent = ANY(:agents::text[])
+    ORDER BY available_at, created_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE runs
+SET state = :target, epoch = runs.epoch + 1, lease_owner = :worker_id,
+    lease_expires_at = leaseward_now() + :lease_seconds::double precision,
+    updated_at = leaseward_now()
+FROM picked
+WHERE runs.id = picked.id AND runs.state = :source
+RETURNING runs.*;
+
+-- name: renew_lease
+UPDATE runs
+SET lease_expires_at = leaseward_now() + :lease_seconds::double precision,
+    updated_at = leaseward_now()
+WHERE id = :run_id AND epoch = :epoch AND state = :source
+RETURNING cancel_requested, lease_expires_at;
+
+-- name: insert_step
+INSERT INTO steps (
+    run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,
+    arguments_json, output_json, error, started_at, finished_at
+) VALUES (
+    :run_id, :seq, :epoch, :kind, :tool, :call_id, :effect, :status, :idempotency_key,
+    :arguments_json, :output_json, :error,
+    COALESCE(:started_at::double precision, leaseward_now()),
+    CASE WHEN :finished::boolean THEN leaseward_now() END
+);
+
+-- name: settle_step
+UPDATE steps
+SET status = :status, output_json = :output_json, error = :error,
+    finished_at = leaseward_now()
+WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started
+RETURNING seq;
+
+-- name: settle_run
+UPDATE runs
+SET state = :target, reason = :reason, failure_class = :failure_class,
+    result_json = :result_json, error = :error, requeues = requeues + :spent_retries::integer,
+    available_at = leaseward_now() + :delay_seconds::double precision,
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = leaseward_now(),
+    finished_at = CASE WHEN :terminal::boolean THEN leaseward_now() END
+WHERE id = :run_id AND epoch = :epoch AND state = :source
+  AND (NOT :check_expired::boolean OR lease_expires_at < leaseward_now())
+RETURNING id;
+
+-- name: get_run
+SELECT * FROM runs WHERE id = :run_id;
+
+-- name: lock_run
+-- Held until the transaction ends: the decision taken on this row stays true.
+SELECT * FROM runs WHERE id = :run_id FOR UPDATE;
+
+-- name: list_runs
+SELECT * FROM runs
+WHERE (:state::text IS NULL OR state = :state)
+  AND (:agent::text IS NULL OR agent = :agent)
+  AND (:reason::text IS NULL OR reason = :reason)
+ORDER BY created_at DESC, id
+LIMIT :limit;
+
+-- name: count_runs
+SELECT state, COUNT(*) AS runs FROM runs GROUP BY state;
+
+-- name: list_steps
+SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq;
+
+-- name: last_step
+SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq DESC LIMIT 1;
+
+-- name: expired_runs
+SELECT * FROM runs
+WHERE state = :source AND lease_expires_at < leaseward_now()
+ORDER BY lease_expires_at
+LIMIT :limit;
+
+-- name: cancel_run
+UPDATE runs
+SET state = :target, reason = :reason, lease_owner = NULL, lease_expires_at = NULL,
+    updated_at = leaseward_now(), finished_at = leaseward_now()
+WHERE id = :run_id AND state = :source;
+
+-- name: request_cancel
+UPDATE runs SET cancel_requested = TRUE, updated_at = leaseward_now()
+WHERE id = :run_id AND state = :source;
+
+-- name: reopen_run
+UPDATE runs
+SET state = :target, reason = NULL, failure_class = NULL, error = NULL,
+    requeues = CASE WHEN :reset_requeues::boolean THEN 0 ELSE requeues END,
+    epoch = epoch + 1, available_at = leaseward_now(), lease_owner = NULL,
+    lease_expires_at = NULL, cancel_requested = FALSE, updated_at = leaseward_now(),
+    finished_at = NULL
+WHERE id = :run_id AND epoch = :epoch AND state = :source
+RETURNING *;
+
+-- name: resolve_step
+UPDATE steps
+SET status = :status, output_json = :output_json, error = :error,
+    finished_at = leaseward_now(), resolved_by = :resolved_by, resolved_at = leaseward_now()
+WHERE run_id = :run_id AND seq = :seq AND status = :started
+RETURNING seq;
+
+-- name: lock_migrations
+-- Held until the migrating transaction ends: a second migrator waits here, then
+-- finds the schema current. The key is the text's hash, fixed across versions.
+SELECT pg_advisory_xact_lock(hashtext('leaseward.schema_migrations'));
+
+-- name: create_migrations_table
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at DOUBLE PRECISION NOT NULL
+);
+
+-- name: schema_present
+SELECT to_regclass('schema_migrations') IS NOT NULL AS present;
+
+-- name: schema_version
+SELECT COALESCE(MAX(version), 0) AS version FROM schema_migrations;
+
+-- name: record_migration
+INSERT INTO schema_migrations (version, name, applied_at)
+VALUES (:version, :name, EXTRACT(EPOCH FROM now())::double precision);

@@ -1,0 +1,605 @@
+"""What only PostgreSQL has: the database clock, LISTEN/NOTIFY, migrations under an
+advisory lock, connection loss, and several worker processes on one database.
+
+The protocol itself is tested on both dialects by test_store_conformance.py and the
+runtime tests that take ``store_url``; these need a server (they skip without one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import asyncpg
+import pytest
+from support import Calls, capture_logs, events
+from test_store_conformance import new_run
+
+from runtime import (
+    Agent,
+    App,
+    Client,
+    ConfigurationError,
+    ProviderReply,
+    Reason,
+    RunState,
+    Runtime,
+    ScriptedProvider,
+    StepStatus,
+    StoreError,
+    ToolCall,
+    ToolContext,
+    ToolEffect,
+    tool,
+)
+from runtime.clock import ManualClock
+from runtime.lifecycle import Event
+from runtime.model import Settlement
+from storage import BatchItem, SQLStore, open_store, parse_store_url, pool_size_for
+from storage.migrations import MIGRATIONS
+from storage.postgres import translate_params
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("pool_worker.py")
+
+
+async def eventually(condition: Callable[[], bool], timeout: float, interval: float = 0.01) -> None:
+    """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
+    for _ in range(int(timeout / interval) + 1):
+        if condition():
+            return
+        await anyio.sleep(interval)
+    pytest.fail(f"still not so after {timeout} s")
+
+
+# -- without a server: parameters and URLs ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "text", "names"),
+    [
+        ("SELECT :a, :b, :a", "SELECT $1, $2, $1", ("a", "b")),
+        ("SELECT :x::text[] = ANY(y)", "SELECT $1::text[] = ANY(y)", ("x",)),
+        ("SELECT a::bigint FROM t WHERE b = :b", "SELECT a::bigint FROM t WHERE b = $1", ("b",)),
+        ("SELECT ':not' || :yes -- :nor this", "SELECT ':not' || $1 -- :nor this", ("yes",)),
+        ('SELECT "a:b" FROM t WHERE c = :c', 'SELECT "a:b" FROM t WHERE c = $1', ("c",)),
+        ("SELECT 'it''s :x', :y", "SELECT 'it''s :x', $1", ("y",)),
+        ("SELECT 1", "SELECT 1", ()),
+    ],
+)
+def test_named_parameters_become_numbered_ones(sql: str, text: str, names: tuple[str, ...]) -> None:
+    assert translate_params(sql) == (text, names)
+
+
+def test_postgres_urls_keep_driver_options_and_take_ours() -> None:
+    parsed = parse_store_url(
+        "postgresql://bob:secret@db.example:6543/runs?pool_size=7&sslmode=require"
+        "&command_timeout_seconds=2.5"
+    )
+    options = parsed.postgresql
+    assert parsed.scheme == "postgresql" and options is not None
+    assert options.dsn == "postgresql://bob:secret@db.example:6543/runs?sslmode=require"
+    assert (options.pool_size, options.command_timeout_seconds) == (7, 2.5)
+    assert options.display == "postgresql://bob@db.example:6543/runs"
+    assert parse_store_url("postgres://h/d").postgresql is not None
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://",
+        "postgresql://h/d?pool_size=0",
+        "postgresql://h/d?pool_size=many",
+        "postgresql://h/d?connect_timeout_seconds=-1",
+    ],
+)
+def test_bad_postgres_urls_are_configuration_errors(url: str) -> None:
+    with pytest.raises(ConfigurationError):
+        parse_store_url(url)
+
+
+def test_the_pool_grows_with_concurrency_within_bounds() -> None:
+    sizes = [pool_size_for(n) for n in (1, 16, 64, 1000)]
+    assert sizes == sorted(sizes)
+    assert sizes[0] >= 4 and sizes[-1] <= 20
+
+
+# -- connecting ---------------------------------------------------------------------------
+
+
+async def test_a_database_that_does_not_exist_is_a_configuration_error(
+    pg_server: Any,
+) -> None:
+    with pytest.raises(ConfigurationError, match="PostgreSQL"):
+        await open_store(pg_server.url_for(f"lw_missing_{uuid.uuid4().hex[:8]}"))
+
+
+async def test_a_server_that_does_not_answer_is_a_store_error() -> None:
+    with pytest.raises(StoreError, match="postgresql"):
+        await open_store("postgresql://postgres@127.0.0.1:1/postgres?connect_timeout_seconds=2")
+
+
+# -- migrations ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def empty_pg_url(pg_server: Any) -> Any:
+    name = pg_server.create_database(migrated=False)
+    try:
+        yield pg_server.url_for(name)
+    finally:
+        pg_server.drop(name)
+
+
+async def recorded(url: str) -> list[tuple[int, str]]:
+    connection = await asyncpg.connect(url)
+    try:
+        rows = await connection.fetch("SELECT version, name FROM schema_migrations ORDER BY 1")
+    finally:
+        await connection.close()
+    return [(row["version"], row["name"]) for row in rows]
+
+
+async def test_migrating_twice_applies_each_version_once(empty_pg_url: str) -> None:
+    for _ in range(2):
+        store = await open_store(empty_pg_url)
+        try:
+            assert await store.migrate() == MIGRATIONS[-1].version
+            await store.create_run(new_run())
+        finally:
+            await store.aclose()
+    assert await recorded(empty_pg_url) == [(m.version, m.name) for m in MIGRATIONS]
+
+
+async def test_an_operator_command_does_not_migrate_a_database_without_the_schema(
+    empty_pg_url: str, pg_url: str
+) -> None:
+    with pytest.raises(StoreError, match="leaseward migrate"):
+        await open_store(empty_pg_url, must_exist=True)
+    connection = await asyncpg.connect(empty_pg_url)
+    try:
+        assert await connection.fetchval("SELECT to_regclass('schema_migrations')") is None
+    finally:
+        await connection.close()
+    store = await open_store(pg_url, must_exist=True)
+    await store.aclose()
+
+
+async def test_two_migrators_at_once_are_serialized_by_the_advisory_lock(
+    empty_pg_url: str,
+) -> None:
+    stores: list[SQLStore] = []
+
+    async def open_one() -> None:
+        stores.append(await open_store(empty_pg_url, migrate=False))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(open_one)
+    try:
+        versions: list[int] = []
+
+        async def migrate(store: SQLStore) -> None:
+            versions.append(await store.migrate())
+
+        async with anyio.create_task_group() as tg:
+            for store in stores:
+                tg.start_soon(migrate, store)
+    finally:
+        for store in stores:
+            await store.aclose()
+    assert versions == [MIGRATIONS[-1].version] * 4
+    assert await recorded(empty_pg_url) == [(m.version, m.name) for m in MIGRATIONS]
+
+
+async def test_a_database_from_a_newer_leaseward_is_refused(pg_url: str) -> None:
+    connection = await asyncpg.connect(pg_url)
+    try:
+        await connection.execute(
+            "INSERT INTO schema_migrations VALUES ($1, 'future', 0)", MIGRATIONS[-1].version + 1
+        )
+    finally:
+        await connection.close()
+    with pytest.raises(StoreError, match="newer"):
+        await open_store(pg_url)
+
+
+# -- the database clock -------------------------------------------------------------------
+
+
+async def test_lease_times_come_from_the_database_clock_not_the_workers(pg_url: str) -> None:
+    # A worker whose clock is a day behind, then a week ahead.
+    skewed = ManualClock(start=time.time() - 86_400)
+    store = await open_store(pg_url, clock=skewed)
+    try:
+        before = time.time()
+        await store.create_run(new_run())
+        (run,) = await store.claim_runs("w1", 1, 30.0, ["a"])
+        after = time.time()
+        assert run.lease_expires_at is not None
+        # Same machine: the database clock is this one, give or take scheduling.
+        assert before + 30 - 1 <= run.lease_expires_at <= after + 30 + 1
+        assert before - 1 <= run.created_at <= after + 1
+
+        skewed.advance(86_400 * 8)
+        # The worker's clock says the lease ran out long ago: the database disagrees.
+        assert await store.expired_runs(10) == []
+        (outcome,) = await store.commit_batch([BatchItem(run.id, run.epoch, lease_seconds=5.0)])
+        assert outcome.persisted and outcome.lease_expires_at is not None
+        assert outcome.lease_expires_at == pytest.approx(time.time() + 5.0, abs=1.0)
+        # And a lease that did run out on the database clock is found whatever it says.
+        (short,) = await store.commit_batch([BatchItem(run.id, run.epoch, lease_seconds=0.01)])
+        assert short.persisted
+        await anyio.sleep(0.05)
+        skewed.advance(-86_400 * 30)
+        assert [e.run.id for e in await store.expired_runs(10)] == [run.id]
+    finally:
+        await store.aclose()
+
+
+# -- LISTEN/NOTIFY ------------------------------------------------------------------------
+
+
+async def waited(store: SQLStore, timeout: float) -> float:
+    started = time.monotonic()
+    await store.wait_for_work(timeout)
+    return time.monotonic() - started
+
+
+async def test_submit_and_requeue_wake_a_waiting_store_in_another_connection(
+    pg_url: str,
+) -> None:
+    waiter = await open_store(pg_url)
+    other = await open_store(pg_url)
+    try:
+        assert await waited(waiter, 0.2) >= 0.15  # nothing to hear: the timeout
+        took: list[float] = []
+
+        async def wait() -> None:
+            took.append(await waited(waiter, 10.0))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            await anyio.sleep(0.2)
+            await other.create_run(new_run())
+        assert took[0] < 5.0
+
+        (run,) = await other.claim_runs("w1", 1, 30.0, ["a"])
+        assert await waited(waiter, 0.1) >= 0.05  # a claim is no news
+        requeue = Settlement(Event.REQUEUE, spends_retry=True)
+        (outcome,) = await other.commit_batch([BatchItem(run.id, run.epoch, settlement=requeue)])
+        assert outcome.persisted
+        # The notice came while nobody waited: it is kept for the next wait.
+        await anyio.sleep(0.2)
+        assert await waited(waiter, 10.0) < 1.0
+    finally:
+        await waiter.aclose()
+        await other.aclose()
+
+
+async def terminate(url: str, application_name: str | None = None) -> int:
+    """Terminate the backends connected to ``url``'s database (except this one)."""
+    database = url.rpartition("/")[2].partition("?")[0]
+    connection = await asyncpg.connect(url.replace(f"/{database}", "/postgres", 1))
+    try:
+        rows = await connection.fetch(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+            " WHERE datname = $1 AND pid <> pg_backend_pid()"
+            " AND ($2::text IS NULL OR application_name = $2)",
+            database,
+            application_name,
+        )
+    finally:
+        await connection.close()
+    return len(rows)
+
+
+async def test_a_lost_listener_is_re_established(pg_url: str) -> None:
+    waiter = await open_store(f"{pg_url}?application_name=lw_listen_test")
+    other = await open_store(pg_url)
+    try:
+        assert await waited(waiter, 0.1) >= 0.05  # now listening
+        with capture_logs() as logs:
+            assert await terminate(pg_url, "lw_listen_test-listen") == 1
+            # Losing the listener wakes the waiter (notices may have been missed).
+            assert await waited(waiter, 10.0) < 5.0
+            assert await waited(waiter, 0.1) >= 0.0  # reconnects (or backs off)
+            took: list[float] = []
+
+            async def wait() -> None:
+                for _ in range(20):
+                    took.append(await waited(waiter, 10.0))
+                    if "store.listen_restored" in events(logs):
+                        return
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await anyio.sleep(1.0)  # past the first backoff
+                await other.create_run(new_run())
+        assert {"store.listen_lost", "store.listen_restored"} <= set(events(logs))
+        assert took and took[-1] < 5.0
+    finally:
+        await waiter.aclose()
+        await other.aclose()
+
+
+async def test_a_statement_on_a_lost_connection_is_a_store_error_then_the_pool_reconnects(
+    pg_url: str,
+) -> None:
+    store = await open_store(f"{pg_url}?application_name=lw_pool_test&pool_size=2")
+    try:
+        record = await store.create_run(new_run())
+        async with store._executor.reading():
+            assert await terminate(pg_url, "lw_pool_test") >= 1
+            # The connection this block holds is gone: a store error, nothing else.
+            with pytest.raises(StoreError, match="postgresql"):
+                await store._executor.fetch_one("SELECT 1 AS one")
+        # The pool replaced it.
+        again = await store.get_run(record.id)
+        assert again is not None and again.id == record.id
+    finally:
+        await store.aclose()
+
+
+# -- connection loss under a running runtime ----------------------------------------------
+
+FAST: dict[str, Any] = {
+    "poll_interval_seconds": 0.02,
+    "reap_interval_seconds": 0.05,
+    "deadline_margin_seconds": 0.05,
+    "lease_seconds": 0.5,
+}
+
+
+def payer_with_lookup(
+    calls: Calls, before_lookup: Any, *, lookup_timeout: float = 2.0
+) -> tuple[App, list[float]]:
+    """lookup (read-only) -> charge (non-idempotent write) -> "done"."""
+    charged_at: list[float] = []
+    looked_up: list[int] = []
+
+    @tool(effect=ToolEffect.READ_ONLY, timeout_seconds=lookup_timeout)
+    async def lookup(ctx: ToolContext) -> str:
+        looked_up.append(ctx.epoch)
+        if len(looked_up) == 1:
+            await before_lookup()
+        return "found"
+
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout_seconds=1.0)
+    async def charge(ctx: ToolContext, amount: int) -> int:
+        calls.record(ctx, amount=amount)
+        charged_at.append(time.monotonic())
+        return amount
+
+    provider = ScriptedProvider(
+        [
+            ProviderReply(tool_calls=[ToolCall("lookup", {}, "l1")]),
+            ProviderReply(tool_calls=[ToolCall("charge", {"amount": 5}, "c1")]),
+            ProviderReply(text="done"),
+        ],
+        timeout_seconds=0.3,
+    )
+    return App([Agent("payer", provider, tools=[lookup, charge])]), charged_at
+
+
+async def test_terminated_backends_mid_run_are_replaced_and_the_run_completes(
+    pg_url: str,
+) -> None:
+    calls = Calls()
+    killed: list[int] = []
+
+    async def kill_backends() -> None:
+        killed.append(await terminate(pg_url))
+
+    app, _ = payer_with_lookup(calls, kill_backends)
+    with capture_logs() as logs:
+        async with Runtime.open(pg_url, app, **FAST) as rt:
+            await anyio.sleep(0.1)  # idle once: the listener is up
+            run = await rt.wait(await rt.submit("payer", None), timeout=20)
+            journal = await rt.steps(run.id)
+    assert killed and killed[0] >= 2, "the pool and the listener were not terminated"
+    assert (run.state, run.result) == (RunState.COMPLETED, "done")
+    # Its lease held through the loss: the same worker finished it under the same epoch.
+    assert (run.epoch, run.requeues) == (1, 0)
+    assert len(calls) == 1
+    charge_rows = [(s.status, s.epoch) for s in journal if s.tool == "charge"]
+    assert [status for status, _ in charge_rows] == [StepStatus.SUCCEEDED]
+    assert "store.listen_lost" in events(logs)
+
+
+async def test_during_an_outage_a_write_is_not_called_and_the_run_completes_after_it(
+    pg_server: Any, pg_database: str
+) -> None:
+    """The database refuses connections from inside a read tool; the next write's intent
+    cannot be stored, so the write is not called (G3); the run's settle fails too, its
+    lease runs out, and once the database is back the reaper requeues it and it
+    completes, the write executed exactly once (G2)."""
+    pg_url = pg_server.url_for(pg_database)
+    calls = Calls()
+    restored_at: list[float] = []
+
+    async def outage() -> None:
+        admin = await asyncpg.connect(pg_server.admin_url)
+        try:
+            await admin.execute(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS false')
+        finally:
+            await admin.close()
+        await terminate(pg_url)
+
+    async def restore() -> None:
+        admin = await asyncpg.connect(pg_server.admin_url)
+        try:
+            await admin.execute(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS true')
+        finally:
+            await admin.close()
+        restored_at.append(time.monotonic())
+
+    app, charged_at = payer_with_lookup(calls, outage)
+    try:
+        with capture_logs() as logs:
+            async with Runtime.open(pg_url, app, **FAST) as rt:
+                run_id = await rt.submit("payer", None)
+                await eventually(lambda: "run.attempt_failed" in events(logs), 20.0)
+                assert len(calls) == 0
+                await anyio.sleep(0.3)  # the store stays down a while
+                await restore()
+                run = await rt.wait(run_id, timeout=30)
+                journal = await rt.steps(run_id)
+    finally:
+        if not restored_at:
+            await restore()
+
+    failed = [e for e in logs if e["event"] == "run.attempt_failed"]
+    assert "intent of charge" in failed[0]["error"]
+    assert (run.state, run.result) == (RunState.COMPLETED, "done")
+    assert len(calls) == 1, "the write ran more than once, or never"
+    assert charged_at[0] > restored_at[0], "the write ran while its intent could not be stored"
+    assert calls.seen[0]["epoch"] == run.epoch >= 2
+    charge_rows = [(s.status, s.epoch) for s in journal if s.tool == "charge"]
+    assert charge_rows == [(StepStatus.SUCCEEDED, run.epoch)]
+    assert {"lease.reaped", "store.listen_lost"} <= set(events(logs))
+
+
+# -- several worker processes on one database ---------------------------------------------
+
+RUNS = 200
+KILL_AFTER_CALLS = 60
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def test_three_worker_processes_one_killed_midway(pg_url: str, tmp_path: Path) -> None:
+    calls_file = tmp_path / "calls.txt"
+    async with Client.open(pg_url) as client:
+        ids = [await client.submit("payer", i) for i in range(RUNS)]
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "POOL_WORKER_CHARGE_SECONDS": "0.02"}
+    names = ("w1", "w2", "w3")
+    workers = {
+        name: subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKER),
+                pg_url,
+                name,
+                str(calls_file),
+                str(tmp_path / f"events-{name}.jsonl"),
+            ],
+            env=env,
+            stderr=(tmp_path / f"stderr-{name}.txt").open("w"),
+        )
+        for name in names
+    }
+    victim = "w1"
+    try:
+        await eventually(
+            lambda: (
+                calls_file.exists() and len(calls_file.read_text().splitlines()) >= KILL_AFTER_CALLS
+            ),
+            60.0,
+        )
+        workers[victim].send_signal(signal.SIGKILL)
+        workers[victim].wait()
+        killed_at = time.time()
+        for name in names:
+            if name != victim:
+                assert workers[name].wait(timeout=90) == 0, (
+                    tmp_path / f"stderr-{name}.txt"
+                ).read_text()
+    finally:
+        for worker in workers.values():
+            worker.kill()
+            worker.wait()
+
+    async with Client.open(pg_url) as client:
+        runs = {run_id: await client.get(run_id) for run_id in ids}
+
+    # G1: every run ended.
+    assert all(run.state.terminal for run in runs.values())
+    assert {run.state for run in runs.values()} <= {RunState.COMPLETED, RunState.DEAD_LETTERED}
+
+    # G2: no write ran twice; a completed run's write ran exactly once.
+    lines = [line.split() for line in calls_file.read_text().splitlines()]
+    executions = Counter(run_id for run_id, _, _ in lines)
+    assert max(executions.values()) == 1, "a non-idempotent write ran twice"
+    for run_id, run in runs.items():
+        if run.state is RunState.COMPLETED:
+            assert executions[run_id] == 1, run_id
+        else:
+            assert run.reason is Reason.INTERRUPTED_WRITE, run
+
+    # G6/G7: a run is held by one live worker at a time. Every claim of a run but
+    # its last was the victim's; every reap took the victim's lease, after it died.
+    everything = [e for name in names for e in read_events(tmp_path / f"events-{name}.jsonl")]
+    claims: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for event in everything:
+        if event["event"] == "run.claimed":
+            claims[event["run_id"]].append((event["epoch"], event["worker_id"]))
+    assert set(claims) == set(ids)
+    for run_id, held in claims.items():
+        held.sort()
+        epochs = [epoch for epoch, _ in held]
+        assert len(epochs) == len(set(epochs)), (run_id, held)
+        assert all(worker == victim for _, worker in held[:-1]), (run_id, held)
+    reaps = [e for e in everything if e["event"] == "lease.reaped"]
+    assert reaps, "the victim held no run when it was killed"
+    assert {e["lease_owner"] for e in reaps} == {victim}
+    assert all(e["time"] >= killed_at - 0.5 for e in reaps)
+    assert not [e for e in everything if e["event"] == "lease.lost"]
+    # The work was shared.
+    assert {worker for _, worker, _ in lines} == set(names)
+
+
+# -- the claim and reap scans use the partial indexes -------------------------------------
+
+
+async def test_claim_and_expiry_scans_use_the_partial_indexes(pg_url: str) -> None:
+    from storage.queries import load_queries
+
+    queries = load_queries("postgresql")
+    connection = await asyncpg.connect(pg_url)
+    try:
+        await connection.execute(
+            "INSERT INTO runs (id, agent, mode, state, reason, input_json, epoch, requeues,"
+            " available_at, cancel_requested, created_at, updated_at, finished_at)"
+            " SELECT 'done-' || n, 'a', 'queued', 'completed', 'completed', 'null', 1, 0,"
+            " n, FALSE, n, n, n FROM generate_series(1, 20000) AS n"
+        )
+        await connection.execute("ANALYZE runs")
+
+        async def plan(name: str, **params: Any) -> str:
+            text, names = translate_params(queries[name])
+            rows = await connection.fetch(f"EXPLAIN {text}", *(params[n] for n in names))
+            return "\n".join(row[0] for row in rows)
+
+        claim = await plan(
+            "claim_runs",
+            source="queued",
+            target="running",
+            worker_id="w",
+            lease_seconds=30.0,
+            limit=5,
+            agents=["a"],
+        )
+        expired = await plan("expired_runs", source="running", limit=5)
+    finally:
+        await connection.close()
+    assert "runs_claimable" in claim, claim
+    assert "Seq Scan on runs" not in claim, claim
+    assert "runs_leased" in expired, expired

@@ -1,0 +1,519 @@
+"""The store protocol, on every dialect: claiming, fencing, reaping, cancelling.
+
+Each test runs once per dialect (the ``store_url`` fixture), against SQLite and
+PostgreSQL alike. Time is the store's own: SQLite's is the injected clock, and
+PostgreSQL's is the database clock, which the ``clock`` fixture replaces in the
+test's own database by one the test moves (``await clock.advance(seconds)``), so
+both dialects see exactly the same instants.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+from support import provider_step
+
+from runtime import ProviderReply, RunNotFound, ToolCall
+from runtime.clock import ManualClock
+from runtime.effects import ToolEffect
+from runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
+from runtime.model import NewRun, RunRecord, Settlement, StepWrite, dump_json
+from storage import BatchItem, CancelOutcome, SQLStore, open_store
+
+pytestmark = pytest.mark.anyio
+
+COMPLETE = Settlement(Event.COMPLETE, Reason.COMPLETED, result_json='"ok"')
+
+# The database clock of a PostgreSQL test database, made to stand still: the
+# schema's leaseward_now() reads the database clock; this one reads a row.
+FROZEN_CLOCK_SQL = (
+    "CREATE TABLE leaseward_test_clock (seconds double precision NOT NULL)",
+    "CREATE OR REPLACE FUNCTION leaseward_now() RETURNS double precision "
+    "LANGUAGE sql STABLE AS $$ SELECT seconds FROM leaseward_test_clock $$",
+)
+
+
+class StoreClock(ManualClock):
+    """The clock the store reads, moved by the test.
+
+    On SQLite it is the clock injected into the store. On PostgreSQL the store
+    ignores the injected clock and reads the database's, so ``advance`` moves
+    that one too (the frozen clock of the test's own database).
+    """
+
+    def __init__(self, connection: Any = None) -> None:
+        super().__init__()
+        self._connection = connection
+
+    async def start(self) -> None:
+        if self._connection is not None:
+            for statement in FROZEN_CLOCK_SQL:
+                await self._connection.execute(statement)
+            await self._connection.execute(
+                "INSERT INTO leaseward_test_clock (seconds) VALUES ($1)", self.now()
+            )
+
+    async def advance(self, seconds: float) -> None:  # type: ignore[override]
+        super().advance(seconds)
+        if self._connection is not None:
+            await self._connection.execute(
+                "UPDATE leaseward_test_clock SET seconds = $1", self.now()
+            )
+
+
+def new_run(agent: str = "a", value: Any = None, run_id: str | None = None) -> NewRun:
+    return NewRun(
+        id=run_id or str(uuid.uuid4()),
+        agent=agent,
+        mode=RunMode.QUEUED,
+        input_json=dump_json(value),
+    )
+
+
+@pytest.fixture
+async def clock(anyio_backend: str, store_url: str) -> AsyncIterator[StoreClock]:
+    if not store_url.startswith("postgresql"):
+        yield StoreClock()
+        return
+    import asyncpg
+
+    connection = await asyncpg.connect(store_url)
+    try:
+        moved = StoreClock(connection)
+        await moved.start()
+        yield moved
+    finally:
+        await connection.close()
+
+
+@pytest.fixture
+async def store(anyio_backend: str, store_url: str, clock: StoreClock) -> AsyncIterator[SQLStore]:
+    opened = await open_store(store_url, clock=clock)
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+async def claimed(store: SQLStore, agent: str = "a", lease_seconds: float = 5.0) -> RunRecord:
+    record = await store.create_run(new_run(agent))
+    (run,) = await store.claim_runs("w1", 1, lease_seconds, [agent])
+    assert run.id == record.id
+    return run
+
+
+def intent(seq: int, effect: ToolEffect = ToolEffect.NON_IDEMPOTENT_WRITE) -> StepWrite:
+    return StepWrite(
+        seq=seq,
+        kind=StepKind.TOOL,
+        status=StepStatus.STARTED,
+        tool="charge",
+        call_id="c1",
+        effect=effect,
+        idempotency_key="k1",
+        arguments_json='{"amount":5}',
+    )
+
+
+def outcome_of(step: StepWrite) -> StepWrite:
+    return StepWrite(
+        seq=step.seq,
+        kind=step.kind,
+        status=StepStatus.SUCCEEDED,
+        tool=step.tool,
+        call_id=step.call_id,
+        effect=step.effect,
+        output_json='{"charged":5}',
+        settles=True,
+    )
+
+
+ASK = ProviderReply(tool_calls=[ToolCall("charge", {"amount": 5}, "c1")])
+
+
+# -- claiming ---------------------------------------------------------------------------
+
+
+async def test_claim_takes_the_oldest_first_within_the_limit(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    ids = []
+    for index in range(4):
+        ids.append((await store.create_run(new_run(value=index))).id)
+        await clock.advance(1)
+
+    first = await store.claim_runs("w1", 2, 30.0, ["a"])
+    await clock.advance(1)
+    second = await store.claim_runs("w2", 5, 10.0, ["a"])
+
+    assert [r.id for r in first] == ids[:2]
+    assert [r.id for r in second] == ids[2:]
+    for run, owner, expires in [
+        *[(r, "w1", clock.now() - 1 + 30.0) for r in first],
+        *[(r, "w2", clock.now() + 10.0) for r in second],
+    ]:
+        assert run.state is RunState.RUNNING
+        assert run.epoch == 1
+        assert run.lease_owner == owner
+        assert run.lease_expires_at == pytest.approx(expires)
+        stored = await store.get_run(run.id)
+        assert stored == run
+
+
+async def test_claim_takes_only_the_listed_agents(store: SQLStore) -> None:
+    mine = await store.create_run(new_run("mine"))
+    theirs = await store.create_run(new_run("theirs"))
+    other = await store.create_run(new_run("other"))
+
+    assert await store.claim_runs("w1", 10, 5.0, []) == []
+    got = await store.claim_runs("w1", 10, 5.0, ["mine", "absent"])
+    assert [r.id for r in got] == [mine.id]
+    got = await store.claim_runs("w1", 10, 5.0, ["other", "theirs"])
+    assert sorted(r.id for r in got) == sorted([theirs.id, other.id])
+
+
+async def test_a_run_available_later_is_not_claimed_before_its_time(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    run = await claimed(store)
+    requeue = Settlement(Event.REQUEUE, delay_seconds=10.0, spends_retry=True)
+    (outcome,) = await store.commit_batch([BatchItem(run.id, run.epoch, settlement=requeue)])
+    assert outcome.persisted
+    queued = await store.get_run(run.id)
+    assert queued is not None
+    assert (queued.state, queued.requeues) == (RunState.QUEUED, 1)
+    assert queued.available_at == pytest.approx(clock.now() + 10.0)
+
+    assert await store.claim_runs("w1", 10, 5.0, ["a"]) == []
+    await clock.advance(9.5)
+    assert await store.claim_runs("w1", 10, 5.0, ["a"]) == []
+    await clock.advance(0.5)
+    (again,) = await store.claim_runs("w2", 10, 5.0, ["a"])
+    assert (again.id, again.epoch, again.lease_owner) == (run.id, 2, "w2")
+
+
+async def test_two_stores_on_one_database_never_claim_the_same_run(store_url: str) -> None:
+    setup = await open_store(store_url)
+    try:
+        ids = {(await setup.create_run(new_run(value=i))).id for i in range(300)}
+    finally:
+        await setup.aclose()
+    stores = [await open_store(store_url) for _ in range(3)]
+    taken: list[list[str]] = [[] for _ in stores]
+
+    async def claim(index: int) -> None:
+        batch = await stores[index].claim_runs(f"w{index}", 7, 30.0, ["a"])
+        taken[index].extend(r.id for r in batch)
+
+    try:
+        with anyio.fail_after(30):
+            # In rounds, so that every store has a claim in flight at the same time
+            # (SQLite's busy handler would otherwise let one connection starve the rest).
+            while sum(map(len, taken)) < len(ids):
+                async with anyio.create_task_group() as tg:
+                    for index in range(len(stores)):
+                        tg.start_soon(claim, index)
+        leftover = await stores[1].claim_runs("w1", 7, 30.0, ["a"])
+        runs = await stores[0].list_runs(limit=1000)
+    finally:
+        for opened in stores:
+            await opened.aclose()
+
+    every = [run_id for share in taken for run_id in share]
+    assert len(every) == len(set(every)) == len(ids)
+    assert set(every) == ids
+    assert leftover == []
+    assert all(taken), "a store claimed nothing"
+    assert {(r.state, r.epoch) for r in runs} == {(RunState.RUNNING, 1)}
+    owners = {r.id: r.lease_owner for r in runs}
+    for index, share in enumerate(taken):
+        assert {owners[run_id] for run_id in share} <= {f"w{index}"}
+
+
+# -- fencing (G6) and terminal is terminal (G9) ----------------------------------------
+
+
+@pytest.mark.parametrize("stale_epoch", [0, 2])
+async def test_a_batch_under_the_wrong_epoch_writes_nothing(
+    store: SQLStore, clock: StoreClock, stale_epoch: int
+) -> None:
+    run = await claimed(store)
+    await clock.advance(1)
+    (outcome,) = await store.commit_batch(
+        [BatchItem(run.id, stale_epoch, steps=(provider_step(0, ASK),), lease_seconds=50.0)]
+    )
+    assert (outcome.persisted, outcome.lease_held) == (False, False)
+    assert await store.list_steps(run.id) == []
+    assert await store.get_run(run.id) == run
+
+
+async def test_a_batch_under_the_right_epoch_records_and_renews(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    run = await claimed(store)
+    await clock.advance(3)
+    (outcome,) = await store.commit_batch(
+        [BatchItem(run.id, 1, steps=(provider_step(0, ASK), intent(1)), lease_seconds=5.0)]
+    )
+    assert (outcome.persisted, outcome.lease_held, outcome.cancel_requested) == (True, True, False)
+    assert outcome.lease_expires_at == pytest.approx(clock.now() + 5.0)
+    renewed = await store.get_run(run.id)
+    assert renewed is not None
+    assert renewed.lease_expires_at == pytest.approx(clock.now() + 5.0)
+    steps = await store.list_steps(run.id)
+    assert [(s.seq, s.kind, s.status, s.epoch) for s in steps] == [
+        (0, StepKind.PROVIDER, StepStatus.SUCCEEDED, 1),
+        (1, StepKind.TOOL, StepStatus.STARTED, 1),
+    ]
+    assert steps[1].finished_at is None
+    assert steps[0].started_at == steps[0].finished_at == clock.now()
+
+    assert await store.request_cancel(run.id) is CancelOutcome.REQUESTED
+    await clock.advance(1)
+    (outcome,) = await store.commit_batch(
+        [BatchItem(run.id, 1, steps=(outcome_of(intent(1)),), lease_seconds=7.0)]
+    )
+    assert (outcome.persisted, outcome.lease_held, outcome.cancel_requested) == (True, True, True)
+    assert outcome.lease_expires_at == pytest.approx(clock.now() + 7.0)
+    settled = (await store.list_steps(run.id))[1]
+    assert (settled.status, settled.output, settled.finished_at) == (
+        StepStatus.SUCCEEDED,
+        {"charged": 5},
+        clock.now(),
+    )
+
+
+async def test_a_settle_under_a_stale_epoch_changes_nothing(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    run = await claimed(store)
+    await clock.advance(1)
+    for epoch in (0, 2):
+        (outcome,) = await store.commit_batch([BatchItem(run.id, epoch, settlement=COMPLETE)])
+        assert (outcome.persisted, outcome.lease_held) == (False, False)
+    assert await store.get_run(run.id) == run
+
+
+async def test_a_terminal_run_cannot_be_settled_or_renewed_again(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    run = await claimed(store)
+    await clock.advance(1)
+    (outcome,) = await store.commit_batch([BatchItem(run.id, 1, settlement=COMPLETE)])
+    assert (outcome.persisted, outcome.lease_held) == (True, False)
+    done = await store.get_run(run.id)
+    assert done is not None
+    assert (done.state, done.reason, done.result) == (
+        RunState.COMPLETED,
+        Reason.COMPLETED,
+        "ok",
+    )
+    assert (done.lease_owner, done.lease_expires_at, done.finished_at) == (None, None, clock.now())
+
+    await clock.advance(1)
+    attempts = [
+        BatchItem(run.id, 1, lease_seconds=5.0),
+        BatchItem(run.id, 1, steps=(provider_step(0, ASK),), lease_seconds=5.0),
+        BatchItem(run.id, 1, settlement=Settlement(Event.FAIL, Reason.MAX_STEPS, error="x")),
+        BatchItem(run.id, 1, settlement=Settlement(Event.REQUEUE, spends_retry=True)),
+        BatchItem(run.id, 1, settlement=COMPLETE),
+    ]
+    for item in attempts:
+        (outcome,) = await store.commit_batch([item])
+        assert (outcome.persisted, outcome.lease_held) == (False, False), item
+    assert await store.get_run(run.id) == done
+    assert await store.list_steps(run.id) == []
+    assert await store.claim_runs("w1", 10, 5.0, ["a"]) == []
+    assert await store.request_cancel(run.id) is CancelOutcome.ALREADY_FINISHED
+
+
+async def test_a_bad_step_fails_its_item_only(store: SQLStore, clock: StoreClock) -> None:
+    one = await claimed(store)
+    two = await claimed(store)
+    three = await claimed(store)
+    (outcome,) = await store.commit_batch(
+        [BatchItem(three.id, 1, steps=(intent(0), outcome_of(intent(0))), lease_seconds=5.0)]
+    )
+    assert outcome.persisted
+    three_before = await store.list_steps(three.id)
+    await clock.advance(2)
+
+    outcomes = await store.commit_batch(
+        [
+            # Settles a row that does not exist: the whole item rolls back, lease included.
+            BatchItem(
+                one.id, 1, steps=(provider_step(0, ASK), outcome_of(intent(1))), lease_seconds=9.0
+            ),
+            BatchItem(two.id, 1, steps=(provider_step(0, ASK),), lease_seconds=9.0),
+            # Settles a row that is already settled, not started.
+            BatchItem(three.id, 1, steps=(outcome_of(intent(0)),), lease_seconds=9.0),
+        ]
+    )
+
+    assert [(o.persisted, o.lease_held) for o in outcomes] == [
+        (False, True),
+        (True, True),
+        (False, True),
+    ]
+    assert "no open intent" in (outcomes[0].error or "")
+    assert "no open intent" in (outcomes[2].error or "")
+    assert await store.list_steps(one.id) == []
+    assert await store.get_run(one.id) == one
+    assert await store.list_steps(three.id) == three_before
+    assert [s.seq for s in await store.list_steps(two.id)] == [0]
+    renewed = await store.get_run(two.id)
+    assert renewed is not None
+    assert renewed.lease_expires_at == pytest.approx(clock.now() + 9.0)
+
+
+# -- reaping ----------------------------------------------------------------------------
+
+
+async def test_an_expired_lease_is_found_with_its_last_step(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    run = await claimed(store)
+    fresh = await claimed(store)
+    (outcome,) = await store.commit_batch(
+        [BatchItem(run.id, 1, steps=(provider_step(0, ASK), intent(1)), lease_seconds=5.0)]
+    )
+    assert outcome.persisted
+    assert await store.expired_runs(10) == []
+    await clock.advance(5)
+    assert await store.expired_runs(10) == []  # expires *at* now: not yet past
+    await clock.advance(0.001)
+    # Renewing the other run keeps it out of the reaper's way.
+    await store.commit_batch([BatchItem(fresh.id, 1, lease_seconds=5.0)])
+
+    (expired,) = await store.expired_runs(10)
+
+    assert expired.run.id == run.id
+    assert expired.run.epoch == 1
+    assert (expired.last_effect, expired.last_status) == (
+        ToolEffect.NON_IDEMPOTENT_WRITE,
+        StepStatus.STARTED,
+    )
+
+
+async def test_expired_runs_are_oldest_first_and_bounded(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    runs = []
+    for _ in range(4):
+        runs.append(await claimed(store))
+        await clock.advance(1)
+    await clock.advance(10)
+    found = await store.expired_runs(3)
+    assert [e.run.id for e in found] == [r.id for r in runs[:3]]
+    assert all(e.last_effect is None and e.last_status is None for e in found)
+
+
+async def test_reap_settles_an_expired_run_once(store: SQLStore, clock: StoreClock) -> None:
+    run = await claimed(store)
+    await clock.advance(6)
+    (expired,) = await store.expired_runs(10)
+    dead = Settlement(Event.DEAD_LETTER, Reason.INTERRUPTED_WRITE, error="reaped")
+
+    assert await store.reap(expired, dead) is True
+    assert await store.reap(expired, dead) is False
+
+    record = await store.get_run(run.id)
+    assert record is not None
+    assert (record.state, record.reason, record.lease_owner) == (
+        RunState.DEAD_LETTERED,
+        Reason.INTERRUPTED_WRITE,
+        None,
+    )
+    assert await store.expired_runs(10) == []
+    # The worker that lost the run can no longer write under its epoch.
+    (outcome,) = await store.commit_batch([BatchItem(run.id, 1, lease_seconds=5.0)])
+    assert (outcome.persisted, outcome.lease_held) == (False, False)
+
+
+async def test_reap_is_fenced_by_a_renewal_since_the_scan(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    run = await claimed(store)
+    await clock.advance(6)
+    (expired,) = await store.expired_runs(10)
+    # The slow worker comes back and renews before the reaper acts on its scan.
+    (outcome,) = await store.commit_batch([BatchItem(run.id, 1, lease_seconds=5.0)])
+    assert outcome.persisted
+
+    requeue = Settlement(Event.REQUEUE, spends_retry=True)
+    assert await store.reap(expired, requeue) is False
+    record = await store.get_run(run.id)
+    assert record is not None
+    assert (record.state, record.epoch, record.lease_owner) == (RunState.RUNNING, 1, "w1")
+    assert record.requeues == 0
+
+
+async def test_reap_is_fenced_by_a_new_epoch(store: SQLStore, clock: StoreClock) -> None:
+    run = await claimed(store)
+    await clock.advance(6)
+    (expired,) = await store.expired_runs(10)
+    assert await store.reap(expired, Settlement(Event.REQUEUE)) is True
+    (again,) = await store.claim_runs("w2", 1, 5.0, ["a"])
+    assert again.epoch == 2
+    await clock.advance(6)
+    # The old scan names epoch 1: it cannot settle the run now held under epoch 2.
+    assert await store.reap(expired, Settlement(Event.DEAD_LETTER, Reason.NOT_RETRYABLE)) is False
+    record = await store.get_run(run.id)
+    assert record is not None
+    assert (record.state, record.epoch, record.lease_owner) == (RunState.RUNNING, 2, "w2")
+
+
+# -- cancelling -------------------------------------------------------------------------
+
+
+async def test_cancel_a_queued_run_at_once(store: SQLStore, clock: StoreClock) -> None:
+    record = await store.create_run(new_run())
+    await clock.advance(1)
+    assert await store.request_cancel(record.id) is CancelOutcome.CANCELLED
+    cancelled = await store.get_run(record.id)
+    assert cancelled is not None
+    assert (cancelled.state, cancelled.reason, cancelled.finished_at) == (
+        RunState.CANCELLED,
+        Reason.CANCELLED,
+        clock.now(),
+    )
+    assert await store.claim_runs("w1", 10, 5.0, ["a"]) == []
+    assert await store.request_cancel(record.id) is CancelOutcome.ALREADY_FINISHED
+
+
+async def test_cancel_a_running_run_sets_the_flag(store: SQLStore) -> None:
+    run = await claimed(store)
+    assert await store.request_cancel(run.id) is CancelOutcome.REQUESTED
+    record = await store.get_run(run.id)
+    assert record is not None
+    assert (record.state, record.cancel_requested, record.epoch) == (RunState.RUNNING, True, 1)
+    # The holder settles it at its next boundary.
+    cancel = Settlement(Event.CANCEL_RUNNING, Reason.CANCELLED)
+    (outcome,) = await store.commit_batch([BatchItem(run.id, 1, settlement=cancel)])
+    assert outcome.persisted
+    assert await store.request_cancel(run.id) is CancelOutcome.ALREADY_FINISHED
+    final = await store.get_run(run.id)
+    assert final is not None
+    assert (final.state, final.reason) == (RunState.CANCELLED, Reason.CANCELLED)
+
+
+async def test_cancel_an_unknown_run(store: SQLStore) -> None:
+    with pytest.raises(RunNotFound, match="ghost"):
+        await store.request_cancel("ghost")
+    assert await store.list_runs() == []
+
+
+# -- waiting for work -------------------------------------------------------------------
+
+
+async def test_waiting_for_work_ends_by_its_timeout(store: SQLStore) -> None:
+    # SQLite hears nothing from other processes, PostgreSQL nothing was sent: both time out.
+    with anyio.fail_after(5):
+        started = anyio.current_time()
+        await store.wait_for_work(0.1)
+    assert anyio.current_time() - started >= 0.09
+    assert await store.schema_present()
