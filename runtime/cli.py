@@ -131,44 +131,27 @@ def _from_env(variable: str, raw: str, kind: Callable[[str], Any]) -> Callable[[
     return convert
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
+def _number(
+    convert: Callable[[str], float], noun: str, accept: Callable[[float], bool], requirement: str
+) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text, then refuse what ``accept`` does not."""
+
+    def parse(text: str) -> float:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"{text!r} {requirement}")
+        return value
+
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number")
-    return value
+_positive_int = _number(int, "a whole number", lambda v: v >= 1, "must be at least 1")
+_positive_float = _number(float, "a number", lambda v: v > 0, "must be greater than 0")
+_non_negative_float = _number(float, "a number", lambda v: v >= 0, "must be 0 or more")
+_port = _number(int, "a port number", lambda v: 0 <= v <= 65535, "is not a port number")
 
 
 def _state(text: str) -> RunState:
