@@ -5,12 +5,16 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run embedded test lint typecheck bench clean
 
+PACKAGE_SOURCES := $(shell find leaseward runtime actors storage -name '*.py' -o -name '*.sql')
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-
-$(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+
+# A regular (not editable) install, redone whenever a source file changes: the
+# console script and every subprocess run exactly what the wheel would hold.
+$(STAMP): $(BIN)/python pyproject.toml $(PACKAGE_SOURCES)
+	$(BIN)/python -m pip install --quiet '.[test]'
 	touch $(STAMP)
 
 DEMO_STORE ?= sqlite:///leaseward.db
@@ -29,11 +33,11 @@ embedded: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check runtime actors storage tests bench examples
-	$(BIN)/ruff format --check runtime actors storage tests bench examples
+	$(BIN)/ruff check leaseward runtime actors storage tests bench examples
+	$(BIN)/ruff format --check leaseward runtime actors storage tests bench examples
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict runtime actors storage
+	$(BIN)/mypy --strict -p leaseward
 
 test: lint typecheck
 	$(BIN)/python -m pytest

@@ -1,12 +1,12 @@
 """The actors: mailboxes, messages, Supervisor, RunActor, Persister, LeaseReaper, metrics."""
 
-from actors.mailbox import Mailbox, Reply
-from actors.messages import LeasesReaped, Persist, RunEnded, SupervisorMessage, Wake
-from actors.metrics import Metrics
-from actors.persister import MAX_BATCH_ITEMS, Persister, PersisterStats
-from actors.reaper import REAP_BATCH, LeaseReaper, Reaped, plan_reap
-from actors.run_actor import DEADLINE_MARGIN_SECONDS, RunActor, RunSettings
-from actors.supervisor import CLAIM_BATCH, Supervisor, SupervisorSettings
+from leaseward.actors.mailbox import Mailbox, Reply
+from leaseward.actors.messages import LeasesReaped, Persist, RunEnded, SupervisorMessage, Wake
+from leaseward.actors.metrics import Metrics
+from leaseward.actors.persister import MAX_BATCH_ITEMS, Persister, PersisterStats
+from leaseward.actors.reaper import REAP_BATCH, LeaseReaper, Reaped, plan_reap
+from leaseward.actors.run_actor import DEADLINE_MARGIN_SECONDS, RunActor, RunSettings
+from leaseward.actors.supervisor import CLAIM_BATCH, Supervisor, SupervisorSettings
 
 __all__ = [
     "CLAIM_BATCH",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import attrs
 
-from actors.mailbox import Reply
-from storage.protocol import BatchItem, BatchOutcome
+from leaseward.actors.mailbox import Reply
+from leaseward.storage.protocol import BatchItem, BatchOutcome
 
 __all__ = ["LeasesReaped", "Persist", "RunEnded", "SupervisorMessage", "Wake"]
 

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from runtime.effects import ToolEffect
-from runtime.lifecycle import Reason, RunState, StepKind
+from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.lifecycle import Reason, RunState, StepKind
 
 __all__ = [
     "BATCH_ITEMS_BUCKETS",

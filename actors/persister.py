@@ -10,11 +10,11 @@ import attrs
 import structlog
 from anyio.abc import TaskStatus
 
-from actors.mailbox import Mailbox, Reply
-from actors.messages import Persist
-from actors.metrics import Metrics
-from runtime.errors import LeasewardError
-from storage.protocol import BatchItem, BatchOutcome, Store
+from leaseward.actors.mailbox import Mailbox, Reply
+from leaseward.actors.messages import Persist
+from leaseward.actors.metrics import Metrics
+from leaseward.runtime.errors import LeasewardError
+from leaseward.storage.protocol import BatchItem, BatchOutcome, Store
 
 __all__ = ["MAX_BATCH_ITEMS", "Persister", "PersisterStats"]
 

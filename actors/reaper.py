@@ -9,12 +9,12 @@ import attrs
 import structlog
 from anyio.abc import TaskStatus
 
-from actors.metrics import Metrics
-from runtime.errors import LeasewardError
-from runtime.failures import FailureClass
-from runtime.lifecycle import Event, RecoveryPolicy, decide_recovery
-from runtime.model import Settlement, settlement_after
-from storage.protocol import ExpiredRun, Store
+from leaseward.actors.metrics import Metrics
+from leaseward.runtime.errors import LeasewardError
+from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.lifecycle import Event, RecoveryPolicy, decide_recovery
+from leaseward.runtime.model import Settlement, settlement_after
+from leaseward.storage.protocol import ExpiredRun, Store
 
 __all__ = ["REAP_BATCH", "LeaseReaper", "Reaped", "plan_reap"]
 

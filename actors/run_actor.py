@@ -9,10 +9,10 @@ import anyio
 import attrs
 import structlog
 
-from actors.metrics import Metrics
-from runtime.agents import Agent
-from runtime.clock import Clock
-from runtime.conversation import (
+from leaseward.actors.metrics import Metrics
+from leaseward.runtime.agents import Agent
+from leaseward.runtime.clock import Clock
+from leaseward.runtime.conversation import (
     PendingCall,
     normalize_reply,
     pending_calls,
@@ -20,16 +20,16 @@ from runtime.conversation import (
     reply_to_json,
     tool_message,
 )
-from runtime.effects import ToolEffect
-from runtime.errors import (
+from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.errors import (
     AuditPersistenceFailed,
     InvalidInput,
     LeaseLost,
     StoreError,
     ToolError,
 )
-from runtime.failures import FailureClass, classify
-from runtime.lifecycle import (
+from leaseward.runtime.failures import FailureClass, classify
+from leaseward.runtime.lifecycle import (
     Event,
     Reason,
     RecoveryPolicy,
@@ -38,7 +38,7 @@ from runtime.lifecycle import (
     StepStatus,
     decide_recovery,
 )
-from runtime.model import (
+from leaseward.runtime.model import (
     MAX_ARGUMENTS_BYTES,
     MAX_RESULT_BYTES,
     Message,
@@ -52,9 +52,9 @@ from runtime.model import (
     dump_json,
     settlement_after,
 )
-from runtime.schema import validate
-from runtime.tools import BoundTool, ToolContext
-from storage.protocol import BatchItem, BatchOutcome
+from leaseward.runtime.schema import validate
+from leaseward.runtime.tools import BoundTool, ToolContext
+from leaseward.storage.protocol import BatchItem, BatchOutcome
 
 __all__ = ["DEADLINE_MARGIN_SECONDS", "RunActor", "RunSettings"]
 

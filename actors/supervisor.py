@@ -11,17 +11,17 @@ import attrs
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
-from actors.mailbox import Mailbox
-from actors.messages import LeasesReaped, RunEnded, SupervisorMessage, Wake
-from actors.metrics import Metrics
-from actors.persister import MAX_BATCH_ITEMS, Persister
-from actors.reaper import LeaseReaper, Reaped
-from actors.run_actor import RunActor, RunSettings
-from runtime.agents import App
-from runtime.clock import Clock
-from runtime.errors import LeasewardError
-from runtime.model import RunRecord, Settlement
-from storage.protocol import Store
+from leaseward.actors.mailbox import Mailbox
+from leaseward.actors.messages import LeasesReaped, RunEnded, SupervisorMessage, Wake
+from leaseward.actors.metrics import Metrics
+from leaseward.actors.persister import MAX_BATCH_ITEMS, Persister
+from leaseward.actors.reaper import LeaseReaper, Reaped
+from leaseward.actors.run_actor import RunActor, RunSettings
+from leaseward.runtime.agents import App
+from leaseward.runtime.clock import Clock
+from leaseward.runtime.errors import LeasewardError
+from leaseward.runtime.model import RunRecord, Settlement
+from leaseward.storage.protocol import Store
 
 __all__ = ["CLAIM_BATCH", "RESTART_DELAY_SECONDS", "Supervisor", "SupervisorSettings"]
 

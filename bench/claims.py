@@ -33,8 +33,8 @@ import asyncpg
 import attrs
 from pg_support import fresh_database
 
-from runtime.clock import SystemClock
-from storage import open_store
+from leaseward.runtime.clock import SystemClock
+from leaseward.storage import open_store
 
 AGENT = "bench"
 LEASE_SECONDS = 300.0

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from storage import open_store
+from leaseward.storage import open_store
 
 
 def with_database(url: str, database: str) -> str:

@@ -48,7 +48,7 @@ import anyio
 import attrs
 import structlog
 
-from runtime import (
+from leaseward import (
     Agent,
     App,
     Client,

@@ -1,9 +1,9 @@
-"""leaseward: a durable runtime for LLM agent runs that never repeats a non-idempotent write."""
+"""The pure kernel of leaseward: tools, effects, agents, the run model and its lifecycle.
 
-import importlib
-from typing import TYPE_CHECKING, Any
+The shell modules of this package (app, client, daemon, cli) wire storage and
+actors together; they are imported by name, never from here."""
 
-from runtime.agents import (
+from leaseward.runtime.agents import (
     DEFAULT_MAX_STEPS,
     DEFAULT_PROVIDER_TIMEOUT_SECONDS,
     Agent,
@@ -11,9 +11,9 @@ from runtime.agents import (
     Provider,
     ScriptedProvider,
 )
-from runtime.clock import Clock, ManualClock, SystemClock
-from runtime.effects import ToolEffect, ToolEffectResolver
-from runtime.errors import (
+from leaseward.runtime.clock import Clock, ManualClock, SystemClock
+from leaseward.runtime.effects import ToolEffect, ToolEffectResolver
+from leaseward.runtime.errors import (
     AuditPersistenceFailed,
     ConfigurationError,
     IllegalTransition,
@@ -28,9 +28,16 @@ from runtime.errors import (
     UnknownAgent,
     WaitTimeout,
 )
-from runtime.failures import FailureClass, classify
-from runtime.lifecycle import Reason, RecoveryPolicy, RunMode, RunState, StepKind, StepStatus
-from runtime.model import (
+from leaseward.runtime.failures import FailureClass, classify
+from leaseward.runtime.lifecycle import (
+    Reason,
+    RecoveryPolicy,
+    RunMode,
+    RunState,
+    StepKind,
+    StepStatus,
+)
+from leaseward.runtime.model import (
     Message,
     ProviderReply,
     ProviderRequest,
@@ -40,55 +47,21 @@ from runtime.model import (
     ToolCall,
     ToolSpec,
 )
-from runtime.tools import DEFAULT_TOOL_TIMEOUT_SECONDS, FunctionTool, Tool, ToolContext, tool
-
-if TYPE_CHECKING:
-    from runtime.app import (
-        CONCURRENCY,
-        DRAIN_SECONDS,
-        LEASE_SECONDS,
-        POLL_INTERVAL_SECONDS,
-        REAP_INTERVAL_SECONDS,
-        Runtime,
-    )
-    from runtime.client import Client
-
-# The shell (Runtime, Client) imports storage/ and actors/, which import the
-# kernel modules of this package: loading the shell on first use keeps
-# `import storage` or `import actors` from running into a half-made runtime.
-_SHELL = {
-    "CONCURRENCY": "runtime.app",
-    "DRAIN_SECONDS": "runtime.app",
-    "LEASE_SECONDS": "runtime.app",
-    "POLL_INTERVAL_SECONDS": "runtime.app",
-    "REAP_INTERVAL_SECONDS": "runtime.app",
-    "Runtime": "runtime.app",
-    "Client": "runtime.client",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _SHELL.get(name)
-    if module is None:
-        raise AttributeError(f"module 'runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
+from leaseward.runtime.tools import (
+    DEFAULT_TOOL_TIMEOUT_SECONDS,
+    FunctionTool,
+    Tool,
+    ToolContext,
+    tool,
+)
 
 __all__ = [
-    "CONCURRENCY",
     "DEFAULT_MAX_STEPS",
     "DEFAULT_PROVIDER_TIMEOUT_SECONDS",
     "DEFAULT_TOOL_TIMEOUT_SECONDS",
-    "DRAIN_SECONDS",
-    "LEASE_SECONDS",
-    "POLL_INTERVAL_SECONDS",
-    "REAP_INTERVAL_SECONDS",
     "Agent",
     "App",
     "AuditPersistenceFailed",
-    "Client",
     "Clock",
     "ConfigurationError",
     "FailureClass",
@@ -110,7 +83,6 @@ __all__ = [
     "RunMode",
     "RunNotFound",
     "RunState",
-    "Runtime",
     "ScriptedProvider",
     "StepInfo",
     "StepKind",

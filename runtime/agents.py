@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from runtime.effects import ToolEffectResolver
-from runtime.errors import ConfigurationError, UnknownAgent
-from runtime.model import ProviderReply, ProviderRequest, Role, ToolSpec
-from runtime.tools import ToolSet
+from leaseward.runtime.effects import ToolEffectResolver
+from leaseward.runtime.errors import ConfigurationError, UnknownAgent
+from leaseward.runtime.model import ProviderReply, ProviderRequest, Role, ToolSpec
+from leaseward.runtime.tools import ToolSet
 
 __all__ = [
     "DEFAULT_MAX_STEPS",

@@ -10,20 +10,20 @@ from typing import Any
 
 import anyio
 
-from actors.metrics import Metrics
-from actors.persister import MAX_BATCH_ITEMS
-from actors.reaper import Reaped
-from actors.run_actor import DEADLINE_MARGIN_SECONDS, RunActor, RunSettings
-from actors.supervisor import Supervisor, SupervisorSettings
-from runtime.agents import App
-from runtime.client import Client
-from runtime.clock import Clock, SystemClock
-from runtime.errors import ConfigurationError
-from runtime.lifecycle import RecoveryPolicy, RunMode
-from runtime.model import RunInfo, Settlement
-from storage.connect import open_store
-from storage.protocol import Store
-from storage.url import pool_size_for
+from leaseward.actors.metrics import Metrics
+from leaseward.actors.persister import MAX_BATCH_ITEMS
+from leaseward.actors.reaper import Reaped
+from leaseward.actors.run_actor import DEADLINE_MARGIN_SECONDS, RunActor, RunSettings
+from leaseward.actors.supervisor import Supervisor, SupervisorSettings
+from leaseward.runtime.agents import App
+from leaseward.runtime.client import Client
+from leaseward.runtime.clock import Clock, SystemClock
+from leaseward.runtime.errors import ConfigurationError
+from leaseward.runtime.lifecycle import RecoveryPolicy, RunMode
+from leaseward.runtime.model import RunInfo, Settlement
+from leaseward.storage.connect import open_store
+from leaseward.storage.protocol import Store
+from leaseward.storage.url import pool_size_for
 
 __all__ = [
     "CONCURRENCY",

@@ -18,8 +18,8 @@ from typing import Any, NoReturn
 
 import anyio
 
-from actors.reaper import LeaseReaper
-from runtime.app import (
+from leaseward.actors.reaper import LeaseReaper
+from leaseward.runtime.app import (
     CONCURRENCY,
     DRAIN_SECONDS,
     LEASE_SECONDS,
@@ -27,9 +27,9 @@ from runtime.app import (
     REAP_INTERVAL_SECONDS,
     default_worker_id,
 )
-from runtime.client import Client, default_operator
-from runtime.daemon import DaemonSettings, load_app, serve
-from runtime.errors import (
+from leaseward.runtime.client import Client, default_operator
+from leaseward.runtime.daemon import DaemonSettings, load_app, serve
+from leaseward.runtime.errors import (
     ConfigurationError,
     IllegalTransition,
     InvalidInput,
@@ -38,10 +38,11 @@ from runtime.errors import (
     StoreError,
     UnknownAgent,
 )
-from runtime.lifecycle import Reason, RecoveryPolicy, RunState
-from runtime.logs import LOG_FORMATS, configure_logging, default_log_format
-from runtime.model import RunInfo, StepInfo
-from storage.connect import open_store
+from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
+from leaseward.runtime.logs import LOG_FORMATS, configure_logging, default_log_format
+from leaseward.runtime.model import RunInfo, StepInfo
+from leaseward.runtime.version import VERSION
+from leaseward.storage.connect import open_store
 
 __all__ = ["DEFAULT_STORE_URL", "EXIT_FAILURE", "EXIT_USAGE", "main"]
 
@@ -181,6 +182,7 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
         prog="leaseward",
         description="A durable runtime for LLM agent runs: daemon and operator tools.",
     )
+    parser.add_argument("--version", action="version", version=f"leaseward {VERSION}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 

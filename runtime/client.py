@@ -10,13 +10,13 @@ from typing import Any
 
 import anyio
 
-from runtime.agents import App
-from runtime.clock import Clock
-from runtime.errors import RunNotFound, UnknownAgent, WaitTimeout
-from runtime.lifecycle import Reason, RunMode, RunState
-from runtime.model import MAX_INPUT_BYTES, NewRun, RunInfo, RunRecord, StepInfo, dump_json
-from storage.connect import open_store
-from storage.protocol import CancelOutcome, Store
+from leaseward.runtime.agents import App
+from leaseward.runtime.clock import Clock
+from leaseward.runtime.errors import RunNotFound, UnknownAgent, WaitTimeout
+from leaseward.runtime.lifecycle import Reason, RunMode, RunState
+from leaseward.runtime.model import MAX_INPUT_BYTES, NewRun, RunInfo, RunRecord, StepInfo, dump_json
+from leaseward.storage.connect import open_store
+from leaseward.storage.protocol import CancelOutcome, Store
 
 __all__ = ["WAIT_POLL_SECONDS", "Client"]
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import attrs
 
-from runtime.lifecycle import StepKind, StepStatus
-from runtime.model import Message, ProviderReply, Role, StepInfo, ToolCall
+from leaseward.runtime.lifecycle import StepKind, StepStatus
+from leaseward.runtime.model import Message, ProviderReply, Role, StepInfo, ToolCall
 
 __all__ = [
     "Conversation",

@@ -14,11 +14,11 @@ import prometheus_client
 import structlog
 from anyio.abc import TaskStatus
 
-from actors.metrics import Metrics
-from runtime.agents import App
-from runtime.app import Runtime
-from runtime.errors import ConfigurationError, LeasewardError
-from runtime.logs import LogFormat, configure_logging
+from leaseward.actors.metrics import Metrics
+from leaseward.runtime.agents import App
+from leaseward.runtime.app import Runtime
+from leaseward.runtime.errors import ConfigurationError, LeasewardError
+from leaseward.runtime.logs import LogFormat, configure_logging
 
 __all__ = ["DaemonSettings", "load_app", "serve"]
 

@@ -6,7 +6,7 @@ import enum
 from collections.abc import Iterable
 from typing import Any
 
-from runtime.errors import ToolDefinitionError
+from leaseward.runtime.errors import ToolDefinitionError
 
 __all__ = ["ToolEffect", "ToolEffectResolver", "declared_effect"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import ssl
 
-from runtime.errors import (
+from leaseward.runtime.errors import (
     AuditPersistenceFailed,
     ConfigurationError,
     InvalidInput,

@@ -10,9 +10,9 @@ import enum
 
 import attrs
 
-from runtime.effects import ToolEffect
-from runtime.errors import IllegalTransition
-from runtime.failures import FailureClass
+from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.errors import IllegalTransition
+from leaseward.runtime.failures import FailureClass
 
 __all__ = [
     "BACKOFF_BASE_SECONDS",

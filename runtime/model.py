@@ -9,10 +9,10 @@ from typing import Any
 
 import attrs
 
-from runtime.effects import ToolEffect
-from runtime.errors import InvalidInput
-from runtime.failures import FailureClass
-from runtime.lifecycle import (
+from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.errors import InvalidInput
+from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.lifecycle import (
     TRANSITIONS,
     Event,
     Reason,

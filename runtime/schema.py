@@ -18,7 +18,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, Union
 
-from runtime.errors import ToolDefinitionError
+from leaseward.runtime.errors import ToolDefinitionError
 
 __all__ = ["check_schema", "schema_from_signature", "validate"]
 

@@ -9,9 +9,9 @@ from typing import Any, Protocol, overload, runtime_checkable
 import attrs
 import structlog
 
-from runtime.effects import ToolEffect, declared_effect
-from runtime.errors import ToolDefinitionError
-from runtime.schema import check_schema, schema_from_signature
+from leaseward.runtime.effects import ToolEffect, declared_effect
+from leaseward.runtime.errors import ToolDefinitionError
+from leaseward.runtime.schema import check_schema, schema_from_signature
 
 __all__ = [
     "DEFAULT_TOOL_TIMEOUT_SECONDS",

@@ -6,11 +6,11 @@ The PostgreSQL executor lives in ``storage.postgres``, imported only when a
 
 from __future__ import annotations
 
-from storage.connect import open_store
-from storage.protocol import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun, Store
-from storage.sql_store import WORK_CHANNEL, SQLStore
-from storage.sqlite import SQLiteExecutor, SQLiteOptions
-from storage.url import PostgresOptions, StoreURL, parse_store_url, pool_size_for
+from leaseward.storage.connect import open_store
+from leaseward.storage.protocol import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun, Store
+from leaseward.storage.sql_store import WORK_CHANNEL, SQLStore
+from leaseward.storage.sqlite import SQLiteExecutor, SQLiteOptions
+from leaseward.storage.url import PostgresOptions, StoreURL, parse_store_url, pool_size_for
 
 __all__ = [
     "WORK_CHANNEL",

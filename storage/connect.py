@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import anyio
 
-from runtime.clock import Clock, SystemClock
-from runtime.errors import ConfigurationError, StoreError
-from storage.executor import Executor
-from storage.sql_store import SQLStore
-from storage.sqlite import SQLiteExecutor
-from storage.url import DEFAULT_POOL_SIZE, StoreURL, parse_store_url
+from leaseward.runtime.clock import Clock, SystemClock
+from leaseward.runtime.errors import ConfigurationError, StoreError
+from leaseward.storage.executor import Executor
+from leaseward.storage.sql_store import SQLStore
+from leaseward.storage.sqlite import SQLiteExecutor
+from leaseward.storage.url import DEFAULT_POOL_SIZE, StoreURL, parse_store_url
 
 __all__ = ["open_store"]
 
@@ -68,7 +68,7 @@ async def open_store(
 async def _connect(parsed: StoreURL, *, must_exist: bool, pool_size: int | None) -> Executor:
     if parsed.postgresql is not None:
         try:
-            from storage.postgres import PostgresExecutor
+            from leaseward.storage.postgres import PostgresExecutor
         except ModuleNotFoundError as exc:
             if exc.name is None or not exc.name.startswith("asyncpg"):
                 raise

@@ -16,7 +16,9 @@ class Migration:
 
     def statements(self, dialect: str) -> list[str]:
         filename = f"{self.version:04d}_{self.name}.{dialect}.sql"
-        text = resources.files("storage").joinpath("migrations", filename).read_text()
+        text = (
+            resources.files("leaseward.storage").joinpath("sql", "migrations", filename).read_text()
+        )
         # DDL here has no semicolons inside statements, so splitting on them is exact.
         return [part.strip() for part in text.split(";") if _has_sql(part)]
 

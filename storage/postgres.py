@@ -29,9 +29,9 @@ import structlog
 from asyncpg.pool import PoolConnectionProxy
 from asyncpg.transaction import Transaction
 
-from runtime.errors import ConfigurationError, StoreError
-from storage.executor import Params, Row
-from storage.url import DEFAULT_POOL_SIZE, PostgresOptions
+from leaseward.runtime.errors import ConfigurationError, StoreError
+from leaseward.storage.executor import Params, Row
+from leaseward.storage.url import DEFAULT_POOL_SIZE, PostgresOptions
 
 __all__ = [
     "ACQUIRE_TIMEOUT_SECONDS",

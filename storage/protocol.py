@@ -8,9 +8,9 @@ from typing import Protocol
 
 import attrs
 
-from runtime.effects import ToolEffect
-from runtime.lifecycle import Reason, RunState, StepStatus
-from runtime.model import NewRun, RunRecord, Settlement, StepInfo, StepWrite
+from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.lifecycle import Reason, RunState, StepStatus
+from leaseward.runtime.model import NewRun, RunRecord, Settlement, StepInfo, StepWrite
 
 __all__ = [
     "BatchItem",

@@ -36,5 +36,9 @@ def parse_queries(text: str) -> dict[str, str]:
 
 @functools.cache
 def load_queries(dialect: str) -> Queries:
-    text = resources.files("storage").joinpath("queries", f"{dialect}.sql").read_text()
+    text = (
+        resources.files("leaseward.storage")
+        .joinpath("sql", "queries", f"{dialect}.sql")
+        .read_text()
+    )
     return Queries(dialect, parse_queries(text))

@@ -6,11 +6,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from runtime.clock import Clock
-from runtime.effects import ToolEffect
-from runtime.errors import IllegalTransition, RunNotFound, StoreError
-from runtime.failures import FailureClass
-from runtime.lifecycle import (
+from leaseward.runtime.clock import Clock
+from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.errors import IllegalTransition, RunNotFound, StoreError
+from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.lifecycle import (
     REDRIVABLE_REASONS,
     TRANSITIONS,
     Event,
@@ -21,11 +21,11 @@ from runtime.lifecycle import (
     StepStatus,
     source_state,
 )
-from runtime.model import NewRun, RunRecord, Settlement, StepInfo, StepWrite, load_json
-from storage.executor import Executor, Row
-from storage.migrations import MIGRATIONS
-from storage.protocol import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun
-from storage.queries import load_queries
+from leaseward.runtime.model import NewRun, RunRecord, Settlement, StepInfo, StepWrite, load_json
+from leaseward.storage.executor import Executor, Row
+from leaseward.storage.migrations import MIGRATIONS
+from leaseward.storage.protocol import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun
+from leaseward.storage.queries import load_queries
 
 __all__ = ["WORK_CHANNEL", "SQLStore"]
 

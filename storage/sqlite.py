@@ -13,8 +13,8 @@ import aiosqlite
 import anyio
 import attrs
 
-from runtime.errors import ConfigurationError, StoreError
-from storage.executor import Params, Row
+from leaseward.runtime.errors import ConfigurationError, StoreError
+from leaseward.storage.executor import Params, Row
 
 __all__ = [
     "BUSY_TIMEOUT_MS",

@@ -7,8 +7,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 
-from runtime.errors import ConfigurationError
-from storage.sqlite import BUSY_TIMEOUT_MS, SYNCHRONOUS_MODES, SQLiteOptions
+from leaseward.runtime.errors import ConfigurationError
+from leaseward.storage.sqlite import BUSY_TIMEOUT_MS, SYNCHRONOUS_MODES, SQLiteOptions
 
 __all__ = [
     "COMMAND_TIMEOUT_SECONDS",

@@ -155,7 +155,7 @@ def pg_server() -> Iterator[PgServer]:
 
 
 async def _migrate(url: str) -> None:
-    from storage import open_store
+    from leaseward.storage import open_store
 
     store = await open_store(url)
     await store.aclose()

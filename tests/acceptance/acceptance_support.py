@@ -55,6 +55,8 @@ def base_env(**extra: str) -> dict[str, str]:
     """The environment of a child: ours without LEASEWARD_* or DEMO_* variables, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASEWARD_", "DEMO_"))}
     env["PYTHONUNBUFFERED"] = "1"
+    # The executable runs the source tree under test, not a copy installed earlier.
+    env["PYTHONPATH"] = str(ROOT)
     env.update(extra)
     return env
 

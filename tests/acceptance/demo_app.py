@@ -31,7 +31,7 @@ from typing import Any
 
 import anyio
 
-from runtime import (
+from leaseward import (
     Agent,
     App,
     ProviderReply,

@@ -28,8 +28,8 @@ from acceptance_support import (
     sqlite_url,
 )
 
-from storage import open_store
-from storage.migrations import MIGRATIONS
+from leaseward.storage import open_store
+from leaseward.storage.migrations import MIGRATIONS
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import structlog
 
-from runtime import (
+from leaseward import (
     Agent,
     App,
     ProviderReply,

@@ -7,7 +7,7 @@ from typing import Any
 
 import structlog
 
-from runtime import (
+from leaseward import (
     Agent,
     App,
     ProviderReply,
@@ -17,11 +17,11 @@ from runtime import (
     ToolEffect,
     tool,
 )
-from runtime.conversation import normalize_reply, reply_to_json
-from runtime.lifecycle import StepKind, StepStatus
-from runtime.model import NewRun, RunRecord, StepWrite, dump_json
-from storage import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun, SQLStore
-from storage.protocol import Settlement
+from leaseward.runtime.conversation import normalize_reply, reply_to_json
+from leaseward.runtime.lifecycle import StepKind, StepStatus
+from leaseward.runtime.model import NewRun, RunRecord, StepWrite, dump_json
+from leaseward.storage import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun, SQLStore
+from leaseward.storage.protocol import Settlement
 
 Fault = Callable[[BatchItem], bool]
 

@@ -14,7 +14,7 @@ import anyio
 import pytest
 from support import Calls
 
-from runtime import (
+from leaseward import (
     Agent,
     App,
     Client,
@@ -42,9 +42,9 @@ from runtime import (
     UnknownAgent,
     tool,
 )
-from runtime.model import MAX_ARGUMENTS_BYTES, MAX_INPUT_BYTES, MAX_RESULT_BYTES
-from storage import open_store
-from storage.migrations import MIGRATIONS
+from leaseward.runtime.model import MAX_ARGUMENTS_BYTES, MAX_INPUT_BYTES, MAX_RESULT_BYTES
+from leaseward.storage import open_store
+from leaseward.storage.migrations import MIGRATIONS
 
 pytestmark = pytest.mark.anyio
 

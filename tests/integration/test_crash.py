@@ -33,7 +33,7 @@ from crash_worker import (
 )
 from support import provider_step
 
-from runtime import (
+from leaseward import (
     App,
     Reason,
     RunInfo,
@@ -44,9 +44,9 @@ from runtime import (
     StepKind,
     StepStatus,
 )
-from runtime.client import new_run_id
-from runtime.model import NewRun
-from storage import BatchItem, open_store
+from leaseward.runtime.client import new_run_id
+from leaseward.runtime.model import NewRun
+from leaseward.storage import BatchItem, open_store
 
 pytestmark = pytest.mark.anyio
 

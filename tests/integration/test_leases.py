@@ -9,7 +9,7 @@ import anyio.lowlevel
 import pytest
 from support import Calls, FaultyStore, capture_logs, events, one_call_agent, provider_step
 
-from runtime import (
+from leaseward import (
     Agent,
     App,
     ProviderReply,
@@ -23,11 +23,11 @@ from runtime import (
     ToolEffect,
     tool,
 )
-from runtime.client import new_run_id
-from runtime.conversation import idempotency_key
-from runtime.lifecycle import Event, StepKind
-from runtime.model import NewRun, RunMode, Settlement, StepWrite
-from storage import BatchItem, SQLStore, open_store
+from leaseward.runtime.client import new_run_id
+from leaseward.runtime.conversation import idempotency_key
+from leaseward.runtime.lifecycle import Event, StepKind
+from leaseward.runtime.model import NewRun, RunMode, Settlement, StepWrite
+from leaseward.storage import BatchItem, SQLStore, open_store
 
 pytestmark = pytest.mark.anyio
 

@@ -12,13 +12,13 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 from support import Calls, FaultyStore, one_call_agent, settles_tool
 
-from actors import LeaseReaper, Metrics, Persister, RunActor, RunSettings
-from runtime import RunState, ToolEffect
-from runtime.client import new_run_id
-from runtime.clock import SystemClock
-from runtime.lifecycle import RecoveryPolicy
-from runtime.model import NewRun, RunMode, RunRecord, Settlement
-from storage import open_store
+from leaseward import RunState, ToolEffect
+from leaseward.actors import LeaseReaper, Metrics, Persister, RunActor, RunSettings
+from leaseward.runtime.client import new_run_id
+from leaseward.runtime.clock import SystemClock
+from leaseward.runtime.lifecycle import RecoveryPolicy
+from leaseward.runtime.model import NewRun, RunMode, RunRecord, Settlement
+from leaseward.storage import open_store
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ import pytest
 from support import Calls, one_call_agent
 from test_leases import CHARGE, FAST, ghost_claims, intent, provider_step
 
-from runtime import (
+from leaseward import (
     Agent,
     App,
     IllegalTransition,
@@ -22,7 +22,7 @@ from runtime import (
     StepStatus,
     ToolEffect,
 )
-from storage import open_store
+from leaseward.storage import open_store
 
 pytestmark = pytest.mark.anyio
 

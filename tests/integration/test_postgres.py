@@ -25,7 +25,7 @@ import pytest
 from support import Calls, capture_logs, events
 from test_store_conformance import new_run
 
-from runtime import (
+from leaseward import (
     Agent,
     App,
     Client,
@@ -42,12 +42,12 @@ from runtime import (
     ToolEffect,
     tool,
 )
-from runtime.clock import ManualClock
-from runtime.lifecycle import Event
-from runtime.model import Settlement
-from storage import BatchItem, SQLStore, open_store, parse_store_url, pool_size_for
-from storage.migrations import MIGRATIONS
-from storage.postgres import translate_params
+from leaseward.runtime.clock import ManualClock
+from leaseward.runtime.lifecycle import Event
+from leaseward.runtime.model import Settlement
+from leaseward.storage import BatchItem, SQLStore, open_store, parse_store_url, pool_size_for
+from leaseward.storage.migrations import MIGRATIONS
+from leaseward.storage.postgres import translate_params
 
 pytestmark = pytest.mark.anyio
 
@@ -570,7 +570,7 @@ async def test_three_worker_processes_one_killed_midway(pg_url: str, tmp_path: P
 
 
 async def test_claim_and_expiry_scans_use_the_partial_indexes(pg_url: str) -> None:
-    from storage.queries import load_queries
+    from leaseward.storage.queries import load_queries
 
     queries = load_queries("postgresql")
     connection = await asyncpg.connect(pg_url)

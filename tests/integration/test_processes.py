@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import Client, RunState
+from leaseward import Client, RunState
 
 pytestmark = pytest.mark.anyio
 

@@ -15,13 +15,13 @@ from typing import Any, cast
 import pytest
 from test_store_conformance import new_run
 
-from runtime import StoreError
-from runtime.clock import ManualClock
-from runtime.lifecycle import RunState
-from storage import SQLStore, open_store
-from storage.migrations import MIGRATIONS
-from storage.queries import load_queries
-from storage.sqlite import BUSY_TIMEOUT_MS
+from leaseward import StoreError
+from leaseward.runtime.clock import ManualClock
+from leaseward.runtime.lifecycle import RunState
+from leaseward.storage import SQLStore, open_store
+from leaseward.storage.migrations import MIGRATIONS
+from leaseward.storage.queries import load_queries
+from leaseward.storage.sqlite import BUSY_TIMEOUT_MS
 
 pytestmark = pytest.mark.anyio
 

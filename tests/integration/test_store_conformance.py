@@ -17,12 +17,12 @@ import anyio
 import pytest
 from support import provider_step
 
-from runtime import ProviderReply, RunNotFound, ToolCall
-from runtime.clock import ManualClock
-from runtime.effects import ToolEffect
-from runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
-from runtime.model import NewRun, RunRecord, Settlement, StepWrite, dump_json
-from storage import BatchItem, CancelOutcome, SQLStore, open_store
+from leaseward import ProviderReply, RunNotFound, ToolCall
+from leaseward.runtime.clock import ManualClock
+from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
+from leaseward.runtime.model import NewRun, RunRecord, Settlement, StepWrite, dump_json
+from leaseward.storage import BatchItem, CancelOutcome, SQLStore, open_store
 
 pytestmark = pytest.mark.anyio
 

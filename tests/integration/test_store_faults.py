@@ -14,7 +14,7 @@ from support import (
     settles_tool,
 )
 
-from runtime import (
+from leaseward import (
     App,
     FailureClass,
     Reason,
@@ -24,7 +24,7 @@ from runtime import (
     StepStatus,
     ToolEffect,
 )
-from storage import open_store
+from leaseward.storage import open_store
 
 pytestmark = pytest.mark.anyio
 

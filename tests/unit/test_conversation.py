@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.conversation import (
+from leaseward.runtime.conversation import (
     idempotency_key,
     input_message,
     normalize_reply,
@@ -16,9 +16,9 @@ from runtime.conversation import (
     reply_from_json,
     reply_to_json,
 )
-from runtime.effects import ToolEffect
-from runtime.lifecycle import StepKind, StepStatus
-from runtime.model import Message, ProviderReply, Role, StepInfo, ToolCall
+from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.lifecycle import StepKind, StepStatus
+from leaseward.runtime.model import Message, ProviderReply, Role, StepInfo, ToolCall
 
 RUN = "run-1"
 

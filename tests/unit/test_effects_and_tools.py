@@ -11,12 +11,12 @@ import attrs
 import pytest
 import structlog
 
-from runtime.agents import Agent, App, ScriptedProvider
-from runtime.app import Runtime
-from runtime.effects import ToolEffect, ToolEffectResolver, declared_effect
-from runtime.errors import ToolDefinitionError
-from runtime.model import ProviderReply
-from runtime.tools import (
+from leaseward.runtime.agents import Agent, App, ScriptedProvider
+from leaseward.runtime.app import Runtime
+from leaseward.runtime.effects import ToolEffect, ToolEffectResolver, declared_effect
+from leaseward.runtime.errors import ToolDefinitionError
+from leaseward.runtime.model import ProviderReply
+from leaseward.runtime.tools import (
     DEFAULT_TOOL_TIMEOUT_SECONDS,
     BoundTool,
     FunctionTool,

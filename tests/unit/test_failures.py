@@ -6,7 +6,7 @@ import ssl
 
 import pytest
 
-from runtime.errors import (
+from leaseward.runtime.errors import (
     AuditPersistenceFailed,
     ConfigurationError,
     InvalidInput,
@@ -17,7 +17,7 @@ from runtime.errors import (
     ToolDefinitionError,
     UnknownAgent,
 )
-from runtime.failures import RETRYABLE, FailureClass, classify
+from leaseward.runtime.failures import RETRYABLE, FailureClass, classify
 
 
 def test_failure_classes_are_the_designed_ones() -> None:

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from runtime.errors import IllegalTransition, LeasewardError
-from runtime.lifecycle import (
+from leaseward.runtime.errors import IllegalTransition, LeasewardError
+from leaseward.runtime.lifecycle import (
     BACKOFF_BASE_SECONDS,
     BACKOFF_CAP_SECONDS,
     MAX_REQUEUES,

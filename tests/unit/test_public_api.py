@@ -10,13 +10,14 @@ from types import ModuleType
 
 import pytest
 
-import actors
-import runtime
-import storage
-from runtime.errors import LeasewardError
+import leaseward
+import leaseward.actors
+import leaseward.runtime
+import leaseward.storage
+from leaseward.runtime.errors import LeasewardError
 
-PACKAGES = [runtime, actors, storage]
-ROOT = Path(runtime.__file__).resolve().parent.parent
+PACKAGES = [leaseward, leaseward.runtime, leaseward.actors, leaseward.storage]
+ROOT = Path(leaseward.runtime.__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("package", PACKAGES, ids=lambda m: m.__name__)
@@ -35,7 +36,7 @@ def _public_definitions(package: ModuleType) -> set[str]:
     for name, value in vars(package).items():
         if name.startswith("_") or not (inspect.isclass(value) or inspect.isfunction(value)):
             continue
-        if getattr(value, "__module__", "").split(".")[0] == package.__name__:
+        if getattr(value, "__module__", "").startswith(f"{package.__name__}."):
             found.add(name)
     return found
 
@@ -47,7 +48,16 @@ def test_every_public_definition_is_in_all(package: ModuleType) -> None:
     assert definitions - set(package.__all__) == set()
 
 
-def test_runtime_exports_the_core_api() -> None:
+def test_the_facade_exports_exactly_its_public_namespace() -> None:
+    public = {
+        name
+        for name, value in vars(leaseward).items()
+        if not name.startswith("_") and not isinstance(value, ModuleType)
+    }
+    assert set(leaseward.__all__) - {"__version__"} == public
+
+
+def test_the_facade_exports_the_core_api() -> None:
     required = {
         "tool",
         "Tool",
@@ -74,15 +84,15 @@ def test_runtime_exports_the_core_api() -> None:
         "UnknownAgent",
         "InvalidInput",
     }
-    assert required - set(runtime.__all__) == set()
+    assert required - set(leaseward.__all__) == set()
 
 
 def _exported_exceptions() -> list[type[BaseException]]:
-    values = [getattr(runtime, name) for name in runtime.__all__]
+    values = [getattr(leaseward, name) for name in leaseward.__all__]
     return [v for v in values if isinstance(v, type) and issubclass(v, BaseException)]
 
 
-def test_runtime_exports_exceptions() -> None:
+def test_the_facade_exports_exceptions() -> None:
     names = {cls.__name__ for cls in _exported_exceptions()}
     assert {"LeasewardError", "AuditPersistenceFailed", "LeaseLost", "ToolError"} <= names
 
@@ -105,8 +115,8 @@ def test_exported_exceptions_share_one_root_and_document_themselves(
 
 
 def test_an_explicit_message_replaces_the_docstring() -> None:
-    assert str(runtime.LeaseLost("gone")) == "gone"
-    assert runtime.LeaseLost("gone").message == "gone"
+    assert str(leaseward.LeaseLost("gone")) == "gone"
+    assert leaseward.LeaseLost("gone").message == "gone"
 
 
 # --- layering -----------------------------------------------------------------------------------
@@ -122,9 +132,18 @@ KERNEL = [
     "errors",
     "schema",
     "clock",
+    "version",
 ]
-FORBIDDEN_PACKAGES = {"anyio", "aiosqlite", "asyncpg", "actors", "storage"}
-FORBIDDEN_MODULES = {"runtime.app", "runtime.client", "runtime.daemon", "runtime.cli"}
+FORBIDDEN_PACKAGES = {"anyio", "aiosqlite", "asyncpg", "httpx"}
+FORBIDDEN_MODULES = {
+    "leaseward.actors",
+    "leaseward.storage",
+    "leaseward.runtime.app",
+    "leaseward.runtime.client",
+    "leaseward.runtime.daemon",
+    "leaseward.runtime.cli",
+    "leaseward.runtime.providers",
+}
 
 
 def forbidden_imports(source: str, module: str) -> list[str]:
@@ -142,13 +161,14 @@ def forbidden_imports(source: str, module: str) -> list[str]:
             else:
                 target = node.module or ""
             imported.append(target)
-            # ``from runtime import app`` names a shell module too.
+            # ``from leaseward.runtime import app`` names a shell module too.
             imported.extend(f"{target}.{alias.name}" for alias in node.names)
     bad = []
     for name in imported:
         top = name.split(".")[0]
         prefixes = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 2)}
-        if top in FORBIDDEN_PACKAGES or prefixes & FORBIDDEN_MODULES:
+        # The facade ``leaseward`` itself imports the shell.
+        if name == "leaseward" or top in FORBIDDEN_PACKAGES or prefixes & FORBIDDEN_MODULES:
             bad.append(name)
     return sorted(set(bad))
 
@@ -160,18 +180,19 @@ def forbidden_imports(source: str, module: str) -> list[str]:
         "import anyio.abc",
         "from aiosqlite import connect",
         "import asyncpg",
-        "from actors.mailbox import Mailbox",
-        "from storage import Store",
-        "from runtime.app import Runtime",
-        "from runtime import client",
+        "from leaseward.actors.mailbox import Mailbox",
+        "from leaseward.storage import Store",
+        "from leaseward.runtime.app import Runtime",
+        "from leaseward.runtime import client",
+        "from leaseward import Runtime",
         "from . import daemon",
         "from .cli import main",
-        "def f():\n    import storage.sqlite\n",
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from actors import Reply\n",
+        "def f():\n    import leaseward.storage.sqlite\n",
+        "if TYPE_CHECKING:\n    from leaseward.actors import Reply\n",
     ],
 )
 def test_the_layering_check_catches_forbidden_imports(source: str) -> None:
-    assert forbidden_imports(source, "runtime.model")
+    assert forbidden_imports(source, "leaseward.runtime.model")
 
 
 @pytest.mark.parametrize(
@@ -179,24 +200,24 @@ def test_the_layering_check_catches_forbidden_imports(source: str) -> None:
     [
         "import attrs",
         "import structlog",
-        "from runtime.errors import LeasewardError",
+        "from leaseward.runtime.errors import LeasewardError",
         "from .effects import ToolEffect",
-        "from runtime import errors",
+        "from leaseward.runtime import errors",
         "import anyioish",
-        "from runtime.application_notes import x",
+        "from leaseward.runtime.application_notes import x",
     ],
 )
 def test_the_layering_check_allows_kernel_imports(source: str) -> None:
-    assert forbidden_imports(source, "runtime.model") == []
+    assert forbidden_imports(source, "leaseward.runtime.model") == []
 
 
 @pytest.mark.parametrize("name", KERNEL)
 def test_kernel_modules_import_no_io_layer(name: str) -> None:
     path = ROOT / "runtime" / f"{name}.py"
     assert path.is_file(), path
-    assert forbidden_imports(path.read_text(encoding="utf-8"), f"runtime.{name}") == []
+    assert forbidden_imports(path.read_text(encoding="utf-8"), f"leaseward.runtime.{name}") == []
 
 
 def test_kernel_module_list_names_real_modules() -> None:
     for name in KERNEL:
-        assert importlib.import_module(f"runtime.{name}").__file__ is not None
+        assert importlib.import_module(f"leaseward.runtime.{name}").__file__ is not None

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from actors.reaper import plan_reap
-from runtime.effects import ToolEffect
-from runtime.failures import FailureClass
-from runtime.lifecycle import (
+from leaseward.actors.reaper import plan_reap
+from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.lifecycle import (
     Event,
     Reason,
     Recovery,
@@ -21,8 +21,8 @@ from runtime.lifecycle import (
     StepStatus,
     decide_recovery,
 )
-from runtime.model import RunRecord, Settlement, settlement_after
-from storage.protocol import ExpiredRun
+from leaseward.runtime.model import RunRecord, Settlement, settlement_after
+from leaseward.storage.protocol import ExpiredRun
 
 POLICY = RecoveryPolicy(max_requeues=3)
 RETRYABLE_NAMES = {"connection", "rate_limit", "server_error", "circuit_open"}

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.errors import ToolDefinitionError
-from runtime.schema import check_schema, schema_from_signature, validate
+from leaseward.runtime.errors import ToolDefinitionError
+from leaseward.runtime.schema import check_schema, schema_from_signature, validate
 
 
 class Color(enum.Enum):
