@@ -74,6 +74,10 @@ class RunSettings:
     policy: RecoveryPolicy = attrs.Factory(RecoveryPolicy)
 
 
+class _CallNotAdmitted(Exception):
+    """The lease could not be made to cover the next call, so the call did not start."""
+
+
 class _Stop(Exception):
     """The run reached its settlement at a step boundary."""
 
@@ -106,6 +110,7 @@ class RunActor:
         settings: RunSettings,
         clock: Clock,
         worker_id: str,
+        lease_deadline: float,
         draining: anyio.Event | None = None,
         metrics: Metrics | None = None,
     ) -> None:
@@ -124,7 +129,14 @@ class RunActor:
         self._pending: list[StepWrite] = []
         self._last_effect: ToolEffect | None = None
         self._last_status: StepStatus | None = None
-        self._lease_deadline = run.lease_expires_at or 0.0
+        # On the monotonic clock, from when the claim was sent: never the database's
+        # lease_expires_at, which a worker's clock may be far from.
+        self._lease_deadline = lease_deadline
+        # A write's intent that is durable but whose call has not started: if the
+        # attempt ends here, the intent is withdrawn, so nobody takes the call for
+        # one that may have run.
+        self._unstarted_intent: StepWrite | None = None
+        self._before_intent: tuple[ToolEffect | None, StepStatus | None] = (None, None)
         self._cancel_requested = run.cancel_requested
         self._worker_id = worker_id
         self._log = log.bind(run_id=run.id, epoch=run.epoch, worker_id=worker_id, agent=agent.name)
@@ -132,20 +144,35 @@ class RunActor:
 
     async def run(self) -> Settlement | None:
         """Run until settled; returns the settlement stored, or None if none was."""
+        withdrawn: tuple[StepWrite, ...] = ()
         try:
             settlement = await self._execute()
         except LeaseLost:
             self._log.warning("lease.lost")
             return None
+        except _CallNotAdmitted as exc:
+            self._log.warning("call.not_admitted", error=str(exc))
+            withdrawn = self._withdraw_unstarted()
+            settlement = Settlement(Event.RELEASE)
         except anyio.get_cancelled_exc_class():
+            withdrawn = self._withdraw_unstarted()
             with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS, shield=True):
-                await self._settle(self._interrupted())
+                await self._settle(self._interrupted(), withdrawn)
             raise
         except Exception as exc:
+            withdrawn = self._withdraw_unstarted()
             settlement = self._after_failure(exc)
         with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS, shield=True):
-            await self._settle(settlement)
+            await self._settle(settlement, withdrawn)
         return self.settlement
+
+    def _withdraw_unstarted(self) -> tuple[StepWrite, ...]:
+        intent = self._unstarted_intent
+        if intent is None:
+            return ()
+        self._unstarted_intent = None
+        self._last_effect, self._last_status = self._before_intent
+        return (attrs.evolve(intent, withdraws=True),)
 
     # -- the loop -------------------------------------------------------------------
 
@@ -212,7 +239,7 @@ class RunActor:
 
     async def _provider_step(self, messages: list[Message]) -> tuple[int, ProviderReply]:
         timeout = self._agent.provider_timeout_seconds
-        await self._admit(timeout)
+        await self._extend_lease_for(timeout)
         request = ProviderRequest(
             run_id=self.run_id,
             agent=self._agent.name,
@@ -220,6 +247,7 @@ class RunActor:
             tools=self._agent.tool_specs,
         )
         started_at = self._clock.now()
+        self._admit(timeout)
         with anyio.fail_after(timeout):
             reply = await self._agent.provider.complete(request)
         if not isinstance(reply, ProviderReply):
@@ -239,6 +267,18 @@ class RunActor:
 
     async def _tool_step(self, pending: PendingCall, after: Sequence[PendingCall]) -> Any:
         call = pending.call
+        open_attempt = pending.open_attempt
+        if open_attempt is not None and open_attempt.effect is ToolEffect.NON_IDEMPOTENT_WRITE:
+            # Before any other check: whatever the app now says about this tool (removed,
+            # its schema changed), the journal says a non-idempotent call may have run.
+            raise _Stop(
+                Settlement(
+                    Event.DEAD_LETTER,
+                    Reason.INTERRUPTED_WRITE,
+                    error=f"call {call.call_id} of {call.name} was interrupted at epoch "
+                    f"{open_attempt.epoch}; its outcome is unknown",
+                )
+            )
         bound = self._agent.tools.get(call.name)
         effect = self._agent.effects.effect_for(call.name)
         arguments_json, rejection = self._check_arguments(bound, call.name, call.arguments)
@@ -259,15 +299,6 @@ class RunActor:
             )
             await self._record_soft(step, self._timeout_of_next(after))
             return output
-        if effect is ToolEffect.NON_IDEMPOTENT_WRITE and pending.open_attempt is not None:
-            raise _Stop(
-                Settlement(
-                    Event.DEAD_LETTER,
-                    Reason.INTERRUPTED_WRITE,
-                    error=f"call {call.call_id} of {call.name} was interrupted at epoch "
-                    f"{pending.open_attempt.epoch}; its outcome is unknown",
-                )
-            )
         seq = self._take_seq()
         base = StepWrite(
             seq=seq,
@@ -280,11 +311,13 @@ class RunActor:
             arguments_json=arguments_json,
         )
         if effect.is_write:
+            self._before_intent = (self._last_effect, self._last_status)
             await self._record_intent(base, bound.timeout_seconds)
+            self._unstarted_intent = base
         else:
-            await self._admit(bound.timeout_seconds)
             # A read has no intent row, so its record carries when the call began.
             base = attrs.evolve(base, started_at=self._clock.now())
+        await self._extend_lease_for(bound.timeout_seconds)
         status, output, error = await self._call(bound, pending, dict(call.arguments))
         try:
             output_json = dump_json(
@@ -327,7 +360,10 @@ class RunActor:
             call_id=pending.call.call_id,
             idempotency_key=pending.idempotency_key,
             log=self._log.bind(tool=bound.name, call_id=pending.call.call_id),
+            lease_remaining=self._lease_remaining,
         )
+        self._admit(bound.timeout_seconds)
+        self._unstarted_intent = None
         try:
             with anyio.fail_after(bound.timeout_seconds):
                 result = await bound.implementation(ctx, **arguments)
@@ -376,7 +412,9 @@ class RunActor:
             lease_seconds=lease_seconds,
             settlement=settlement,
         )
-        sent_at = self._clock.now()
+        # The lease runs from when the renewal was sent: however long the commit waits
+        # for a lock, the database's expiry is no earlier than this.
+        sent_at = self._clock.monotonic()
         outcome = await self._persist(item)
         if not outcome.lease_held and not outcome.persisted:
             raise LeaseLost(f"run {self.run_id} is no longer held at epoch {self.epoch}")
@@ -387,8 +425,9 @@ class RunActor:
                 "step.recorded", seq=step.seq, kind=step.kind.value, status=step.status.value
             )
             self._metrics.step_recorded(step.kind, step.effect)
-        if steps:
-            newest = max(steps, key=lambda s: s.seq)
+        kept = [step for step in steps if not step.withdraws]
+        if kept:
+            newest = max(kept, key=lambda s: s.seq)
             self._last_effect = newest.effect
             self._last_status = newest.status if newest.kind is StepKind.TOOL else None
         if settlement is None:
@@ -423,15 +462,36 @@ class RunActor:
                 f"{outcome.error}"
             )
 
-    async def _admit(self, timeout: float) -> None:
-        """G7: no call starts unless the lease covers its whole deadline."""
-        needed = self._clock.now() + timeout + self._settings.deadline_margin_seconds
-        if needed <= self._lease_deadline:
+    def _covers(self, timeout: float) -> bool:
+        needed = self._clock.monotonic() + timeout + self._settings.deadline_margin_seconds
+        return needed <= self._lease_deadline
+
+    def _lease_remaining(self) -> float:
+        return max(0.0, self._lease_deadline - self._clock.monotonic())
+
+    async def _extend_lease_for(self, timeout: float) -> None:
+        """Renew the lease if it would not cover a call of ``timeout`` starting now."""
+        if self._covers(timeout):
             return
         outcome = await self._send([], self._lease_for(timeout))
         if not outcome.persisted:
-            raise StoreError(f"the lease could not be extended for the next call: {outcome.error}")
+            raise _CallNotAdmitted(
+                f"the lease could not be extended for the next call: {outcome.error}"
+            )
         self._log.debug("lease.extended", seconds=self._lease_for(timeout))
+
+    def _admit(self, timeout: float) -> None:
+        """G7: the last check before a call, with no await between it and the call.
+
+        A renewal that waited long for the store, or a pause of this process,
+        may have eaten the lease the renewal granted: then the call does not
+        start, and the run goes back to the queue without spending a retry.
+        """
+        if not self._covers(timeout):
+            raise _CallNotAdmitted(
+                f"the lease has {self._lease_remaining():.1f} s left, too little for a call "
+                f"of up to {timeout} s"
+            )
 
     def _remember_newest(self, steps: Sequence[StepInfo]) -> None:
         if steps:
@@ -487,9 +547,9 @@ class RunActor:
             cancel_requested=self._cancel_requested,
         )
 
-    async def _settle(self, settlement: Settlement) -> None:
+    async def _settle(self, settlement: Settlement, withdrawn: Sequence[StepWrite] = ()) -> None:
         try:
-            outcome = await self._send([], 0.0, settlement)
+            outcome = await self._send(withdrawn, 0.0, settlement)
         except LeaseLost:
             self._log.warning("lease.lost", during="settle")
             return

@@ -59,6 +59,11 @@ class _Local:
     scope: anyio.CancelScope
 
 
+# A reaped actor may still be alive (inside a call that cannot record anything)
+# when its run is claimed again: one run can have two epochs here at once.
+_LocalKey = tuple[str, int]
+
+
 class Supervisor:
     """The root actor of one worker process."""
 
@@ -90,7 +95,7 @@ class Supervisor:
             on_reaped=self._reaped,
             metrics=self.metrics,
         )
-        self._local: dict[str, _Local] = {}
+        self._local: dict[_LocalKey, _Local] = {}
         self._run_ended = anyio.Event()
         self._draining = anyio.Event()
         self._drain_scope: anyio.CancelScope | None = None
@@ -161,18 +166,20 @@ class Supervisor:
                     # runs would sit leased until they expire. Finished, they are
                     # started and, the scope being cancelled, released at once.
                     with anyio.CancelScope(shield=True):
+                        sent_at = self._clock.monotonic()
                         claimed = await self._store.claim_runs(
                             settings.worker_id,
                             min(room, CLAIM_BATCH),
                             settings.lease_seconds,
                             self._agents,
+                            exclude=sorted({run_id for run_id, _ in self._local}),
                         )
                 except LeasewardError as exc:
                     self._log.warning("claim.failed", error=exc.message)
                 for record in claimed:
                     # Even when a drain began meanwhile: the actor releases the run
                     # at its first boundary, where an unstarted claim would sit leased.
-                    self._start(runs, record)
+                    self._start(runs, record, sent_at + settings.lease_seconds)
             if claimed and len(claimed) == min(room, CLAIM_BATCH):
                 # The claim above is shielded: a cancelled loop stops here, not there.
                 await anyio.lowlevel.checkpoint()
@@ -198,14 +205,14 @@ class Supervisor:
     def _handle(self, message: SupervisorMessage) -> None:
         if isinstance(message, LeasesReaped):
             for run_id, epoch in message.leases:
-                local = self._local.get(run_id)
-                if local is not None and local.actor.epoch == epoch:
+                local = self._local.get((run_id, epoch))
+                if local is not None:
                     # The store no longer counts this worker as the holder: stop it
                     # now, before it spends time on work it could not record anyway.
                     self._log.warning("lease.lost", run_id=run_id, by="reaper")
                     local.scope.cancel()
 
-    def _start(self, runs: TaskGroup, record: RunRecord) -> None:
+    def _start(self, runs: TaskGroup, record: RunRecord, lease_deadline: float) -> None:
         agent = self._app.agent(record.agent)
         actor = RunActor(
             record,
@@ -215,11 +222,12 @@ class Supervisor:
             settings=self.settings.run,
             clock=self._clock,
             worker_id=self.settings.worker_id,
+            lease_deadline=lease_deadline,
             draining=self._draining,
             metrics=self.metrics,
         )
         scope = anyio.CancelScope()
-        self._local[record.id] = _Local(actor, scope)
+        self._local[(record.id, record.epoch)] = _Local(actor, scope)
         self._log.info("run.claimed", run_id=record.id, epoch=record.epoch, agent=record.agent)
         runs.start_soon(self._run_actor, actor, scope)
 
@@ -229,7 +237,7 @@ class Supervisor:
             with scope:
                 settlement = await actor.run()
         finally:
-            self._local.pop(actor.run_id, None)
+            self._local.pop((actor.run_id, actor.epoch), None)
             self.mailbox.send_nowait(RunEnded(actor.run_id))
             self._run_ended.set()
             self._run_ended = anyio.Event()

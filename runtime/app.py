@@ -148,6 +148,7 @@ class Runtime(Client):
             lease_owner=settings.worker_id,
             lease_seconds=settings.lease_seconds,
         )
+        sent_at = self._clock.monotonic()
         record = await self._store.create_run(new)
         actor = RunActor(
             record,
@@ -157,6 +158,7 @@ class Runtime(Client):
             settings=settings.run,
             clock=self._clock,
             worker_id=settings.worker_id,
+            lease_deadline=sent_at + settings.lease_seconds,
             metrics=self.supervisor.metrics,
         )
         await actor.run()

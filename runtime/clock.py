@@ -10,7 +10,16 @@ __all__ = ["Clock", "ManualClock", "SystemClock"]
 
 class Clock(Protocol):
     def now(self) -> float:
-        """Seconds since the epoch."""
+        """Seconds since the epoch: what goes into records."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never jumps: what lease deadlines are measured on.
+
+        A worker's wall clock may be set back or run ahead of the database's; a
+        deadline taken from the database and compared with it would be wrong by
+        the skew, so a worker keeps its own lease deadlines on this clock.
+        """
         ...
 
 
@@ -18,14 +27,20 @@ class SystemClock:
     def now(self) -> float:
         return time.time()
 
+    def monotonic(self) -> float:
+        return time.monotonic()
+
 
 class ManualClock:
-    """A clock that moves only when told to."""
+    """A clock that moves only when told to; both readings move together."""
 
     def __init__(self, start: float = 1_800_000_000.0) -> None:
         self._now = start
 
     def now(self) -> float:
+        return self._now
+
+    def monotonic(self) -> float:
         return self._now
 
     def advance(self, seconds: float) -> None:

@@ -245,6 +245,8 @@ class StepWrite:
     output_json: str | None = None
     error: str | None = None
     settles: bool = False
+    withdraws: bool = False
+    """Removes this step's ``started`` intent: its call never started, so it never ran."""
     started_at: float | None = None
     """When the call began, for rows written after it; None means "now" at commit."""
 

@@ -41,6 +41,15 @@ class ToolContext:
     call_id: str
     idempotency_key: str
     log: structlog.typing.FilteringBoundLogger
+    lease_remaining: Callable[[], float] = lambda: 0.0
+    """Seconds this worker's lease has left now, measured on its monotonic clock."""
+
+    @property
+    def fencing_token(self) -> int:
+        """The lease epoch: it grows with every claim of the run, so a system that
+        remembers the highest token it saw for ``run_id`` can refuse a write from a
+        worker that lost its lease (a paused process waking up)."""
+        return self.epoch
 
 
 @runtime_checkable

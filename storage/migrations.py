@@ -30,4 +30,5 @@ def _has_sql(part: str) -> bool:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial"),
     Migration(2, "operator_resolution"),
+    Migration(4, "statement_clock"),
 )

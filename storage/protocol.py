@@ -66,9 +66,18 @@ class Store(Protocol):
     async def create_run(self, new: NewRun) -> RunRecord: ...
 
     async def claim_runs(
-        self, worker_id: str, limit: int, lease_seconds: float, agents: Sequence[str]
+        self,
+        worker_id: str,
+        limit: int,
+        lease_seconds: float,
+        agents: Sequence[str],
+        exclude: Sequence[str] = (),
     ) -> list[RunRecord]:
-        """Lease up to ``limit`` ready runs of the named agents, oldest first."""
+        """Lease up to ``limit`` ready runs of the named agents, oldest first.
+
+        Runs in ``exclude`` are left alone: the claimer still has a live actor on
+        an earlier epoch of each, and must not run one run twice at once.
+        """
         ...
 
     async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:

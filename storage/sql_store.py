@@ -180,7 +180,12 @@ class SQLStore:
         return run_from_row(row)
 
     async def claim_runs(
-        self, worker_id: str, limit: int, lease_seconds: float, agents: Sequence[str]
+        self,
+        worker_id: str,
+        limit: int,
+        lease_seconds: float,
+        agents: Sequence[str],
+        exclude: Sequence[str] = (),
     ) -> list[RunRecord]:
         source, target = TRANSITIONS[Event.CLAIM]
         assert source is not None
@@ -194,6 +199,7 @@ class SQLStore:
                     "lease_seconds": lease_seconds,
                     "limit": limit,
                     "agents": list(agents),
+                    "exclude": list(exclude),
                     "now": self._now(),
                 },
             )
@@ -201,12 +207,14 @@ class SQLStore:
 
     async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
         outcomes: list[BatchOutcome | None] = [None] * len(items)
-        now = self._now()
         # In run id order, so that two concurrent batches lock their runs in the
         # same order and cannot deadlock (a stable sort keeps one run's items in order).
         order = sorted(range(len(items)), key=lambda index: items[index].run_id)
         requeued = False
         async with self._executor.transaction():
+            # Read once the transaction holds SQLite's write lock: a "now" taken
+            # before waiting for it would date the renewed leases in the past.
+            now = self._now()
             for index in order:
                 outcome = await self._commit_item(items[index], now)
                 outcomes[index] = outcome
@@ -249,6 +257,19 @@ class SQLStore:
 
     async def _write_step(self, item: BatchItem, step: StepWrite, now: float) -> None:
         q = self._queries
+        if step.withdraws:
+            withdrawn = await self._executor.fetch_all(
+                q["withdraw_step"],
+                {
+                    "run_id": item.run_id,
+                    "seq": step.seq,
+                    "epoch": item.epoch,
+                    "started": StepStatus.STARTED.value,
+                },
+            )
+            if len(withdrawn) != 1:
+                raise StoreError(f"step {step.seq} of run {item.run_id} has no open intent")
+            return
         if step.settles:
             changed = await self._executor.fetch_all(
                 q["settle_step"],

@@ -46,9 +46,14 @@ class FaultyStore:
         return await self.inner.create_run(new)
 
     async def claim_runs(
-        self, worker_id: str, limit: int, lease_seconds: float, agents: Sequence[str]
+        self,
+        worker_id: str,
+        limit: int,
+        lease_seconds: float,
+        agents: Sequence[str],
+        exclude: Sequence[str] = (),
     ) -> list[RunRecord]:
-        return await self.inner.claim_runs(worker_id, limit, lease_seconds, agents)
+        return await self.inner.claim_runs(worker_id, limit, lease_seconds, agents, exclude)
 
     async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
         if self.crash_next_batch:

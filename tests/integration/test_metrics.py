@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from collections.abc import Mapping
 
@@ -98,6 +99,7 @@ async def test_actor_metrics_are_served_over_http(db_url: str) -> None:
             settings=RunSettings(lease_seconds=5),
             clock=SystemClock(),
             worker_id="w",
+            lease_deadline=time.monotonic() + 5.0,
             metrics=metrics,
         )
         for agent in (payer, charger)
@@ -216,6 +218,7 @@ async def test_actors_work_without_a_metrics(db_url: str) -> None:
         settings=RunSettings(lease_seconds=5),
         clock=SystemClock(),
         worker_id="w",
+        lease_deadline=time.monotonic() + 5.0,
     )
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:

@@ -358,7 +358,7 @@ async def test_a_statement_on_a_lost_connection_is_a_store_error_then_the_pool_r
 FAST: dict[str, Any] = {
     "poll_interval_seconds": 0.02,
     "reap_interval_seconds": 0.05,
-    "deadline_margin_seconds": 0.05,
+    "deadline_margin_seconds": 1.0,
     "lease_seconds": 0.5,
 }
 
@@ -596,6 +596,7 @@ async def test_claim_and_expiry_scans_use_the_partial_indexes(pg_url: str) -> No
             lease_seconds=30.0,
             limit=5,
             agents=["a"],
+            exclude=["r1"],
         )
         expired = await plan("expired_runs", source="running", limit=5)
     finally:

@@ -212,6 +212,7 @@ async def test_claim_query_uses_the_partial_claimable_index(store: SQLStore, db_
             "lease_seconds": 5.0,
             "limit": 3,
             "agents": json.dumps(["a"]),
+            "exclude": json.dumps(["r1"]),
             "now": 1.0,
         },
     )

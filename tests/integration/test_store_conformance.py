@@ -28,12 +28,15 @@ pytestmark = pytest.mark.anyio
 
 COMPLETE = Settlement(Event.COMPLETE, Reason.COMPLETED, result_json='"ok"')
 
-# The database clock of a PostgreSQL test database, made to stand still: the
-# schema's leaseward_now() reads the database clock; this one reads a row.
+# The database clocks of a PostgreSQL test database, made to stand still: the
+# schema's leaseward_now() (transaction) and leaseward_clock() (statement) read
+# the database clock; these read a row.
 FROZEN_CLOCK_SQL = (
     "CREATE TABLE leaseward_test_clock (seconds double precision NOT NULL)",
     "CREATE OR REPLACE FUNCTION leaseward_now() RETURNS double precision "
     "LANGUAGE sql STABLE AS $$ SELECT seconds FROM leaseward_test_clock $$",
+    "CREATE OR REPLACE FUNCTION leaseward_clock() RETURNS double precision "
+    "LANGUAGE sql VOLATILE AS $$ SELECT seconds FROM leaseward_test_clock $$",
 )
 
 

@@ -12,7 +12,7 @@ INSERT INTO runs (
     lease_expires_at, available_at, cancel_requested, created_at, updated_at
 ) VALUES (
     :id, :agent, :mode, :state, :input_json, :epoch, 0, :lease_owner,
-    leaseward_now() + :lease_seconds::double precision, leaseward_now(), FALSE,
+    leaseward_clock() + :lease_seconds::double precision, leaseward_now(), FALSE,
     leaseward_now(), leaseward_now()
 )
 RETURNING *;
@@ -25,13 +25,14 @@ WITH picked AS MATERIALIZED (
     SELECT id FROM runs
     WHERE state = :source AND available_at <= leaseward_now()
       AND agent = ANY(:agents::text[])
+      AND NOT (id = ANY(:exclude::text[]))
     ORDER BY available_at, created_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 )
 UPDATE runs
 SET state = :target, epoch = runs.epoch + 1, lease_owner = :worker_id,
-    lease_expires_at = leaseward_now() + :lease_seconds::double precision,
+    lease_expires_at = leaseward_clock() + :lease_seconds::double precision,
     updated_at = leaseward_now()
 FROM picked
 WHERE runs.id = picked.id AND runs.state = :source
@@ -39,7 +40,7 @@ RETURNING runs.*;
 
 -- name: renew_lease
 UPDATE runs
-SET lease_expires_at = leaseward_now() + :lease_seconds::double precision,
+SET lease_expires_at = leaseward_clock() + :lease_seconds::double precision,
     updated_at = leaseward_now()
 WHERE id = :run_id AND epoch = :epoch AND state = :source
 RETURNING cancel_requested, lease_expires_at;
@@ -59,6 +60,11 @@ INSERT INTO steps (
 UPDATE steps
 SET status = :status, output_json = :output_json, error = :error,
     finished_at = leaseward_now()
+WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started
+RETURNING seq;
+
+-- name: withdraw_step
+DELETE FROM steps
 WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started
 RETURNING seq;
 

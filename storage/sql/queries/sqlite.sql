@@ -22,6 +22,7 @@ WHERE id IN (
     SELECT id FROM runs
     WHERE state = :source AND available_at <= :now
       AND agent IN (SELECT value FROM json_each(:agents))
+      AND id NOT IN (SELECT value FROM json_each(:exclude))
     ORDER BY available_at, created_at
     LIMIT :limit
 ) AND state = :source
@@ -46,6 +47,11 @@ INSERT INTO steps (
 -- name: settle_step
 UPDATE steps
 SET status = :status, output_json = :output_json, error = :error, finished_at = :now
+WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started
+RETURNING seq;
+
+-- name: withdraw_step
+DELETE FROM steps
 WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started
 RETURNING seq;
 

@@ -1,0 +1,2 @@
+-- Nothing to change: SQLite's times are the worker's clock, read once the
+-- write lock is held.
