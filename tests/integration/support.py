@@ -17,9 +17,10 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.runtime.client import new_run_id
 from leaseward.runtime.conversation import normalize_reply, reply_to_json
 from leaseward.runtime.lifecycle import StepKind, StepStatus
-from leaseward.runtime.model import NewRun, RunRecord, StepWrite, dump_json
+from leaseward.runtime.model import NewRun, RunMode, RunRecord, StepWrite, dump_json
 from leaseward.storage import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun, SQLStore
 from leaseward.storage.protocol import Settlement
 
@@ -184,3 +185,31 @@ def events(captured: list[dict[str, Any]]) -> list[str]:
 
 
 capture_logs = structlog.testing.capture_logs
+
+
+async def ghost_claims(store: SQLStore, agent: str, steps: tuple[StepWrite, ...]) -> str:
+    """A worker that claims a run, journals ``steps`` under a tiny lease, and dies."""
+    run_id = (await store.create_run(queued_run(agent))).id
+    [claimed] = await store.claim_runs("ghost:1", 1, 0.01, [agent])
+    [outcome] = await store.commit_batch(
+        [BatchItem(run_id, claimed.epoch, steps=steps, lease_seconds=0.01)]
+    )
+    assert outcome.persisted
+    return run_id
+
+
+def queued_run(agent: str) -> NewRun:
+    return NewRun(id=new_run_id(), agent=agent, mode=RunMode.QUEUED, input_json='"hi"')
+
+
+def intent(seq: int, effect: ToolEffect, key: str) -> StepWrite:
+    return StepWrite(
+        seq=seq,
+        kind=StepKind.TOOL,
+        status=StepStatus.STARTED,
+        tool="charge",
+        call_id="call-1",
+        effect=effect,
+        idempotency_key=key,
+        arguments_json='{"amount":5}',
+    )

@@ -7,7 +7,17 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from support import Calls, FaultyStore, capture_logs, events, one_call_agent, provider_step
+from support import (
+    Calls,
+    FaultyStore,
+    capture_logs,
+    events,
+    ghost_claims,
+    intent,
+    one_call_agent,
+    provider_step,
+    queued_run,
+)
 
 from leaseward import (
     Agent,
@@ -23,10 +33,9 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.runtime.client import new_run_id
 from leaseward.runtime.conversation import idempotency_key
 from leaseward.runtime.lifecycle import Event, StepKind
-from leaseward.runtime.model import NewRun, RunMode, Settlement, StepWrite
+from leaseward.runtime.model import Settlement, StepWrite
 from leaseward.storage import BatchItem, SQLStore, open_store
 
 pytestmark = pytest.mark.anyio
@@ -37,34 +46,6 @@ FAST: dict[str, Any] = {
     "deadline_margin_seconds": 1.0,
 }
 CHARGE = ProviderReply(tool_calls=[ToolCall("charge", {"amount": 5}, "call-1")])
-
-
-async def ghost_claims(store: SQLStore, agent: str, steps: tuple[StepWrite, ...]) -> str:
-    """A worker that claims a run, journals ``steps`` under a tiny lease, and dies."""
-    run_id = (await store.create_run(_queued(agent))).id
-    [claimed] = await store.claim_runs("ghost:1", 1, 0.01, [agent])
-    [outcome] = await store.commit_batch(
-        [BatchItem(run_id, claimed.epoch, steps=steps, lease_seconds=0.01)]
-    )
-    assert outcome.persisted
-    return run_id
-
-
-def _queued(agent: str) -> NewRun:
-    return NewRun(id=new_run_id(), agent=agent, mode=RunMode.QUEUED, input_json='"hi"')
-
-
-def intent(seq: int, effect: ToolEffect, key: str) -> StepWrite:
-    return StepWrite(
-        seq=seq,
-        kind=StepKind.TOOL,
-        status=StepStatus.STARTED,
-        tool="charge",
-        call_id="call-1",
-        effect=effect,
-        idempotency_key=key,
-        arguments_json='{"amount":5}',
-    )
 
 
 async def test_reaped_run_mid_non_idempotent_write_is_dead_lettered_not_rerun(
@@ -95,7 +76,7 @@ async def test_reaped_idempotent_write_is_rerun_with_the_same_key(store_url: str
     calls = Calls()
     app = App([one_call_agent("payer", ToolEffect.IDEMPOTENT_WRITE, calls, tool_name="charge")])
     store = await open_store(store_url)
-    run_id = (await store.create_run(_queued("payer"))).id
+    run_id = (await store.create_run(queued_run("payer"))).id
     # The key the ghost handed to the payment system is derived from the journal.
     key = idempotency_key(run_id, 0, 0, "call-1")
     [claimed] = await store.claim_runs("ghost:1", 1, 0.01, ["payer"])
@@ -150,7 +131,7 @@ async def test_resume_does_not_repeat_recorded_steps(store_url: str) -> None:
 
 async def test_stale_epoch_can_neither_record_nor_settle(store_url: str) -> None:
     store = await open_store(store_url)
-    run_id = (await store.create_run(_queued("payer"))).id
+    run_id = (await store.create_run(queued_run("payer"))).id
     [first] = await store.claim_runs("w1", 1, 0.01, ["payer"])
     await anyio.sleep(0.02)
     app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, Calls())])

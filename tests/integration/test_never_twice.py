@@ -1,0 +1,297 @@
+"""The holes a review found in the never-twice promise, each reproduced, then closed.
+
+Every test drives the real runtime on a real SQLite file or the real PostgreSQL
+server; faults come from a wrapper around the real store or from a second real
+connection holding a lock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import asyncpg
+import pytest
+from support import (
+    Calls,
+    FaultyStore,
+    ghost_claims,
+    intent,
+    provider_step,
+)
+
+from leaseward import (
+    Agent,
+    App,
+    ProviderReply,
+    ProviderRequest,
+    Reason,
+    RecoveryPolicy,
+    RunState,
+    Runtime,
+    ScriptedProvider,
+    StepStatus,
+    ToolCall,
+    ToolContext,
+    ToolEffect,
+    tool,
+)
+from leaseward.actors.reaper import LeaseReaper
+from leaseward.runtime.clock import SystemClock
+from leaseward.storage import BatchItem, BatchOutcome, open_store
+
+pytestmark = pytest.mark.anyio
+
+CHARGE = ProviderReply(tool_calls=[ToolCall("charge", {"amount": 5}, "call-1")])
+
+
+def _sqlite_lease_left(db_path: Path, run_id: str) -> float:
+    connection = sqlite3.connect(db_path)
+    try:
+        (expires,) = connection.execute(
+            "SELECT lease_expires_at FROM runs WHERE id = ?", (run_id,)
+        ).fetchone()
+    finally:
+        connection.close()
+    return float(expires) - time.time()
+
+
+class LockedBeforeIntent(FaultyStore):
+    """Another process holds SQLite's write lock when the intent batch arrives.
+
+    The lock is taken by a real second connection in a thread and held for
+    ``hold_seconds``; the intent's transaction waits for it on the busy timeout.
+    """
+
+    def __init__(self, inner: Any, db_path: Path, hold_seconds: float) -> None:
+        super().__init__(inner)
+        self._db_path = db_path
+        self._hold_seconds = hold_seconds
+        self.held = 0
+
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+        intent_batch = any(
+            step.status is StepStatus.STARTED and not step.settles
+            for item in items
+            for step in item.steps
+        )
+        if intent_batch and not self.held:
+            self.held += 1
+            locked = threading.Event()
+            threading.Thread(target=self._hold, args=(locked,), daemon=True).start()
+            await anyio.to_thread.run_sync(locked.wait)
+        return await super().commit_batch(items)
+
+    def _hold(self, locked: threading.Event) -> None:
+        connection = sqlite3.connect(self._db_path, isolation_level=None)
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            locked.set()
+            time.sleep(self._hold_seconds)
+            connection.execute("ROLLBACK")
+        finally:
+            connection.close()
+
+
+async def test_a_write_never_starts_on_a_lease_eaten_by_a_lock_wait(tmp_path: Path) -> None:
+    """Hole 1: the intent batch waited 1.5 s for the write lock under a 1 s lease.
+
+    Before, the batch dated the renewed lease from before the wait, so it had
+    run out when the commit returned, and the charge started anyway: a second
+    worker could reap the run mid-charge. Now the charge starts only with a
+    lease that covers its whole timeout, read from the database itself.
+    """
+    db_path = tmp_path / "runs.db"
+    url = f"sqlite:///{db_path}?busy_timeout_ms=5000"
+    lease_left_at_call: list[float] = []
+
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout_seconds=0.5)
+    async def charge(ctx: ToolContext, amount: int) -> int:
+        lease_left_at_call.append(_sqlite_lease_left(db_path, ctx.run_id))
+        assert ctx.lease_remaining() >= 0.5
+        assert ctx.fencing_token == ctx.epoch == 1
+        return amount
+
+    inner = await open_store(url)
+    store = LockedBeforeIntent(inner, db_path, hold_seconds=1.5)
+    app = App([Agent("payer", ScriptedProvider([CHARGE, ProviderReply(text="ok")]), [charge])])
+    async with Runtime.open(
+        store,
+        app,
+        lease_seconds=1.0,
+        deadline_margin_seconds=0.2,
+        reap_interval_seconds=0.05,
+        poll_interval_seconds=0.02,
+    ) as rt:
+        run = await rt.wait(await rt.submit("payer", None), timeout=20)
+    await inner.aclose()
+
+    assert store.held == 1
+    assert (run.state, run.epoch) == (RunState.COMPLETED, 1)
+    assert len(lease_left_at_call) == 1
+    # The database's lease covered the call's whole timeout when it started.
+    assert lease_left_at_call[0] >= 0.5
+
+
+async def test_a_worker_behind_the_database_clock_extends_before_a_long_call(
+    pg_url: str,
+) -> None:
+    """Hole 3: a worker 100 s behind PostgreSQL's clock ran a 1.5 s model call
+    under a 1 s lease without extending it, because its first deadline was the
+    database's expiry compared with its own clock."""
+
+    class Behind(SystemClock):
+        def now(self) -> float:
+            return super().now() - 100.0
+
+    lease_left_at_call: list[float] = []
+    turns = 0
+
+    async def lease_left(run_id: str) -> float:
+        connection = await asyncpg.connect(pg_url)
+        try:
+            value = await connection.fetchval(
+                "SELECT lease_expires_at - EXTRACT(EPOCH FROM clock_timestamp()) "
+                "FROM runs WHERE id = $1",
+                run_id,
+            )
+        finally:
+            await connection.close()
+        return float(value)
+
+    class SlowModel:
+        timeout_seconds = 2.0
+
+        async def complete(self, request: ProviderRequest) -> ProviderReply:
+            nonlocal turns
+            turns += 1
+            lease_left_at_call.append(await lease_left(request.run_id))
+            await anyio.sleep(1.5)
+            return ProviderReply(text="done")
+
+    app = App([Agent("thinker", SlowModel(), [])])
+    settings: dict[str, Any] = {
+        "lease_seconds": 1.0,
+        "deadline_margin_seconds": 0.2,
+        "reap_interval_seconds": 0.05,
+        "poll_interval_seconds": 0.02,
+    }
+    async with (
+        Runtime.open(pg_url, app, clock=Behind(), worker_id="behind", **settings) as rt,
+        Runtime.open(pg_url, app, worker_id="reaper", concurrency=1, **settings),
+    ):
+        run = await rt.wait(await rt.submit("thinker", None), timeout=20)
+
+    assert run.state is RunState.COMPLETED
+    assert turns == 1
+    assert lease_left_at_call[0] >= 2.0
+
+
+async def test_a_reaped_actor_still_alive_keeps_its_run_from_a_second_local_actor(
+    store_url: str,
+) -> None:
+    """Hole 5: a run reaped by another process while this worker's actor waited
+    on the model was claimed again by this worker; the new actor's entry was then
+    removed by the old one's cleanup, and ``active_runs`` said 0 mid-charge."""
+    entered = anyio.Event()
+    release = anyio.Event()
+    charges: list[int] = []
+    turns: list[int] = []
+
+    class StuckModel:
+        async def complete(self, request: ProviderRequest) -> ProviderReply:
+            turns.append(len(request.messages))
+            if len(turns) == 1:
+                entered.set()
+                await release.wait()
+            return CHARGE if len(request.messages) == 1 else ProviderReply(text="ok")
+
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def charge(ctx: ToolContext, amount: int) -> int:
+        charges.append(ctx.epoch)
+        return amount
+
+    app = App([Agent("payer", StuckModel(), [charge])])
+    other = await open_store(store_url)
+    async with Runtime.open(
+        store_url,
+        app,
+        lease_seconds=60.0,
+        deadline_margin_seconds=1.0,
+        reap_interval_seconds=30.0,
+        poll_interval_seconds=0.02,
+    ) as rt:
+        run_id = await rt.submit("payer", None)
+        await entered.wait()
+        # Another worker's reaper finds the lease expired (its clock says so).
+        await _expire_lease(store_url, run_id)
+        reaper = LeaseReaper(other, interval_seconds=1.0, policy=RecoveryPolicy())
+        reaped = await reaper.reap_once()
+        assert [r.run_id for r in reaped] == [run_id]
+        for _ in range(20):  # claim polls go by; none may start a second actor
+            await anyio.sleep(0.02)
+        assert rt.supervisor.active_runs == 1
+        assert (await rt.get(run_id)).state is RunState.QUEUED
+        release.set()
+        run = await rt.wait(run_id, timeout=20)
+    await other.aclose()
+
+    # The old actor's record was fenced out; the run was claimed again once the
+    # old actor had ended, and the charge ran once, under the new epoch.
+    assert charges == [2]
+    assert (run.state, run.epoch) == (RunState.COMPLETED, 2)
+
+
+async def _expire_lease(store_url: str, run_id: str) -> None:
+    if store_url.startswith("postgresql"):
+        connection = await asyncpg.connect(store_url)
+        try:
+            await connection.execute("UPDATE runs SET lease_expires_at = 0 WHERE id = $1", run_id)
+        finally:
+            await connection.close()
+        return
+    connection = sqlite3.connect(store_url.removeprefix("sqlite:///"))
+    try:
+        with connection:
+            connection.execute("UPDATE runs SET lease_expires_at = 0 WHERE id = ?", (run_id,))
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("change", ["removed", "schema_changed"])
+async def test_an_open_non_idempotent_attempt_wins_over_every_other_check(
+    store_url: str, change: str
+) -> None:
+    """Hole 7: the tool was removed, or its arguments no longer validate; the
+    journal still holds a non-idempotent call that may have run."""
+    calls = Calls()
+
+    @tool(name="charge", effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def charge_in_cents(ctx: ToolContext, cents: int) -> int:
+        calls.record(ctx, cents=cents)
+        return cents
+
+    tools = [] if change == "removed" else [charge_in_cents]
+    app = App([Agent("payer", ScriptedProvider([CHARGE, ProviderReply(text="ok")]), tools)])
+    store = await open_store(store_url)
+    run_id = await ghost_claims(
+        store, "payer", (provider_step(0, CHARGE), intent(1, ToolEffect.NON_IDEMPOTENT_WRITE, "k"))
+    )
+    async with Runtime.open(
+        store, app, reap_interval_seconds=0.05, poll_interval_seconds=0.02
+    ) as rt:
+        run = await rt.wait(run_id, timeout=10)
+        journal = await rt.steps(run_id)
+    await store.aclose()
+
+    assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.INTERRUPTED_WRITE)
+    assert calls.seen == []
+    assert [(s.seq, s.status) for s in journal] == [
+        (0, StepStatus.SUCCEEDED),
+        (1, StepStatus.STARTED),
+    ]
