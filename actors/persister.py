@@ -7,20 +7,20 @@ import time
 import anyio
 import anyio.lowlevel
 import attrs
-import structlog
 from anyio.abc import TaskStatus
 
 from leaseward.actors.mailbox import Mailbox, Reply
 from leaseward.actors.messages import Persist
 from leaseward.actors.metrics import Metrics
 from leaseward.runtime.errors import LeasewardError
+from leaseward.runtime.logs import get_logger
 from leaseward.storage.protocol import BatchItem, BatchOutcome, Store
 
 __all__ = ["MAX_BATCH_ITEMS", "Persister", "PersisterStats"]
 
 MAX_BATCH_ITEMS = 512
 
-log = structlog.get_logger("leaseward.persister")
+log = get_logger("leaseward.persister")
 
 
 @attrs.define

@@ -6,13 +6,13 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 import attrs
-import structlog
 from anyio.abc import TaskStatus
 
 from leaseward.actors.metrics import Metrics
 from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.lifecycle import Event, RecoveryPolicy, decide_recovery
+from leaseward.runtime.logs import get_logger
 from leaseward.runtime.model import Settlement, settlement_after
 from leaseward.storage.protocol import ExpiredRun, Store
 
@@ -20,7 +20,7 @@ __all__ = ["REAP_BATCH", "LeaseReaper", "Reaped", "plan_reap"]
 
 REAP_BATCH = 100
 
-log = structlog.get_logger("leaseward.reaper")
+log = get_logger("leaseward.reaper")
 
 
 @attrs.frozen

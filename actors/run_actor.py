@@ -7,7 +7,6 @@ from typing import Any
 
 import anyio
 import attrs
-import structlog
 
 from leaseward.actors.metrics import Metrics
 from leaseward.runtime.agents import Agent
@@ -38,6 +37,7 @@ from leaseward.runtime.lifecycle import (
     StepStatus,
     decide_recovery,
 )
+from leaseward.runtime.logs import get_logger
 from leaseward.runtime.model import (
     MAX_ARGUMENTS_BYTES,
     MAX_RESULT_BYTES,
@@ -61,7 +61,7 @@ __all__ = ["DEADLINE_MARGIN_SECONDS", "RunActor", "RunSettings"]
 DEADLINE_MARGIN_SECONDS = 5.0
 SETTLE_TIMEOUT_SECONDS = 10.0
 
-log = structlog.get_logger("leaseward.run")
+log = get_logger("leaseward.run")
 
 PersistFn = Callable[[BatchItem], Awaitable[BatchOutcome]]
 StepsFn = Callable[[str], Awaitable[list[StepInfo]]]
@@ -421,8 +421,13 @@ class RunActor:
         if not outcome.persisted:
             return outcome
         for step in steps:
-            self._log.debug(
-                "step.recorded", seq=step.seq, kind=step.kind.value, status=step.status.value
+            self._log.info(
+                "step.recorded",
+                seq=step.seq,
+                kind=step.kind.value,
+                tool=step.tool,
+                effect=None if step.effect is None else step.effect.value,
+                status=step.status.value,
             )
             self._metrics.step_recorded(step.kind, step.effect)
         kept = [step for step in steps if not step.withdraws]

@@ -8,7 +8,6 @@ from contextlib import asynccontextmanager
 import anyio
 import anyio.lowlevel
 import attrs
-import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
 from leaseward.actors.mailbox import Mailbox
@@ -20,6 +19,7 @@ from leaseward.actors.run_actor import RunActor, RunSettings
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.errors import LeasewardError
+from leaseward.runtime.logs import get_logger
 from leaseward.runtime.model import RunRecord, Settlement
 from leaseward.storage.protocol import Store
 
@@ -28,7 +28,7 @@ __all__ = ["CLAIM_BATCH", "RESTART_DELAY_SECONDS", "Supervisor", "SupervisorSett
 CLAIM_BATCH = 32
 RESTART_DELAY_SECONDS = 0.5
 
-log = structlog.get_logger("leaseward.supervisor")
+log = get_logger("leaseward.supervisor")
 
 
 @attrs.frozen

@@ -37,7 +37,6 @@ This is a benchmark, not a test: it asserts nothing about time.
 from __future__ import annotations
 
 import argparse
-import logging
 import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -46,7 +45,6 @@ from pathlib import Path
 
 import anyio
 import attrs
-import structlog
 
 from leaseward import (
     Agent,
@@ -382,7 +380,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit("--min-seconds must be >= 0")
     if args.store is not None and not args.store.startswith(("postgresql://", "postgres://")):
         raise SystemExit("--store takes a postgresql:// URL (SQLite is the default)")
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
     started = time.perf_counter()
     if args.store_dir is None:

@@ -10,7 +10,6 @@ import logging
 from typing import Any
 
 import anyio
-import structlog
 
 from leaseward import (
     Agent,
@@ -117,5 +116,8 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+    # leaseward logs nothing below WARNING unless asked: here its INFO events (claims,
+    # steps, outcomes) go to stderr, beside the journals printed on stdout.
+    logging.basicConfig(format="%(name)s %(message)s")
+    logging.getLogger("leaseward").setLevel(logging.INFO)
     anyio.run(main)

@@ -39,7 +39,7 @@ from leaseward.runtime.errors import (
     UnknownAgent,
 )
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
-from leaseward.runtime.logs import LOG_FORMATS, configure_logging, default_log_format
+from leaseward.runtime.logs import LOG_FORMATS, LOG_LEVELS, configure_logging, default_log_format
 from leaseward.runtime.model import RunInfo, StepInfo
 from leaseward.runtime.version import VERSION
 from leaseward.storage.connect import open_store
@@ -177,6 +177,15 @@ def _log_format(text: str) -> str:
     return text
 
 
+def _log_level(text: str) -> int:
+    try:
+        return LOG_LEVELS[text.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not one of {', '.join(LOG_LEVELS)}"
+        ) from None
+
+
 def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="leaseward",
@@ -226,6 +235,12 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
         help="json or console (console when stderr is a terminal)",
         default=default_log_format(),
         kind=_log_format,
+    )
+    daemon.add(
+        "--log-level",
+        help="leaseward's log level: " + ", ".join(LOG_LEVELS) + " (others log info and above)",
+        default="info",
+        kind=_log_level,
     )
 
     submit = command("submit", "queue a run and print its id")
@@ -515,6 +530,7 @@ async def _daemon(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         log_format=args.log_format,
+        log_level=args.log_level,
     )
     return await serve(settings, app)
 

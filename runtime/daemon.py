@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -18,11 +19,11 @@ from leaseward.actors.metrics import Metrics
 from leaseward.runtime.agents import App
 from leaseward.runtime.app import Runtime
 from leaseward.runtime.errors import ConfigurationError, LeasewardError
-from leaseward.runtime.logs import LogFormat, configure_logging
+from leaseward.runtime.logs import LogFormat, configure_logging, get_logger
 
 __all__ = ["DaemonSettings", "load_app", "serve"]
 
-log = structlog.get_logger("leaseward.daemon")
+log = get_logger("leaseward.daemon")
 
 RUN_COUNT_INTERVAL_SECONDS = 5.0
 
@@ -39,6 +40,7 @@ class DaemonSettings:
     metrics_port: int | None
     metrics_host: str
     log_format: str
+    log_level: int = logging.INFO
 
 
 def load_app(path: str) -> App:
@@ -110,7 +112,7 @@ async def _count_runs(runtime: Runtime, metrics: Metrics) -> None:
 async def serve(settings: DaemonSettings, app: App) -> int:
     """Serve until SIGTERM or SIGINT, then drain; a second signal stops at once."""
     fmt: LogFormat = "json" if settings.log_format == "json" else "console"
-    configure_logging(fmt)
+    configure_logging(fmt, level=settings.log_level)
     structlog.contextvars.bind_contextvars(worker_id=settings.worker_id)
     metrics = Metrics()
     stop_metrics: Callable[[], None] | None = None

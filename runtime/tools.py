@@ -33,14 +33,15 @@ class ToolContext:
 
     ``idempotency_key`` is the same on every execution of the same call, so a
     write tool can hand it to the system it changes and let that system refuse
-    a repeat.
+    a repeat. ``log`` has the run and the call bound; its events go to the
+    ``logging`` logger ``leaseward.run``, like the run's own.
     """
 
     run_id: str
     epoch: int
     call_id: str
     idempotency_key: str
-    log: structlog.typing.FilteringBoundLogger
+    log: structlog.stdlib.BoundLogger
     lease_remaining: Callable[[], float] = lambda: 0.0
     """Seconds this worker's lease has left now, measured on its monotonic clock."""
 

@@ -25,11 +25,11 @@ from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 import asyncpg
-import structlog
 from asyncpg.pool import PoolConnectionProxy
 from asyncpg.transaction import Transaction
 
 from leaseward.runtime.errors import ConfigurationError, StoreError
+from leaseward.runtime.logs import get_logger
 from leaseward.storage.executor import Params, Row
 from leaseward.storage.url import DEFAULT_POOL_SIZE, PostgresOptions
 
@@ -48,7 +48,7 @@ LISTEN_BACKOFF_MIN_SECONDS = 0.5
 LISTEN_BACKOFF_MAX_SECONDS = 30.0
 APPLICATION_NAME = "leaseward"
 
-log = structlog.get_logger("leaseward.store")
+log = get_logger("leaseward.store")
 
 T = TypeVar("T")
 

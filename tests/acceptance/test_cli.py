@@ -313,6 +313,7 @@ def test_a_read_only_database_fails_in_one_line_and_changes_nothing(copy: Path) 
         ("LEASEWARD_CONCURRENCY", "zero", ("daemon", "--app", "demo_app:app"), "whole number"),
         ("LEASEWARD_LEASE_SECONDS", "0", ("daemon", "--app", "demo_app:app"), "greater than 0"),
         ("LEASEWARD_LOG_FORMAT", "xml", ("daemon", "--app", "demo_app:app"), "json, console"),
+        ("LEASEWARD_LOG_LEVEL", "loud", ("daemon", "--app", "demo_app:app"), "debug, info"),
         ("LEASEWARD_METRICS_PORT", "70000", ("daemon", "--app", "demo_app:app"), "port"),
     ],
 )

@@ -174,3 +174,35 @@ def test_a_second_signal_stops_at_once_and_still_releases_the_lease(
     # The nap is read-only, so the cut-off attempt is released, not charged a retry.
     assert (run["state"], run["requeues"]) == ("queued", 0), json.dumps(run, indent=1)
     assert [s["kind"] for s in run["steps"]] == ["provider"]
+
+
+def test_at_info_the_daemon_logs_each_step_and_log_level_warning_silences_it(
+    daemons: DaemonPool, url: str, calls_file: Path
+) -> None:
+    submit = ("submit", "payer", "--input", "{}", "--wait", "--json", "--timeout", "20")
+    daemon = daemons.start(url, worker_id="acc-info", DEMO_CALLS_FILE=str(calls_file))
+    run = ok(*submit, "--store", url).json()
+    daemon.wait_for("run.settled", run_id=run["id"])
+    steps = daemon.events("step.recorded", run_id=run["id"])
+    assert [(s["seq"], s["kind"], s["tool"], s["effect"], s["status"]) for s in steps] == [
+        (0, "provider", None, None, "succeeded"),
+        (1, "tool", "charge", "non_idempotent_write", "started"),
+        (1, "tool", "charge", "non_idempotent_write", "succeeded"),
+        (2, "provider", None, None, "succeeded"),
+    ]
+    assert {(s["level"], s["logger"], s["epoch"], s["worker_id"]) for s in steps} == {
+        ("info", "leaseward.run", 1, "acc-info")
+    }
+    assert daemon.stop() == 0
+    assert {line["level"] for line in daemon.log()} == {"info"}
+
+    quiet = daemons.start(
+        url,
+        worker_id="acc-warning",
+        flags=("--log-level", "warning"),
+        wait=False,
+        DEMO_CALLS_FILE=str(calls_file),
+    )
+    assert ok(*submit, "--store", url).json()["state"] == "completed"
+    assert quiet.stop() == 0
+    assert quiet.log() == []

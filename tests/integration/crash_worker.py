@@ -20,13 +20,13 @@ the same names, effects and timeouts, but nothing hangs.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
-import structlog
 
 from leaseward import (
     Agent,
@@ -158,7 +158,8 @@ if __name__ == "__main__":
     directory = Path(sys.argv[3])
     # Logs go to a file, never to the stdout pipe the parent reads the run id from.
     log_file = (directory / LOG_FILE).open("a", encoding="utf-8")
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(log_file))
+    logging.basicConfig(stream=log_file, format="%(levelname)s %(name)s %(message)s")
+    logging.getLogger("leaseward").setLevel(logging.DEBUG)
     anyio.run(
         main, sys.argv[1], sys.argv[2], directory, sys.argv[4] if len(sys.argv) == 5 else None
     )

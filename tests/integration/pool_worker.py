@@ -106,16 +106,12 @@ def record_events(events_file: str, worker_id: str) -> None:
             return event_dict
         raise structlog.DropEvent
 
-    structlog.configure(
-        processors=[keep, structlog.processors.KeyValueRenderer()],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-    )
+    # leaseward's events go through the configured chain once their logger lets them out.
+    logging.getLogger("leaseward").setLevel(logging.INFO)
+    structlog.configure(processors=[keep, structlog.processors.KeyValueRenderer()])
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 4:
         record_events(sys.argv[4], sys.argv[2])
-    else:
-        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     anyio.run(work, sys.argv[1], sys.argv[2], sys.argv[3])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
@@ -184,7 +186,18 @@ def events(captured: list[dict[str, Any]]) -> list[str]:
     return [entry["event"] for entry in captured]
 
 
-capture_logs = structlog.testing.capture_logs
+@contextmanager
+def capture_logs() -> Iterator[list[dict[str, Any]]]:
+    """structlog's ``capture_logs`` with leaseward's loggers open down to DEBUG: they
+    emit only what their ``logging`` level lets through, and that is all it can see."""
+    logger = logging.getLogger("leaseward")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            yield logs
+    finally:
+        logger.setLevel(level)
 
 
 async def ghost_claims(store: SQLStore, agent: str, steps: tuple[StepWrite, ...]) -> str:

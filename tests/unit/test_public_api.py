@@ -133,6 +133,7 @@ KERNEL = [
     "schema",
     "clock",
     "version",
+    "logs",
 ]
 FORBIDDEN_PACKAGES = {"anyio", "aiosqlite", "asyncpg", "httpx"}
 FORBIDDEN_MODULES = {
