@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import math
-import os
 import sqlite3
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from support import Calls
+from support import Calls, unwritable
 
 from leaseward import (
     Agent,
@@ -533,33 +531,16 @@ async def test_reopening_a_locked_migrated_database_is_a_store_error(db_url: str
     assert count == 1
 
 
-def _make_read_only(path: Path) -> Callable[[], None]:
-    """Make a file and its directory unwritable, even for root; returns the undo."""
-    if os.geteuid() != 0:
-        path.chmod(0o444)
-        path.parent.chmod(0o555)
-
-        def undo_chmod() -> None:
-            path.parent.chmod(0o755)
-            path.chmod(0o644)
-
-        return undo_chmod
-    # Root ignores permission bits; the immutable attribute binds root as well.
-    subprocess.run(["chattr", "+i", str(path), str(path.parent)], check=True)
-    return lambda: subprocess.run(["chattr", "-i", str(path), str(path.parent)], check=True)
-
-
 async def test_a_read_only_database_is_a_store_error(db_url: str) -> None:
     path = path_of(db_url)
     async with Runtime.open(db_url, plain_app(), **FAST) as rt:
         await rt.submit("echo", 1)
-    undo = _make_read_only(path)
-    try:
-        with pytest.raises(StoreError, match="unable to open database file"):
-            async with Runtime.open(db_url, plain_app(), **FAST) as rt:
-                await rt.submit("echo", 2)
-    finally:
-        undo()
+    with (
+        unwritable(path, path.parent),
+        pytest.raises(StoreError, match="unable to open database file"),
+    ):
+        async with Runtime.open(db_url, plain_app(), **FAST) as rt:
+            await rt.submit("echo", 2)
     connection = sqlite3.connect(path)
     try:
         count = connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
