@@ -392,6 +392,39 @@ async def test_interactive_run_with_a_failing_provider_fails_and_is_never_requeu
     assert again == run
 
 
+def undecoded_arguments(request: ProviderRequest) -> ProviderReply:
+    """A provider bug: the arguments left as the JSON text a model API sends."""
+    return ProviderReply(tool_calls=[ToolCall("send_email", '{"to": "a@b.c"}', "call-7")])  # type: ignore[arg-type]
+
+
+async def test_tool_call_arguments_that_are_not_a_mapping_end_the_run_naming_the_call(
+    db_url: str,
+) -> None:
+    calls = Calls()
+
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def send_email(ctx: ToolContext, to: str) -> str:
+        calls.record(ctx, to=to)
+        return "sent"
+
+    app = App([Agent("mailer", ScriptedProvider(undecoded_arguments), tools=[send_email])])
+    async with Runtime.open(db_url, app, **FAST) as rt:
+        queued = await rt.wait(await rt.submit("mailer", None), timeout=10)
+        interactive = await rt.run("mailer", None)
+        journals = [await rt.steps(run.id) for run in (queued, interactive)]
+
+    assert (queued.state, queued.reason) == (RunState.DEAD_LETTERED, Reason.NOT_RETRYABLE)
+    assert (interactive.state, interactive.reason) == (RunState.FAILED, Reason.INTERACTIVE_FAILED)
+    for run in (queued, interactive):
+        assert (run.error or "").startswith(
+            "ProviderError: tool call 'send_email' (call id 'call-7') from the provider has "
+            "arguments of type str, not a mapping"
+        ), run.error
+    # The reply never became a step, so nothing of it can be executed on a retry.
+    assert journals == [[], []]
+    assert len(calls) == 0
+
+
 # -- configuration and store URLs -------------------------------------------------------
 
 
