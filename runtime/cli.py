@@ -1,6 +1,9 @@
 """The ``leaseward`` command: the daemon and the operator's tools.
 
-Every flag has a ``LEASEWARD_*`` environment variable, shown in ``--help``.
+Every configuration flag (the store, the daemon's settings, who operates) has a
+``LEASEWARD_*`` environment variable, shown in ``--help``. Flags that say what
+one invocation does (``--input``, ``--wait``, ``--json``, filters) have none: a
+variable left in the environment must not silently change a one-off command.
 Mistakes print one line on stderr and exit 2; failures exit 1; neither changes
 anything.
 """
@@ -11,7 +14,9 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -40,7 +45,7 @@ from leaseward.runtime.errors import (
 )
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
 from leaseward.runtime.logs import LOG_FORMATS, LOG_LEVELS, configure_logging, default_log_format
-from leaseward.runtime.model import RunInfo, StepInfo
+from leaseward.runtime.model import MAX_INPUT_BYTES, RunInfo, StepInfo
 from leaseward.runtime.version import VERSION
 from leaseward.storage.connect import open_store
 
@@ -51,6 +56,8 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 USAGE_ERRORS = (ConfigurationError, InvalidInput, UnknownAgent)
+_SHOWN_CHARS = 80
+"""How much of a step's arguments ``show`` prints."""
 
 
 class UsageError(Exception):
@@ -64,7 +71,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _EnvFlag:
-    """Adds flags whose default comes from an environment variable, named in the help.
+    """Adds flags whose default comes from an environment variable, named in the help;
+    with ``env=False``, a flag that has none (one that says what this invocation does).
 
     Only the command being run reads its variables (``use_env``), so a variable
     meant for the daemon cannot break ``leaseward runs``.
@@ -82,8 +90,18 @@ class _EnvFlag:
         default: Any = None,
         kind: Callable[[str], Any] = str,
         switch: bool = False,
+        env: bool = True,
         **kwargs: Any,
     ) -> None:
+        if not env:
+            if switch:
+                self.parser.add_argument(flag, action="store_true", help=help, **kwargs)
+                return
+            shown = "" if default is None else f" [default: {default}]"
+            self.parser.add_argument(
+                flag, type=kind, default=default, help=f"{help}{shown}", **kwargs
+            )
+            return
         variable = "LEASEWARD_" + flag.lstrip("-").upper().replace("-", "_")
         raw = os.environ.get(variable) if self._use_env else None
         if switch:
@@ -190,6 +208,9 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="leaseward",
         description="A durable runtime for LLM agent runs: daemon and operator tools.",
+        epilog="Configuration flags can also be set by the environment variable named "
+        "in each command's --help ([env: LEASEWARD_...]); flags without one, such as "
+        "--input, --wait and --json, are given on the command line only.",
     )
     parser.add_argument("--version", action="version", version=f"leaseward {VERSION}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -245,30 +266,39 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
 
     submit = command("submit", "queue a run and print its id")
     submit.parser.add_argument("agent", metavar="AGENT", help="the agent to run")
-    submit.add("--input", help="the run input: JSON text, or @file holding JSON", default="null")
-    submit.add("--wait", help="wait for the run to finish and print it", switch=True, default=False)
     submit.add(
-        "--timeout", help="with --wait, give up after this many seconds", kind=_positive_float
+        "--input",
+        help="the run input: JSON text (a string is written in quotes: '\"hello\"'), "
+        "or @file holding JSON",
+        default="null",
+        env=False,
     )
-    submit.add("--json", help="print JSON", switch=True, default=False)
+    submit.add("--wait", help="wait for the run to finish and print it", switch=True, env=False)
+    submit.add(
+        "--timeout",
+        help="with --wait, give up after this many seconds",
+        kind=_positive_float,
+        env=False,
+    )
+    submit.add("--json", help="print JSON", switch=True, env=False)
 
     runs = command("runs", "list runs, newest first")
-    runs.add("--state", help="only runs in this state", kind=_state)
-    runs.add("--agent", help="only runs of this agent")
-    runs.add("--limit", help="at most this many", default=50, kind=_positive_int)
-    runs.add("--json", help="print JSON", switch=True, default=False)
+    runs.add("--state", help="only runs in this state", kind=_state, env=False)
+    runs.add("--agent", help="only runs of this agent", env=False)
+    runs.add("--limit", help="at most this many", default=50, kind=_positive_int, env=False)
+    runs.add("--json", help="print JSON", switch=True, env=False)
 
     show = command("show", "show a run and its journal as a timeline")
     show.parser.add_argument("run", metavar="RUN", help="run id")
-    show.add("--json", help="print JSON", switch=True, default=False)
+    show.add("--json", help="print JSON", switch=True, env=False)
 
     cancel = command("cancel", "cancel a run (at its next step boundary if it is running)")
     cancel.parser.add_argument("run", metavar="RUN", help="run id")
 
     dead = command("dead-letters", "list dead-lettered runs")
-    dead.add("--reason", help="only this reason", kind=_reason)
-    dead.add("--limit", help="at most this many", default=50, kind=_positive_int)
-    dead.add("--json", help="print JSON", switch=True, default=False)
+    dead.add("--reason", help="only this reason", kind=_reason, env=False)
+    dead.add("--limit", help="at most this many", default=50, kind=_positive_int, env=False)
+    dead.add("--json", help="print JSON", switch=True, env=False)
 
     redrive = command(
         "redrive", "requeue a not_retryable or retries_exhausted run under a new epoch"
@@ -280,7 +310,7 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
     verdict = resolve.parser.add_mutually_exclusive_group(required=True)
     verdict.add_argument("--applied", action="store_true", help="the call took effect")
     verdict.add_argument("--not-applied", action="store_true", help="the call had no effect")
-    resolve.add("--note", help="why you decided so (kept in the journal)")
+    resolve.add("--note", help="why you decided so (kept in the journal)", env=False)
     resolve.add("--operator", help="who decides (kept in the journal)", default=None)
 
     reap = command("reap", "settle runs whose lease expired, once")
@@ -339,11 +369,36 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, ensure_ascii=False))
 
 
-def _run_line(run: RunInfo) -> str:
-    state = run.state.value if run.reason is None else f"{run.state.value}/{run.reason.value}"
+def _timestamp(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _shortened(text: str, limit: int = _SHOWN_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows as columns two spaces apart, each as wide as its widest cell."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+_RUN_COLUMNS = ("RUN", "STATE", "REASON", "MODE", "AGENT", "EPOCH", "REQUEUES", "CREATED")
+
+
+def _run_row(run: RunInfo) -> tuple[str, ...]:
     return (
-        f"{run.id}  {run.agent:<16} {run.mode.value:<11} {state:<32} "
-        f"epoch {run.epoch:<3} requeues {run.requeues}"
+        run.id,
+        run.state.value,
+        "-" if run.reason is None else run.reason.value,
+        run.mode.value,
+        run.agent,
+        str(run.epoch),
+        str(run.requeues),
+        _timestamp(run.created_at),
     )
 
 
@@ -353,29 +408,104 @@ def _print_runs(runs: Sequence[RunInfo], *, as_json: bool) -> None:
         return
     if not runs:
         print("no runs")
-    for run in runs:
-        print(_run_line(run))
+        return
+    for line in _table([_RUN_COLUMNS, *(_run_row(r) for r in runs)]):
+        print(line)
 
 
-def _print_timeline(run: RunInfo, steps: Sequence[StepInfo]) -> None:
-    print(_run_line(run))
+_STEP_COLUMNS = ("SEQ", "EPOCH", "STEP", "EFFECT", "STATUS", "TOOK")
+
+
+def _took(step: StepInfo) -> str:
+    if step.resolved_at is not None:
+        # finished_at is when the operator decided, maybe hours later: how long the
+        # call itself took is unknown.
+        return "unknown"
+    if step.finished_at is None:
+        return "open"
+    seconds = step.finished_at - step.started_at
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def _step_details(step: StepInfo) -> list[str]:
+    details: list[str] = []
+    if step.tool is not None and step.arguments is not None:
+        arguments = json.dumps(step.arguments, ensure_ascii=False)
+        details.append(f"arguments: {_shortened(arguments)}")
+    if step.resolved_by is not None:
+        output = step.output if isinstance(step.output, dict) else {}
+        verdict = str(output.get("resolution", "resolved")).replace("_", " ")
+        note = output.get("note")
+        when = "" if step.resolved_at is None else f" at {_timestamp(step.resolved_at)}"
+        details.append(
+            f"resolved: {verdict}, by {step.resolved_by}{when}"
+            + (f": {_shortened(str(note))}" if note else "")
+        )
+    elif step.error:
+        details.append(f"error: {step.error}")
+    return details
+
+
+def _store_flag(store: str) -> str:
+    """``--store URL`` when a command without it would open another store, else nothing."""
+    implied = os.environ.get("LEASEWARD_STORE") or DEFAULT_STORE_URL
+    return "" if store == implied else f" --store {shlex.quote(store)}"
+
+
+def _next_steps(run: RunInfo, steps: Sequence[StepInfo], store: str) -> list[str]:
+    """What the operator does next with a run that waits for a decision."""
+    if run.state is not RunState.DEAD_LETTERED or run.reason is not Reason.INTERRUPTED_WRITE:
+        return []
+    open_calls = [s for s in steps if s.finished_at is None and s.tool is not None]
+    if not open_calls:
+        return []
+    call = open_calls[-1]
+    command = f"leaseward resolve {shlex.quote(run.id)}"
+    flag = _store_flag(store)
+    return [
+        f"call {call.call_id} of {call.tool} (step {call.seq}) was interrupted: nobody knows "
+        "whether it applied.",
+        f"Check the outside system (idempotency key {call.idempotency_key}), then record "
+        "what happened:",
+        f"  {command} --applied{flag}",
+        f"  {command} --not-applied{flag}",
+        'with --note "..." to keep why in the journal.',
+    ]
+
+
+def _print_timeline(run: RunInfo, steps: Sequence[StepInfo], store: str) -> None:
+    for line in _table([_RUN_COLUMNS, _run_row(run)]):
+        print(line)
     if run.result is not None:
-        print(f"  result: {json.dumps(run.result, ensure_ascii=False)}")
+        print(f"result: {json.dumps(run.result, ensure_ascii=False)}")
     if run.error:
-        print(f"  error: {run.error}")
-    for step in steps:
-        what = "provider" if step.tool is None else step.tool
-        effect = "-" if step.effect is None else step.effect.value
-        took = (
-            "open"
-            if step.finished_at is None
-            else f"{(step.finished_at - step.started_at) * 1000:.1f} ms"
-        )
-        decided = f"  resolved by {step.resolved_by}" if step.resolved_by else ""
-        print(
-            f"  #{step.seq:<3} epoch {step.epoch:<3} {what:<20} {effect:<21} "
-            f"{step.status.value:<10} {took}{decided}"
-        )
+        print(f"error: {run.error}")
+    if steps:
+        rows = [
+            (
+                str(step.seq),
+                str(step.epoch),
+                "provider" if step.tool is None else step.tool,
+                "-" if step.effect is None else step.effect.value,
+                step.status.value,
+                _took(step),
+            )
+            for step in steps
+        ]
+        lines = _table([_STEP_COLUMNS, *rows])
+        # Details go under the STEP column.
+        indent = " " * lines[0].index("STEP")
+        print()
+        print(lines[0])
+        for step, line in zip(steps, lines[1:], strict=True):
+            print(line)
+            for detail in _step_details(step):
+                print(f"{indent}{detail}")
+    next_steps = _next_steps(run, steps, store)
+    if next_steps:
+        print()
+        for line in next_steps:
+            print(line)
 
 
 # -- commands -------------------------------------------------------------------------
@@ -383,25 +513,49 @@ def _print_timeline(run: RunInfo, steps: Sequence[StepInfo]) -> None:
 
 def _read_input(text: str) -> Any:
     if text.startswith("@"):
-        path = Path(text[1:])
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise UsageError(f"--input {path}: {exc.strerror or exc}") from None
+        return _read_input_file(Path(text[1:]))
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"--input is not JSON: {exc}") from None
+        hint = ""
+        first = text.strip()[:1]
+        if not first or first not in '{["-0123456789':
+            # A bare word is the usual slip: the shell ate the quotes of a JSON string.
+            quoted = shlex.quote(json.dumps(text, ensure_ascii=False))
+            hint = f"; a JSON string is written in quotes: --input {quoted}"
+        raise UsageError(f"--input is not JSON: {exc}{hint}") from None
+
+
+def _read_input_file(path: Path) -> Any:
+    # At most one byte over the limit is read: a huge file is refused without
+    # holding it in memory (the canonical JSON of the input is held to the same limit).
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"--input @{path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise UsageError(
+            f"--input @{path} is larger than the input limit ({MAX_INPUT_BYTES} bytes)"
+        )
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--input @{path} is not UTF-8 text: {exc.reason}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--input @{path} is not JSON: {exc}") from None
 
 
 ClientCommand = Callable[[Client, argparse.Namespace], Awaitable[int]]
 
 
-def _client_command(body: ClientCommand) -> Callable[[argparse.Namespace], Awaitable[int]]:
+def _client_command(
+    body: ClientCommand, *, read_only: bool = False
+) -> Callable[[argparse.Namespace], Awaitable[int]]:
     """A command on an existing store: a mistyped path must not create a database."""
 
     async def command(args: argparse.Namespace) -> int:
-        store = await open_store(args.store, must_exist=True)
+        store = await open_store(args.store, must_exist=True, read_only=read_only)
         try:
             return await body(Client(store), args)
         finally:
@@ -409,6 +563,12 @@ def _client_command(body: ClientCommand) -> Callable[[argparse.Namespace], Await
                 await store.aclose()
 
     return command
+
+
+def _read_only_command(body: ClientCommand) -> Callable[[argparse.Namespace], Awaitable[int]]:
+    """A command that only looks: it works on a store this user may only read, and
+    never migrates one."""
+    return _client_command(body, read_only=True)
 
 
 @_client_command
@@ -422,25 +582,25 @@ async def _submit(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         _print_json(_run_json(run))
     else:
-        print(_run_line(run))
+        _print_runs([run], as_json=False)
     return 0 if run.state is RunState.COMPLETED else EXIT_FAILURE
 
 
-@_client_command
+@_read_only_command
 async def _runs(client: Client, args: argparse.Namespace) -> int:
     runs = await client.runs(state=args.state, agent=args.agent, limit=args.limit)
     _print_runs(runs, as_json=args.json)
     return 0
 
 
-@_client_command
+@_read_only_command
 async def _show(client: Client, args: argparse.Namespace) -> int:
     run = await client.get(args.run)
     steps = await client.steps(args.run)
     if args.json:
         _print_json({**_run_json(run), "steps": [_step_json(s) for s in steps]})
     else:
-        _print_timeline(run, steps)
+        _print_timeline(run, steps, args.store)
     return 0
 
 
@@ -460,7 +620,7 @@ async def _cancel(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-@_client_command
+@_read_only_command
 async def _dead_letters(client: Client, args: argparse.Namespace) -> int:
     runs = await client.dead_letters(reason=args.reason, limit=args.limit)
     _print_runs(runs, as_json=args.json)

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from leaseward.runtime.effects import ToolEffect
-from leaseward.runtime.errors import InvalidInput
+from leaseward.runtime.errors import InvalidInput, ProviderError
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.lifecycle import (
     TRANSITIONS,
@@ -48,6 +48,7 @@ __all__ = [
 MAX_INPUT_BYTES = 256 * 1024
 MAX_ARGUMENTS_BYTES = 64 * 1024
 MAX_RESULT_BYTES = 256 * 1024
+_SHOWN_CHARS = 80
 
 
 def _refuse_non_string_keys(value: Any, what: str) -> None:
@@ -97,9 +98,30 @@ class Role(enum.StrEnum):
 
 @attrs.frozen
 class ToolCall:
+    """A call the model asked for. A provider builds these from the model's reply."""
+
     name: str
     arguments: Mapping[str, Any] = attrs.field(factory=dict)
     call_id: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        # Found later, a wrong type fails deep inside leaseward with a message about
+        # dicts; found here, it names the provider's call that carried it.
+        if not isinstance(self.arguments, Mapping):
+            hint = (
+                " (decode the JSON text a model API returns into a dict first)"
+                if isinstance(self.arguments, str | bytes)
+                else ""
+            )
+            shown = repr(self.arguments)
+            if len(shown) > _SHOWN_CHARS:
+                shown = shown[: _SHOWN_CHARS - 3] + "..."
+            call = f" (call id {self.call_id!r})" if self.call_id else ""
+            raise ProviderError(
+                f"tool call {self.name!r}{call} from the provider has arguments of type "
+                f"{type(self.arguments).__name__}, not a mapping of names to values: "
+                f"{shown}{hint}"
+            )
 
 
 def _tool_call_tuple(calls: Iterable[ToolCall]) -> tuple[ToolCall, ...]:

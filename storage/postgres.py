@@ -140,10 +140,17 @@ class PostgresExecutor:
 
     @classmethod
     async def connect(
-        cls, options: PostgresOptions, *, pool_size: int = DEFAULT_POOL_SIZE
+        cls,
+        options: PostgresOptions,
+        *,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        read_only: bool = False,
     ) -> PostgresExecutor:
+        """A pool on the database; ``read_only`` makes the server refuse every change."""
         size = options.pool_size or pool_size
-        name = _application_name(options.dsn)
+        settings = {"application_name": _application_name(options.dsn)}
+        if read_only:
+            settings["default_transaction_read_only"] = "on"
         try:
             pool = await asyncpg.create_pool(
                 options.dsn,
@@ -151,7 +158,7 @@ class PostgresExecutor:
                 max_size=size,
                 timeout=options.connect_timeout_seconds,
                 command_timeout=options.command_timeout_seconds,
-                server_settings={"application_name": name},
+                server_settings=settings,
             )
         except _CONFIGURATION_ERRORS as exc:
             raise ConfigurationError(

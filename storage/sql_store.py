@@ -121,6 +121,14 @@ class SQLStore:
         async with self._executor.transaction():
             # Two processes starting on a new database must not both migrate it.
             await self._executor.execute(q["lock_migrations"])
+            present = await self._executor.fetch_one(q["schema_present"])
+            if present is not None and present["present"]:
+                # A current schema needs no write: a database this process may only
+                # read would get through, and then fail at every claim.
+                try:
+                    await self._executor.execute(q["check_writable"])
+                except StoreError as exc:
+                    raise StoreError(f"cannot write to the store: {exc.message}") from exc
             await self._executor.execute(q["create_migrations_table"])
             row = await self._executor.fetch_one(q["schema_version"])
             current = int(row["version"]) if row is not None else 0
@@ -146,6 +154,16 @@ class SQLStore:
         async with self._executor.reading():
             row = await self._executor.fetch_one(self._queries["schema_present"])
         return row is not None and bool(row["present"])
+
+    async def schema_version(self) -> int:
+        """The newest migration applied to this database; 0 if it has none. Changes nothing."""
+        q = self._queries
+        async with self._executor.reading():
+            present = await self._executor.fetch_one(q["schema_present"])
+            if present is None or not present["present"]:
+                return 0
+            row = await self._executor.fetch_one(q["schema_version"])
+        return int(row["version"]) if row is not None else 0
 
     def _now(self) -> float:
         return self._clock.now()

@@ -7,6 +7,7 @@ import json
 import sqlite3
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import aiosqlite
@@ -24,6 +25,7 @@ __all__ = [
 ]
 
 BUSY_TIMEOUT_MS = 5000
+_ITER_CHUNK_SIZE = 64  # aiosqlite.connect's default
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
@@ -46,6 +48,49 @@ def _bindable(params: Params | None) -> Mapping[str, Any]:
     }
 
 
+def _open(path: str, read_only: bool, timeout: float) -> sqlite3.Connection:
+    """The database, opened on a worker thread for aiosqlite's thread to use from then on.
+
+    Read-only, it is opened in the first of these ways that works:
+
+    * ``mode=rw`` with ``query_only``: no change gets in, and where SQLite may
+      write its side files (-wal, -shm) it also removes them on close, whereas a
+      ``mode=ro`` connection would leave them behind in a writable directory;
+    * ``mode=ro``: reads through the side files a writer left in a directory
+      where they cannot be created;
+    * ``immutable``, only when there is no write-ahead log: then the file alone
+      holds every committed change, and this needs no side files at all.
+    """
+    if not read_only:
+        return sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+    uri = Path(path).absolute().as_uri()
+    modes = ["mode=rw", "mode=ro"]
+    if not Path(f"{path}-wal").exists():
+        modes.append("mode=ro&immutable=1")
+    first: sqlite3.Error | None = None
+    for mode in modes:
+        try:
+            return _open_reader(f"{uri}?{mode}", timeout)
+        except sqlite3.Error as exc:
+            first = first or exc
+    assert first is not None
+    raise first
+
+
+def _open_reader(uri: str, timeout: float) -> sqlite3.Connection:
+    connection = sqlite3.connect(
+        uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False
+    )
+    try:
+        connection.execute("PRAGMA query_only = ON")
+        # SQLite opens the file at the first read: that is what tells whether this mode works.
+        connection.execute("SELECT count(*) FROM sqlite_master").fetchall()
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
 def _describe(exc: sqlite3.Error) -> str:
     text = str(exc) or type(exc).__name__
     return f"sqlite: {text}"
@@ -63,7 +108,9 @@ class SQLiteExecutor:
         self._savepoints = 0
 
     @classmethod
-    async def connect(cls, options: SQLiteOptions) -> SQLiteExecutor:
+    async def connect(cls, options: SQLiteOptions, *, read_only: bool = False) -> SQLiteExecutor:
+        """Open the database. ``read_only`` opens an existing one and refuses every change;
+        it works where this process may only read (the file, its directory, or both)."""
         if options.synchronous not in SYNCHRONOUS_MODES:
             raise ConfigurationError(
                 f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, "
@@ -73,20 +120,32 @@ class SQLiteExecutor:
             parent = (await (await anyio.Path(options.path).expanduser()).resolve()).parent
             if not await parent.is_dir():
                 raise StoreError(f"sqlite: the directory {str(parent)!r} does not exist")
-        try:
-            connection = await aiosqlite.connect(options.path, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise StoreError(f"{_describe(exc)} ({options.path})") from exc
+        timeout = options.busy_timeout_ms / 1000
+        # The file is opened here, not by aiosqlite.connect: when that fails, aiosqlite's
+        # thread answers after the error has gone up, and if the event loop has closed
+        # by then it prints a traceback under our one-line error. A connection that is
+        # already open cannot fail to connect. Shielded, so that a cancel cannot drop it.
+        with anyio.CancelScope(shield=True):
+            try:
+                raw = await anyio.to_thread.run_sync(_open, options.path, read_only, timeout)
+            except sqlite3.Error as exc:
+                raise StoreError(f"{_describe(exc)} ({options.path})") from exc
+            connection = await aiosqlite.Connection(lambda: raw, _ITER_CHUNK_SIZE)
         connection.row_factory = sqlite3.Row
         executor = cls(connection, options)
         try:
+            # Exact, where the connect timeout in seconds may round a millisecond off.
             await connection.execute(f"PRAGMA busy_timeout = {int(options.busy_timeout_ms)}")
-            await connection.execute("PRAGMA journal_mode = WAL")
+            if not read_only:
+                await connection.execute("PRAGMA journal_mode = WAL")
             await connection.execute(f"PRAGMA synchronous = {options.synchronous}")
             await connection.execute("PRAGMA foreign_keys = ON")
-        except sqlite3.Error as exc:
-            await connection.close()
-            raise StoreError(f"{_describe(exc)} ({options.path})") from exc
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await connection.close()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"{_describe(exc)} ({options.path})") from exc
+            raise
         return executor
 
     @asynccontextmanager

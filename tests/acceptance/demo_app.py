@@ -21,6 +21,8 @@ Agents:
 * ``slow``: ``SLOW_STEPS`` READ_ONLY ``nap`` calls, one per provider turn, then
   ``rested``. Each step ends at a step boundary, where a drain stops the run.
 * ``greeter``: answers at once, no tools.
+* ``confused``: asks for ``delete_everything``, a tool it does not have, with long
+  arguments, then answers ``nothing was done``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from leaseward import (
 
 SLOW_STEPS = 5
 CHARGE_CALL_ID = "charge-1"
+CONFUSED_ARGUMENTS = {"path": "/", "why": "tidy " * 60}
 PROVIDER_TIMEOUT_SECONDS = 2.0
 TOOL_TIMEOUT_SECONDS = float(os.environ.get("DEMO_TOOL_TIMEOUT", "2"))
 NAP_TIMEOUT_SECONDS = float(os.environ.get("DEMO_NAP_TIMEOUT", "2"))
@@ -122,6 +125,12 @@ def _slow_turn(request: ProviderRequest) -> ProviderReply:
     return ProviderReply(text="rested")
 
 
+def _confused_turn(request: ProviderRequest) -> ProviderReply:
+    if _turn(request) == 0:
+        return ProviderReply(tool_calls=[ToolCall("delete_everything", CONFUSED_ARGUMENTS, "rm-1")])
+    return ProviderReply(text="nothing was done")
+
+
 def build_app() -> App:
     return App(
         [
@@ -135,6 +144,11 @@ def build_app() -> App:
                 LoggingProvider(_slow_turn, timeout_seconds=PROVIDER_TIMEOUT_SECONDS),
                 tools=[nap],
                 max_steps=SLOW_STEPS + 1,
+            ),
+            Agent(
+                "confused",
+                LoggingProvider(_confused_turn, timeout_seconds=PROVIDER_TIMEOUT_SECONDS),
+                tools=[nap],
             ),
             Agent(
                 "greeter",

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import re
+import shlex
 import shutil
 import sqlite3
 import stat
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
@@ -26,9 +29,14 @@ from acceptance_support import (
     show,
     snapshot,
     sqlite_url,
+    unwritable,
 )
+from demo_app import CHARGE_CALL_ID
 
-from leaseward.storage import open_store
+from leaseward import ProviderReply, StepKind, StepStatus, ToolCall, ToolEffect
+from leaseward.runtime.conversation import reply_to_json
+from leaseward.runtime.model import MAX_INPUT_BYTES, StepWrite, dump_json
+from leaseward.storage import BatchItem, open_store
 from leaseward.storage.migrations import MIGRATIONS
 
 EXIT_FAILURE = 1
@@ -37,11 +45,12 @@ EXIT_USAGE = 2
 
 @attrs.frozen
 class Template:
-    """A quiet store (no process has it open) with a completed and a queued run."""
+    """A quiet store (no process has it open) with two completed runs and a queued one."""
 
     directory: Path
     completed_run: str
     unserved_run: str
+    confused_run: str
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +65,9 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Template]:
         done = ok("submit", "payer", "--input", "{}", "--wait", "--json", "--timeout", "20",
                   "--store", url).json()  # fmt: skip
         assert done["state"] == "completed"
+        confused = ok("submit", "confused", "--input", "{}", "--wait", "--json", "--timeout",
+                      "20", "--store", url).json()  # fmt: skip
+        assert confused["state"] == "completed"
         # submit cannot know which agents exist: it queues, and no daemon claims it.
         unserved = ok("submit", "no-such-agent", "--input", "{}", "--store", url).stdout.strip()
         daemon.wait_for("run.claimed", run_id=done["id"])
@@ -64,7 +76,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Template]:
     finally:
         pool.close()
     assert snapshot(store).keys() == {"runs.db"}, "the daemon left SQLite side files"
-    yield Template(store, done["id"], unserved)
+    yield Template(store, done["id"], unserved, confused["id"])
 
 
 @pytest.fixture
@@ -196,7 +208,14 @@ def test_an_operator_command_on_a_missing_database_creates_nothing(
 
 @pytest.mark.parametrize(
     ("value", "fragment"),
-    [("{not json", "is not JSON"), ("", "is not JSON"), ("@missing.json", "No such file")],
+    [
+        ("{not json", "is not JSON"),
+        ("", "is not JSON"),
+        ("@missing.json", "No such file"),
+        # The shell ate the quotes: the error says how a JSON string is written.
+        ("hello", """a JSON string is written in quotes: --input '"hello"'"""),
+        ("two words", """--input '"two words"'"""),
+    ],
 )
 def test_submit_input_that_is_not_json(copy: Path, value: str, fragment: str) -> None:
     assert_unchanged(
@@ -304,12 +323,6 @@ def test_a_read_only_database_fails_in_one_line_and_changes_nothing(copy: Path) 
 @pytest.mark.parametrize(
     ("variable", "value", "command", "fragment"),
     [
-        ("LEASEWARD_LIMIT", "abc", ("runs",), "LEASEWARD_LIMIT='abc'"),
-        ("LEASEWARD_LIMIT", "0", ("dead-letters",), "at least 1"),
-        ("LEASEWARD_STATE", "sleeping", ("runs",), "not a run state"),
-        ("LEASEWARD_REASON", "bored", ("dead-letters",), "not a reason"),
-        ("LEASEWARD_JSON", "maybe", ("runs",), "not a boolean"),
-        ("LEASEWARD_TIMEOUT", "-1", ("submit", "payer", "--wait"), "greater than 0"),
         ("LEASEWARD_CONCURRENCY", "zero", ("daemon", "--app", "demo_app:app"), "whole number"),
         ("LEASEWARD_LEASE_SECONDS", "0", ("daemon", "--app", "demo_app:app"), "greater than 0"),
         ("LEASEWARD_LOG_FORMAT", "xml", ("daemon", "--app", "demo_app:app"), "json, console"),
@@ -355,14 +368,54 @@ def test_a_variable_of_another_command_or_one_overridden_on_the_command_line_is_
     url = _url(copy)
     daemon_only = base_env(LEASEWARD_CONCURRENCY="abc", LEASEWARD_LOG_FORMAT="xml")
     assert leaseward("runs", "--store", url, env=daemon_only).returncode == 0
-    assert leaseward("runs", "--limit", "5", "--store", url, env=base_env(
-        LEASEWARD_LIMIT="abc")).returncode == 0  # fmt: skip
+    assert leaseward("runs", "--store", url, env=base_env(
+        LEASEWARD_STORE="nosuch:///x.db")).returncode == 0  # fmt: skip
 
 
-def test_store_and_flags_are_read_from_the_environment(copy: Path, template: Template) -> None:
-    env = base_env(LEASEWARD_STORE=_url(copy), LEASEWARD_JSON="1", LEASEWARD_STATE="completed")
-    listed = ok("runs", env=env).json()
-    assert [r["id"] for r in listed] == [template.completed_run]
+async def _input_of(url: str, run_id: str) -> object:
+    store = await open_store(url, read_only=True)
+    try:
+        record = await store.get_run(run_id)
+    finally:
+        await store.aclose()
+    assert record is not None
+    return record.input
+
+
+def test_the_store_comes_from_the_environment_but_what_one_command_does_never_does(
+    copy: Path, template: Template
+) -> None:
+    url = _url(copy)
+    listing_env = base_env(
+        LEASEWARD_STORE=url,
+        LEASEWARD_JSON="1",
+        LEASEWARD_STATE="completed",
+        LEASEWARD_AGENT="payer",
+        LEASEWARD_LIMIT="1",
+    )
+    listing = ok("runs", env=listing_env).stdout.splitlines()
+    # A table, not JSON, of every run: no filter and no limit came from the variables.
+    assert listing[0].split()[0] == "RUN"
+    assert len(listing) == 1 + 3
+    assert (
+        ok(
+            "dead-letters",
+            env=base_env(LEASEWARD_STORE=url, LEASEWARD_JSON="1", LEASEWARD_REASON="bored"),
+        ).stdout
+        == "no runs\n"
+    )
+
+    submit_env = base_env(
+        LEASEWARD_STORE=url,
+        LEASEWARD_INPUT='{"from": "the environment"}',
+        LEASEWARD_WAIT="1",
+        LEASEWARD_TIMEOUT="0.001",
+        LEASEWARD_JSON="1",
+    )
+    run_id = ok("submit", "greeter", env=submit_env).stdout.strip()
+    # Not JSON, and no wait (nothing serves the run, so a wait would have timed out).
+    assert re.fullmatch(r"[0-9a-f-]{36}", run_id), run_id
+    assert anyio.run(_input_of, url, run_id) is None
 
 
 # -- reap, migrate, help -----------------------------------------------------------------
@@ -434,16 +487,261 @@ def test_daemon_help_names_the_variable_of_every_flag() -> None:
         assert f"[env: {variable}" in text, f"daemon --help does not name {variable}"
 
 
-# Flags that are deliberately not environment variables: a verdict or a one-shot switch.
-NO_VARIABLE = {"--applied", "--not-applied", "--once"}
+# Flags that say what one invocation does, never set by a variable left in the environment.
+ONE_OFF = {
+    "--applied",
+    "--not-applied",
+    "--once",
+    "--input",
+    "--wait",
+    "--timeout",
+    "--json",
+    "--state",
+    "--agent",
+    "--limit",
+    "--reason",
+    "--note",
+}
 
 
 @pytest.mark.parametrize(
     "command",
     ["submit", "runs", "show", "cancel", "dead-letters", "redrive", "resolve", "reap", "migrate"],
 )
-def test_every_other_command_help_names_its_variables(command: str) -> None:
+def test_every_other_command_help_names_its_variables_and_only_those(command: str) -> None:
     text = _help(command)
-    for flag in sorted(_flags(text) - NO_VARIABLE):
+    assert "--store" in _flags(text)
+    for flag in sorted(_flags(text)):
         variable = "LEASEWARD_" + flag[2:].upper().replace("-", "_")
-        assert f"[env: {variable}" in text, f"{command} --help does not name {variable}"
+        if flag in ONE_OFF:
+            assert variable not in text, f"{command} --help names {variable}, which is not read"
+        else:
+            assert f"[env: {variable}" in text, f"{command} --help does not name {variable}"
+
+
+def test_help_says_which_flags_have_variables() -> None:
+    text = _help()
+    assert "environment variable" in text and "--input, --wait and --json" in text
+
+
+# -- what runs and show print ------------------------------------------------------------
+
+
+def _rows(lines: list[str]) -> list[dict[str, str]]:
+    """A printed table as one dict per row, keyed by the header's column names."""
+    names = lines[0].split()
+    return [
+        dict(zip(names, line.split(maxsplit=len(names) - 1), strict=True)) for line in lines[1:]
+    ]
+
+
+def test_runs_prints_a_header_and_keeps_state_reason_and_mode_apart(
+    copy: Path, template: Template
+) -> None:
+    lines = ok("runs", "--store", _url(copy)).stdout.splitlines()
+    assert lines[0].split() == [
+        "RUN",
+        "STATE",
+        "REASON",
+        "MODE",
+        "AGENT",
+        "EPOCH",
+        "REQUEUES",
+        "CREATED",
+    ]
+    rows = {row["RUN"]: row for row in _rows(lines)}
+    assert rows.keys() == {template.completed_run, template.unserved_run, template.confused_run}
+    done = rows[template.completed_run]
+    assert (done["STATE"], done["REASON"], done["MODE"], done["AGENT"]) == (
+        "completed",
+        "completed",
+        "queued",
+        "payer",
+    )
+    waiting = rows[template.unserved_run]
+    assert (waiting["STATE"], waiting["REASON"], waiting["AGENT"]) == (
+        "queued",
+        "-",
+        "no-such-agent",
+    )
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", done["CREATED"])
+    # Aligned: every cell of a column starts where its name does.
+    for name in ("STATE", "MODE", "EPOCH", "CREATED"):
+        start = lines[0].index(name)
+        assert all(line[start - 2 : start] == "  " and line[start] != " " for line in lines)
+
+
+def test_show_prints_each_calls_arguments_shortened_and_the_error_of_a_failed_one(
+    copy: Path, template: Template
+) -> None:
+    lines = ok("show", template.confused_run, "--store", _url(copy)).stdout.splitlines()
+    assert _rows(lines[:2])[0]["STATE"] == "completed"
+    header = next(i for i, line in enumerate(lines) if line.startswith("SEQ"))
+    steps = lines[header:]
+    assert steps[0].split() == ["SEQ", "EPOCH", "STEP", "EFFECT", "STATUS", "TOOK"]
+    assert steps[2].split()[:5] == ["1", "1", "delete_everything", "non_idempotent_write", "failed"]
+    under_step = " " * steps[0].index("STEP")
+    arguments, error = steps[3], steps[4]
+    assert arguments.startswith(under_step + 'arguments: {"path": "/", "why": "tidy tidy ')
+    assert arguments.endswith("...") and len(arguments.strip()) <= 100
+    assert error == under_step + "error: unknown tool 'delete_everything' (available: nap)"
+    assert steps[5].split()[:3] == ["2", "1", "provider"]
+
+
+async def _interrupt_a_charge(url: str, started_seconds_ago: float) -> str:
+    """A payer run whose worker stored the intent of its charge, then vanished."""
+    store = await open_store(url, must_exist=True)
+    try:
+        (run,) = await store.claim_runs("acc-vanished", 1, 0.05, ["payer"])
+        reply = ProviderReply(
+            tool_calls=[ToolCall("charge", {"amount_cents": 500}, CHARGE_CALL_ID)]
+        )
+        turn = StepWrite(
+            seq=0,
+            kind=StepKind.PROVIDER,
+            status=StepStatus.SUCCEEDED,
+            output_json=dump_json(reply_to_json(reply)),
+        )
+        intent = StepWrite(
+            seq=1,
+            kind=StepKind.TOOL,
+            status=StepStatus.STARTED,
+            tool="charge",
+            call_id=CHARGE_CALL_ID,
+            effect=ToolEffect.NON_IDEMPOTENT_WRITE,
+            idempotency_key="key-of-the-charge",
+            arguments_json='{"amount_cents":500}',
+            started_at=time.time() - started_seconds_ago,
+        )
+        (outcome,) = await store.commit_batch(
+            [BatchItem(run.id, run.epoch, (turn, intent), lease_seconds=0.05)]
+        )
+        assert outcome.persisted
+    finally:
+        await store.aclose()
+    return run.id
+
+
+def _resolve_commands(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if "leaseward resolve" in line]
+
+
+def test_show_of_an_interrupted_write_prints_the_commands_that_resolve_it(url: str) -> None:
+    ok("migrate", "--store", url)
+    submitted = ok("submit", "payer", "--input", "{}", "--store", url).stdout.strip()
+    three_hours = 3 * 3600.0
+    run_id = anyio.run(_interrupt_a_charge, url, three_hours)
+    assert run_id == submitted
+    time.sleep(0.1)
+    ok("reap", "--once", "--store", url)
+    assert show(url, run_id)["reason"] == "interrupted_write"
+
+    text = ok("show", run_id, "--store", url).stdout
+    assert "call charge-1 of charge (step 1) was interrupted: nobody knows" in text
+    assert "idempotency key key-of-the-charge" in text
+    assert 'arguments: {"amount_cents": 500}' in text
+    commands = _resolve_commands(text)
+    assert commands == [
+        f"leaseward resolve {run_id} --applied --store {url}",
+        f"leaseward resolve {run_id} --not-applied --store {url}",
+    ]
+    # With the store in the environment the commands need no --store.
+    from_env = ok("show", run_id, env=base_env(LEASEWARD_STORE=url)).stdout
+    assert _resolve_commands(from_env) == [
+        f"leaseward resolve {run_id} --applied",
+        f"leaseward resolve {run_id} --not-applied",
+    ]
+
+    # The printed command works as printed.
+    resolved = ok(*shlex.split(commands[1])[1:], "--operator", "alice", "--note", "no charge")
+    assert "not applied" in resolved.stdout
+    lines = ok("show", run_id, "--store", url).stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("SEQ"))
+    charge = _rows([lines[header], lines[header + 2]])[0]
+    assert (charge["STEP"], charge["STATUS"]) == ("charge", "failed")
+    # The three hours between the call and the verdict are not the call's duration.
+    assert charge["TOOK"] == "unknown"
+    details = lines[header + 3 : header + 5]
+    assert details[0].strip() == 'arguments: {"amount_cents": 500}'
+    assert re.fullmatch(
+        r"resolved: not applied, by alice at \S+Z: no charge", details[1].strip()
+    ), details
+    assert _resolve_commands("\n".join(lines)) == []
+
+
+# -- --input from a file -------------------------------------------------------------------
+
+
+def test_submit_input_from_a_file_over_the_limit_is_refused_without_reading_it_whole(
+    copy: Path, tmp_path: Path
+) -> None:
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as file:
+        file.truncate(300 * 1024 * 1024)  # sparse: no disk space, but 300 MB to read
+    # /dev/zero never ends: only a bounded read of it returns at all.
+    for source in (huge, Path("/dev/zero")):
+        assert_unchanged(
+            copy,
+            lambda s=source: leaseward(
+                "submit", "payer", "--input", f"@{s}", "--store", _url(copy)
+            ),
+            EXIT_USAGE,
+            "larger than the input limit",
+        )
+    at_limit = tmp_path / "at-limit.json"
+    at_limit.write_text(json.dumps("x" * (MAX_INPUT_BYTES - 2)))
+    assert at_limit.stat().st_size == MAX_INPUT_BYTES
+    ok("submit", "payer", "--input", f"@{at_limit}", "--store", _url(copy))
+    at_limit.write_text(json.dumps("x" * (MAX_INPUT_BYTES - 1)))
+    assert_unchanged(
+        copy,
+        lambda: leaseward("submit", "payer", "--input", f"@{at_limit}", "--store", _url(copy)),
+        EXIT_USAGE,
+        "larger than the input limit",
+    )
+
+
+# -- databases this user may only read, or not open at all ---------------------------------
+
+
+def test_the_looking_commands_work_on_a_database_nobody_may_write(
+    copy: Path, template: Template
+) -> None:
+    url = _url(copy)
+    before = snapshot(copy)
+    with unwritable(copy / "runs.db", copy):
+        listed = ok("runs", "--json", "--store", url).json()
+        assert {r["id"] for r in listed} == {
+            template.completed_run,
+            template.unserved_run,
+            template.confused_run,
+        }
+        assert "delete_everything" in ok("show", template.confused_run, "--store", url).stdout
+        assert ok("dead-letters", "--store", url).stdout == "no runs\n"
+        for command in (("submit", "payer"), ("daemon", "--app", "demo_app:app")):
+            result = leaseward(*command, "--store", url)
+            assert_one_line_error(result, EXIT_FAILURE, "unable to open database file")
+    assert snapshot(copy) == before
+
+
+def test_a_daemon_on_a_database_it_cannot_write_exits_at_start_in_one_line(copy: Path) -> None:
+    database = copy / "runs.db"
+    before = database.read_bytes()
+    with unwritable(database):
+        result = leaseward("daemon", "--app", "demo_app:app", "--store", _url(copy))
+    assert_one_line_error(result, EXIT_FAILURE, "cannot write to the store", "readonly database")
+    assert database.read_bytes() == before
+
+
+@pytest.mark.parametrize("where", ["/proc", "an unwritable directory"])
+def test_a_database_that_cannot_be_opened_is_one_line_every_time(
+    store_dir: Path, where: str
+) -> None:
+    # aiosqlite's thread used to answer a failed open after the event loop had closed,
+    # adding a traceback to the error line most of the time: many tries catch it.
+    url = "sqlite:////proc/leaseward-test.db" if where == "/proc" else _url(store_dir)
+    with unwritable(store_dir), ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: leaseward("migrate", "--store", url), range(20)))
+    for result in results:
+        assert_one_line_error(result, EXIT_FAILURE, "unable to open database file")
+    assert list(store_dir.iterdir()) == []

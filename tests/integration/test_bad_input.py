@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import math
-import os
 import sqlite3
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from support import Calls
+from support import Calls, unwritable
 
 from leaseward import (
     Agent,
@@ -394,6 +392,39 @@ async def test_interactive_run_with_a_failing_provider_fails_and_is_never_requeu
     assert again == run
 
 
+def undecoded_arguments(request: ProviderRequest) -> ProviderReply:
+    """A provider bug: the arguments left as the JSON text a model API sends."""
+    return ProviderReply(tool_calls=[ToolCall("send_email", '{"to": "a@b.c"}', "call-7")])  # type: ignore[arg-type]
+
+
+async def test_tool_call_arguments_that_are_not_a_mapping_end_the_run_naming_the_call(
+    db_url: str,
+) -> None:
+    calls = Calls()
+
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def send_email(ctx: ToolContext, to: str) -> str:
+        calls.record(ctx, to=to)
+        return "sent"
+
+    app = App([Agent("mailer", ScriptedProvider(undecoded_arguments), tools=[send_email])])
+    async with Runtime.open(db_url, app, **FAST) as rt:
+        queued = await rt.wait(await rt.submit("mailer", None), timeout=10)
+        interactive = await rt.run("mailer", None)
+        journals = [await rt.steps(run.id) for run in (queued, interactive)]
+
+    assert (queued.state, queued.reason) == (RunState.DEAD_LETTERED, Reason.NOT_RETRYABLE)
+    assert (interactive.state, interactive.reason) == (RunState.FAILED, Reason.INTERACTIVE_FAILED)
+    for run in (queued, interactive):
+        assert (run.error or "").startswith(
+            "ProviderError: tool call 'send_email' (call id 'call-7') from the provider has "
+            "arguments of type str, not a mapping"
+        ), run.error
+    # The reply never became a step, so nothing of it can be executed on a retry.
+    assert journals == [[], []]
+    assert len(calls) == 0
+
+
 # -- configuration and store URLs -------------------------------------------------------
 
 
@@ -533,33 +564,16 @@ async def test_reopening_a_locked_migrated_database_is_a_store_error(db_url: str
     assert count == 1
 
 
-def _make_read_only(path: Path) -> Callable[[], None]:
-    """Make a file and its directory unwritable, even for root; returns the undo."""
-    if os.geteuid() != 0:
-        path.chmod(0o444)
-        path.parent.chmod(0o555)
-
-        def undo_chmod() -> None:
-            path.parent.chmod(0o755)
-            path.chmod(0o644)
-
-        return undo_chmod
-    # Root ignores permission bits; the immutable attribute binds root as well.
-    subprocess.run(["chattr", "+i", str(path), str(path.parent)], check=True)
-    return lambda: subprocess.run(["chattr", "-i", str(path), str(path.parent)], check=True)
-
-
 async def test_a_read_only_database_is_a_store_error(db_url: str) -> None:
     path = path_of(db_url)
     async with Runtime.open(db_url, plain_app(), **FAST) as rt:
         await rt.submit("echo", 1)
-    undo = _make_read_only(path)
-    try:
-        with pytest.raises(StoreError, match="unable to open database file"):
-            async with Runtime.open(db_url, plain_app(), **FAST) as rt:
-                await rt.submit("echo", 2)
-    finally:
-        undo()
+    with (
+        unwritable(path, path.parent),
+        pytest.raises(StoreError, match="unable to open database file"),
+    ):
+        async with Runtime.open(db_url, plain_app(), **FAST) as rt:
+            await rt.submit("echo", 2)
     connection = sqlite3.connect(path)
     try:
         count = connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0]

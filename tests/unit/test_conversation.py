@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -17,6 +18,7 @@ from leaseward.runtime.conversation import (
     reply_to_json,
 )
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.errors import ProviderError
 from leaseward.runtime.lifecycle import StepKind, StepStatus
 from leaseward.runtime.model import Message, ProviderReply, Role, StepInfo, ToolCall
 
@@ -332,3 +334,31 @@ def test_normalize_reply_keeps_order_names_and_arguments(reply: ProviderReply, t
             assert after.call_id == before.call_id
         else:
             assert after.call_id == f"call_{turn}_{index}"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "call_id", "shown"),
+    [
+        ('{"to": "a@b.c"}', "call-7", "(call id 'call-7')"),
+        ("not a dict", "", "'send_email' from"),
+        (["to", "a@b.c"], "c1", "of type list"),
+        (None, "c1", "of type NoneType"),
+    ],
+)
+def test_tool_call_arguments_that_are_not_a_mapping_are_the_providers_error(
+    arguments: Any, call_id: str, shown: str
+) -> None:
+    with pytest.raises(ProviderError) as raised:
+        ToolCall("send_email", arguments, call_id)
+    message = raised.value.message
+    assert message.startswith("tool call 'send_email'")
+    assert shown in message
+    assert "not a mapping" in message
+    assert ("decode the JSON text" in message) == isinstance(arguments, str)
+
+
+def test_tool_call_arguments_shown_in_the_error_are_shortened() -> None:
+    with pytest.raises(ProviderError) as raised:
+        ToolCall("send_email", "x" * 10_000, "c1")
+    assert len(raised.value.message) < 300
+    assert "..." in raised.value.message

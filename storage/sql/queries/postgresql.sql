@@ -148,6 +148,10 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
     applied_at DOUBLE PRECISION NOT NULL
 );
 
+-- name: check_writable
+-- Changes no row, yet fails in a read-only session or without the UPDATE privilege.
+UPDATE runs SET epoch = epoch WHERE false;
+
 -- name: schema_present
 SELECT to_regclass('schema_migrations') IS NOT NULL AS present;
 

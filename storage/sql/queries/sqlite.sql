@@ -131,6 +131,10 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
     applied_at REAL NOT NULL
 );
 
+-- name: check_writable
+-- Changes no row, yet fails on a database this connection may not write.
+UPDATE runs SET epoch = epoch WHERE 0;
+
 -- name: schema_present
 SELECT EXISTS (
     SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'
