@@ -221,5 +221,8 @@ def decide_recovery(
         return Recovery(RecoveryAction.DEAD_LETTER, Reason.NOT_RETRYABLE)
     if requeues >= policy.max_requeues:
         return Recovery(RecoveryAction.DEAD_LETTER, Reason.RETRIES_EXHAUSTED)
-    delay = 0.0 if reaped else policy.backoff_seconds(requeues)
+    # A worker lost once is retried at once; a run whose attempts keep ending in
+    # reaps may be what kills its workers, so from its second retry on it backs
+    # off like any other failure instead of crash-looping the fleet.
+    delay = 0.0 if reaped and requeues == 0 else policy.backoff_seconds(requeues)
     return Recovery(RecoveryAction.REQUEUE, None, delay)

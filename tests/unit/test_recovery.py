@@ -56,7 +56,7 @@ def oracle(
         return ("dead_letter", "not_retryable", 0.0)
     if requeues >= max_requeues:
         return ("dead_letter", "retries_exhausted", 0.0)
-    delay = 0.0 if reaped else min(cap, base * (2**requeues))
+    delay = 0.0 if reaped and requeues == 0 else min(cap, base * (2**requeues))
     return ("requeue", None, delay)
 
 
@@ -265,7 +265,7 @@ def expired(
 
 
 def test_reap_requeues_at_once_and_spends_a_retry() -> None:
-    settlement = plan_reap(expired(requeues=1), POLICY)
+    settlement = plan_reap(expired(requeues=0), POLICY)
     assert settlement.event is Event.REQUEUE
     assert settlement.delay_seconds == 0.0
     assert settlement.spends_retry is True
@@ -334,3 +334,24 @@ def test_plan_reap_uses_the_policy() -> None:
         Reason.RETRIES_EXHAUSTED
     )
     assert plan_reap(expired(requeues=1), RecoveryPolicy(max_requeues=2)).event is Event.REQUEUE
+
+
+def test_a_run_reaped_again_backs_off_instead_of_crash_looping() -> None:
+    policy = RecoveryPolicy(max_requeues=3, backoff_base_seconds=30.0)
+
+    def after_reap(requeues: int) -> Recovery:
+        return decide_recovery(
+            mode=RunMode.QUEUED,
+            requeues=requeues,
+            last_effect=ToolEffect.READ_ONLY,
+            last_status=StepStatus.STARTED,
+            failure_class=FailureClass.CONNECTION,
+            reaped=True,
+            audit_failed=False,
+            policy=policy,
+        )
+
+    assert as_tuple(after_reap(0)) == ("requeue", None, 0.0)
+    assert as_tuple(after_reap(1)) == ("requeue", None, 60.0)
+    assert as_tuple(after_reap(2)) == ("requeue", None, 120.0)
+    assert as_tuple(after_reap(3)) == ("dead_letter", "retries_exhausted", 0.0)
