@@ -6,6 +6,8 @@ With EVENTS_FILE, every claim, lost lease and reap this worker logs is appended 
 it as a JSON line (event, run_id, epoch, worker_id, lease_owner, time), fsynced, so that a test
 can tell who held which run at which epoch even for a worker it SIGKILLed.
 POOL_WORKER_CHARGE_SECONDS makes each write take that long (default 0).
+POOL_WORKER_BARRIER=DIR:N makes the worker wait, before it claims anything, until N
+workers have checked in in DIR: so that a slow start cannot leave one worker all the work.
 """
 
 from __future__ import annotations
@@ -62,8 +64,22 @@ def build_app(calls_file: str, worker_id: str) -> App:
     return App([Agent("payer", provider, tools=[charge])])
 
 
+async def barrier(worker_id: str) -> None:
+    spec = os.environ.get("POOL_WORKER_BARRIER")
+    if not spec:
+        return
+    directory, count = spec.rsplit(":", 1)
+    here = anyio.Path(directory)
+    await (here / worker_id).touch()
+    with anyio.fail_after(30):
+        # Other processes check in: no in-process event can tell of them.
+        while len([p async for p in here.iterdir()]) < int(count):  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+
+
 async def work(url: str, worker_id: str, calls_file: str) -> None:
     app = build_app(calls_file, worker_id)
+    await barrier(worker_id)
     async with Runtime.open(
         url,
         app,

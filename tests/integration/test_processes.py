@@ -26,7 +26,9 @@ async def test_two_processes_share_the_work_and_each_write_runs_once(
     async with Client.open(store_url) as client:
         ids = [await client.submit("payer", i) for i in range(RUNS)]
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "POOL_WORKER_BARRIER": f"{barrier}:2"}
     workers = [
         subprocess.Popen(
             [sys.executable, str(WORKER), store_url, name, str(calls_file)],
