@@ -12,7 +12,7 @@ from anyio.abc import TaskStatus
 from leaseward.actors.mailbox import Mailbox, Reply
 from leaseward.actors.messages import Persist
 from leaseward.actors.metrics import Metrics
-from leaseward.runtime.errors import LeasewardError
+from leaseward.runtime.errors import CommitOutcomeUnknown, LeasewardError
 from leaseward.runtime.logs import get_logger
 from leaseward.storage.protocol import BatchItem, BatchOutcome, Store
 
@@ -77,10 +77,17 @@ class Persister:
         try:
             outcomes = await self._store.commit_batch([request.item for request in batch])
         except LeasewardError as exc:
-            log.warning("persister.batch_failed", items=len(batch), error=exc.message)
-            outcomes = [BatchOutcome(persisted=False, lease_held=True, error=exc.message)] * len(
-                batch
+            unknown = isinstance(exc, CommitOutcomeUnknown)
+            log.warning(
+                "persister.batch_failed",
+                items=len(batch),
+                error=exc.message,
+                outcome_unknown=unknown,
             )
+            failed = BatchOutcome(
+                persisted=False, lease_held=True, error=exc.message, outcome_unknown=unknown
+            )
+            outcomes = [failed] * len(batch)
         except BaseException:
             # Never leave an asker waiting: a crash here answers "not persisted",
             # which fails writes closed, before the Supervisor restarts this actor.

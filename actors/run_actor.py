@@ -24,6 +24,7 @@ from leaseward.runtime.errors import (
     AuditPersistenceFailed,
     InvalidInput,
     LeaseLost,
+    LeasewardError,
     StoreError,
     ToolError,
 )
@@ -416,6 +417,8 @@ class RunActor:
         # for a lock, the database's expiry is no earlier than this.
         sent_at = self._clock.monotonic()
         outcome = await self._persist(item)
+        if outcome.outcome_unknown:
+            outcome = await self._read_back(item, outcome)
         if not outcome.lease_held and not outcome.persisted:
             raise LeaseLost(f"run {self.run_id} is no longer held at epoch {self.epoch}")
         if not outcome.persisted:
@@ -441,6 +444,33 @@ class RunActor:
             self._log.debug("lease.renewed", seconds=lease_seconds)
             self._metrics.lease_renewed()
         return outcome
+
+    async def _read_back(self, item: BatchItem, unanswered: BatchOutcome) -> BatchOutcome:
+        """The commit of ``item`` went unanswered: whether it is stored is read from the journal.
+
+        The item's steps were written only if its lease fence held, and all of them or
+        none: if every one is in the journal exactly as sent under this epoch, the
+        item committed, its renewal or settlement with it. When the journal cannot
+        tell (no steps, or the read fails too) the item counts as not stored, which
+        fails a write closed.
+        """
+        if not item.steps:
+            return unanswered
+        try:
+            journal = {row.seq: row for row in await self._load_steps(self.run_id)}
+        except LeasewardError as exc:
+            self._log.warning("commit.undecided", error=exc.message)
+            return unanswered
+        if not all(step.stored_in(journal.get(step.seq), self.epoch) for step in item.steps):
+            self._log.warning("commit.not_stored", error=unanswered.error)
+            return attrs.evolve(unanswered, outcome_unknown=False)
+        self._log.warning("commit.stored", error=unanswered.error)
+        # A cancel requested meanwhile is seen at the next renewal.
+        return BatchOutcome(
+            persisted=True,
+            lease_held=item.settlement is None,
+            cancel_requested=self._cancel_requested,
+        )
 
     async def _record_soft(self, step: StepWrite, next_timeout: float) -> None:
         outcome = await self._send([step], self._lease_for(next_timeout))

@@ -26,6 +26,7 @@ from leaseward.runtime.clock import Clock, ManualClock, SystemClock
 from leaseward.runtime.effects import ToolEffect, ToolEffectResolver
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
+    CommitOutcomeUnknown,
     ConfigurationError,
     IllegalTransition,
     InvalidInput,
@@ -81,6 +82,7 @@ __all__ = [
     "AuditPersistenceFailed",
     "Client",
     "Clock",
+    "CommitOutcomeUnknown",
     "ConfigurationError",
     "FailureClass",
     "FunctionTool",

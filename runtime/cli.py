@@ -301,7 +301,7 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
     dead.add("--json", help="print JSON", switch=True, env=False)
 
     redrive = command(
-        "redrive", "requeue a not_retryable or retries_exhausted run under a new epoch"
+        "redrive", "requeue a dead-lettered run that needs no verdict, under a new epoch"
     )
     redrive.parser.add_argument("run", metavar="RUN", help="run id")
 
@@ -458,7 +458,10 @@ def _next_steps(run: RunInfo, steps: Sequence[StepInfo], store: str) -> list[str
         return []
     open_calls = [s for s in steps if s.finished_at is None and s.tool is not None]
     if not open_calls:
-        return []
+        return [
+            "the journal records the outcome of every call: nothing is left to decide.",
+            f"  leaseward redrive {shlex.quote(run.id)}{_store_flag(store)}",
+        ]
     call = open_calls[-1]
     command = f"leaseward resolve {shlex.quote(run.id)}"
     flag = _store_flag(store)

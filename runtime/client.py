@@ -124,8 +124,9 @@ class Client:
         return await self.runs(state=RunState.DEAD_LETTERED, reason=reason, limit=limit)
 
     async def redrive(self, run_id: str) -> RunInfo:
-        """Requeue a run dead-lettered not_retryable or retries_exhausted, under a new epoch
-        and with its requeue count reset. An interrupted write needs ``resolve`` instead."""
+        """Requeue a run dead-lettered not_retryable or retries_exhausted, or interrupted_write
+        whose journal records its call's outcome, under a new epoch and with its requeue
+        count reset. A write interrupted with no recorded outcome needs ``resolve`` instead."""
         record = await self._store.redrive(run_id)
         self._on_queued()
         return record.info()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "AuditPersistenceFailed",
+    "CommitOutcomeUnknown",
     "ConfigurationError",
     "IllegalTransition",
     "InvalidInput",
@@ -61,6 +62,10 @@ class AuditPersistenceFailed(LeasewardError):
 
 class StoreError(LeasewardError):
     """The store could not carry out the operation."""
+
+
+class CommitOutcomeUnknown(StoreError):
+    """The store's connection was lost during a commit: the change may or may not be stored."""
 
 
 class ToolError(LeasewardError):

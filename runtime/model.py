@@ -272,6 +272,26 @@ class StepWrite:
     started_at: float | None = None
     """When the call began, for rows written after it; None means "now" at commit."""
 
+    def stored_in(self, row: StepInfo | None, epoch: int) -> bool:
+        """Whether ``row`` (the journal's row at this ``seq``, or None) shows this change made
+        under ``epoch``: how a writer whose commit went unanswered learns what it holds."""
+        if self.withdraws:
+            return row is None
+        return (
+            row is not None
+            and row.seq == self.seq
+            and row.epoch == epoch
+            and row.kind is self.kind
+            and row.status is self.status
+            and row.tool == self.tool
+            and row.call_id == self.call_id
+            and row.effect is self.effect
+            and row.idempotency_key == self.idempotency_key
+            and row.arguments == load_json(self.arguments_json)
+            and row.output == load_json(self.output_json)
+            and row.error == self.error
+        )
+
 
 @attrs.frozen
 class Settlement:

@@ -28,7 +28,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 from asyncpg.transaction import Transaction
 
-from leaseward.runtime.errors import ConfigurationError, StoreError
+from leaseward.runtime.errors import CommitOutcomeUnknown, ConfigurationError, StoreError
 from leaseward.runtime.logs import get_logger
 from leaseward.storage.executor import Params, Row
 from leaseward.storage.url import DEFAULT_POOL_SIZE, PostgresOptions
@@ -212,12 +212,15 @@ class PostgresExecutor:
                     await self._rollback(transaction)
                 raise
             try:
-                await self._call(transaction.commit)
-            except BaseException:
-                # Whether a COMMIT whose answer was lost applied is unknown: callers
-                # treat it as not persisted, which fails writes closed.
+                await transaction.commit()
+            except BaseException as exc:
                 with anyio.CancelScope(shield=True):
                     await self._rollback(transaction)
+                if isinstance(exc, _DRIVER_ERRORS):
+                    # The COMMIT may have reached the server and applied before the
+                    # connection went (a terminated backend even answers with an
+                    # error after committing): only a read of the database can tell.
+                    raise CommitOutcomeUnknown(_describe(exc)) from exc
                 raise
 
     async def _begin(self, connection: Connection) -> Transaction:

@@ -43,6 +43,8 @@ class BatchOutcome:
     cancel_requested: bool = False
     lease_expires_at: float | None = None
     error: str | None = None
+    outcome_unknown: bool = False
+    """The commit went unanswered (``persisted`` is then False): the item may be stored."""
 
 
 @attrs.frozen
@@ -110,7 +112,8 @@ class Store(Protocol):
         ...
 
     async def redrive(self, run_id: str) -> RunRecord:
-        """Put a run dead-lettered not_retryable/retries_exhausted back in the queue."""
+        """Put a dead-lettered run back in the queue: not_retryable, retries_exhausted, or
+        interrupted_write when its journal records the interrupted call's outcome."""
         ...
 
     async def resolve(

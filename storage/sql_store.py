@@ -472,10 +472,25 @@ class SQLStore:
         await self._executor.notify(WORK_CHANNEL)
         return run_from_row(row)
 
+    async def _open_call(self, run_id: str) -> Row | None:
+        """The newest journal row if it is a call started and never settled, else None."""
+        last = await self._executor.fetch_one(self._queries["last_step"], {"run_id": run_id})
+        if last is None or StepStatus(last["status"]) is not StepStatus.STARTED:
+            return None
+        return last
+
     async def redrive(self, run_id: str) -> RunRecord:
         async with self._executor.transaction():
             run = await self._dead_letter(run_id)
-            if run.state is not RunState.DEAD_LETTERED or run.reason not in REDRIVABLE_REASONS:
+            redrivable = run.state is RunState.DEAD_LETTERED and (
+                run.reason in REDRIVABLE_REASONS
+                # Dead-lettered over a call whose outcome did get stored (its commit's
+                # answer was lost): the journal leaves nothing for an operator to decide.
+                or (
+                    run.reason is Reason.INTERRUPTED_WRITE and await self._open_call(run_id) is None
+                )
+            )
+            if not redrivable:
                 hint = (
                     "; an interrupted write needs `resolve` (did the call apply?)"
                     if run.reason is Reason.INTERRUPTED_WRITE
@@ -483,7 +498,8 @@ class SQLStore:
                 )
                 raise IllegalTransition(
                     f"run {run_id} is {_state_text(run)}: only a run dead-lettered "
-                    f"not_retryable or retries_exhausted can be redriven{hint}"
+                    "not_retryable or retries_exhausted, or interrupted_write with its "
+                    f"call's outcome recorded, can be redriven{hint}"
                 )
             return await self._reopen(run, Event.REDRIVE, reset_requeues=True)
 
@@ -501,9 +517,12 @@ class SQLStore:
                     f"run {run_id} is {_state_text(run)}: only a run dead-lettered "
                     "interrupted_write waits for a resolution"
                 )
-            last = await self._executor.fetch_one(q["last_step"], {"run_id": run_id})
-            if last is None or StepStatus(last["status"]) is not StepStatus.STARTED:
-                raise IllegalTransition(f"run {run_id} has no interrupted call to resolve")
+            last = await self._open_call(run_id)
+            if last is None:
+                raise IllegalTransition(
+                    f"run {run_id} has no interrupted call to resolve: its journal records "
+                    "the outcome of its last call; `redrive` puts it back in the queue"
+                )
             output = {
                 "resolution": "applied" if applied else "not_applied",
                 "resolved_by": operator,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+
+import attrs
 import pytest
 from support import Calls, one_call_agent
 from test_leases import CHARGE, FAST, ghost_claims, intent, provider_step
@@ -22,7 +25,16 @@ from leaseward import (
     StepStatus,
     ToolEffect,
 )
-from leaseward.storage import open_store
+from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.lifecycle import (
+    Event,
+    RecoveryAction,
+    RecoveryPolicy,
+    RunMode,
+    decide_recovery,
+)
+from leaseward.runtime.model import Settlement
+from leaseward.storage import BatchItem, SQLStore, open_store
 
 pytestmark = pytest.mark.anyio
 
@@ -110,3 +122,100 @@ async def test_redrive_requeues_a_not_retryable_run_under_a_new_epoch(store_url:
         with pytest.raises(RunNotFound):
             await rt.redrive("missing")
     assert (run.state, run.result, run.epoch) == (RunState.COMPLETED, "ok", dead.epoch + 2)
+
+
+# -- every dead letter has a way out (G9) ------------------------------------------------
+
+
+def dead_letter_reasons() -> set[Reason]:
+    """Every reason recovery can dead-letter a run with, over all of its inputs."""
+    reasons: set[Reason] = set()
+    for effect, status, failure_class, reaped, audit_failed, requeues in itertools.product(
+        [None, *ToolEffect],
+        [None, *StepStatus],
+        FailureClass,
+        [False, True],
+        [False, True],
+        [0, 3],
+    ):
+        recovery = decide_recovery(
+            mode=RunMode.QUEUED,
+            requeues=requeues,
+            last_effect=effect,
+            last_status=status,
+            failure_class=failure_class,
+            reaped=reaped,
+            audit_failed=audit_failed,
+            policy=RecoveryPolicy(max_requeues=3),
+        )
+        if recovery.action is RecoveryAction.DEAD_LETTER:
+            assert recovery.reason is not None
+            reasons.add(recovery.reason)
+    return reasons
+
+
+async def dead_letter(store: SQLStore, reason: Reason, *, outcome: StepStatus | None) -> str:
+    """A run dead-lettered with ``reason`` by its worker, over a charge whose outcome the
+    journal holds (``outcome``) or not (None: its intent is still open)."""
+    opened = intent(1, ToolEffect.NON_IDEMPOTENT_WRITE, "k")
+    run_id = await ghost_claims(store, "payer", (provider_step(0, CHARGE), opened))
+    run = await store.get_run(run_id)
+    assert run is not None
+    steps = () if outcome is None else (attrs.evolve(opened, status=outcome, settles=True),)
+    if outcome is StepStatus.SUCCEEDED:
+        steps = (attrs.evolve(steps[0], output_json='{"applied":5}'),)
+    settlement = Settlement(Event.DEAD_LETTER, reason, error=f"dead-lettered {reason.value}")
+    [stored] = await store.commit_batch(
+        [BatchItem(run_id, run.epoch, steps=steps, settlement=settlement)]
+    )
+    assert stored.persisted
+    return run_id
+
+
+# (reason, the charge's recorded outcome or None for an open intent, the operator action)
+DEAD_LETTERS = [
+    (Reason.INTERRUPTED_WRITE, None, "resolve"),
+    # The stranded case: the outcome's commit went unanswered, the worker failed closed,
+    # yet the outcome is in the journal. Nothing is left to decide: redrive.
+    (Reason.INTERRUPTED_WRITE, StepStatus.SUCCEEDED, "redrive"),
+    (Reason.NOT_RETRYABLE, StepStatus.SUCCEEDED, "redrive"),
+    (Reason.NOT_RETRYABLE, StepStatus.FAILED, "redrive"),
+    (Reason.RETRIES_EXHAUSTED, StepStatus.SUCCEEDED, "redrive"),
+]
+
+
+def test_the_walk_covers_every_dead_letter_reason() -> None:
+    assert dead_letter_reasons() == {reason for reason, _, _ in DEAD_LETTERS}
+
+
+@pytest.mark.parametrize(("reason", "outcome", "action"), DEAD_LETTERS)
+async def test_every_dead_letter_has_an_operator_action_that_moves_it(
+    store_url: str, reason: Reason, outcome: StepStatus | None, action: str
+) -> None:
+    calls = Calls()
+    agent = one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")
+    store = await open_store(store_url)
+    try:
+        run_id = await dead_letter(store, reason, outcome=outcome)
+        dead = await store.get_run(run_id)
+        assert dead is not None and (dead.state, dead.reason) == (RunState.DEAD_LETTERED, reason)
+        # The other action refuses, saying which one applies.
+        if action == "resolve":
+            with pytest.raises(IllegalTransition, match="needs `resolve`"):
+                await store.redrive(run_id)
+            moved = await store.resolve(run_id, applied=True, operator="alice")
+        else:
+            refusal = "redrive" if reason is Reason.INTERRUPTED_WRITE else "interrupted_write"
+            with pytest.raises(IllegalTransition, match=refusal):
+                await store.resolve(run_id, applied=True, operator="alice")
+            moved = await store.redrive(run_id)
+        assert (moved.state, moved.epoch) == (RunState.QUEUED, dead.epoch + 1)
+        async with Runtime.open(store, App([agent]), **FAST) as rt:
+            run = await rt.wait(run_id, timeout=10)
+            journal = await rt.steps(run_id)
+    finally:
+        await store.aclose()
+
+    assert (run.state, run.result) == (RunState.COMPLETED, "done")
+    assert len(calls) == 0, "the charge ran again"
+    assert [s.status for s in journal if s.tool == "charge"] == [outcome or StepStatus.SUCCEEDED]

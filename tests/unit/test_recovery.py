@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
+import attrs
 import pytest
 
 from leaseward.actors.reaper import plan_reap
@@ -18,10 +20,11 @@ from leaseward.runtime.lifecycle import (
     RecoveryPolicy,
     RunMode,
     RunState,
+    StepKind,
     StepStatus,
     decide_recovery,
 )
-from leaseward.runtime.model import RunRecord, Settlement, settlement_after
+from leaseward.runtime.model import RunRecord, Settlement, StepInfo, StepWrite, settlement_after
 from leaseward.storage.protocol import ExpiredRun
 
 POLICY = RecoveryPolicy(max_requeues=3)
@@ -355,3 +358,65 @@ def test_a_run_reaped_again_backs_off_instead_of_crash_looping() -> None:
     assert as_tuple(after_reap(1)) == ("requeue", None, 60.0)
     assert as_tuple(after_reap(2)) == ("requeue", None, 120.0)
     assert as_tuple(after_reap(3)) == ("dead_letter", "retries_exhausted", 0.0)
+
+
+# -- reading back a commit whose answer was lost ------------------------------------------
+
+SENT = StepWrite(
+    seq=3,
+    kind=StepKind.TOOL,
+    status=StepStatus.SUCCEEDED,
+    tool="charge",
+    call_id="c1",
+    effect=ToolEffect.NON_IDEMPOTENT_WRITE,
+    idempotency_key="k",
+    arguments_json='{"amount":5}',
+    output_json='{"applied":5}',
+    settles=True,
+)
+
+
+def row_of(step: StepWrite, epoch: int = 2, **changes: Any) -> StepInfo:
+    row = StepInfo(
+        run_id="r",
+        seq=step.seq,
+        epoch=epoch,
+        kind=step.kind,
+        tool=step.tool,
+        call_id=step.call_id,
+        effect=step.effect,
+        status=step.status,
+        idempotency_key=step.idempotency_key,
+        arguments=json.loads(step.arguments_json or "null"),
+        output=json.loads(step.output_json or "null"),
+        error=step.error,
+        started_at=1.0,
+        finished_at=2.0,
+    )
+    return attrs.evolve(row, **changes)
+
+
+def test_a_row_exactly_as_sent_under_the_epoch_shows_the_change_stored() -> None:
+    assert SENT.stored_in(row_of(SENT), epoch=2)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"epoch": 1},
+        {"status": StepStatus.STARTED, "output": None},
+        {"output": {"applied": 6}},
+        {"arguments": {"amount": 6}},
+        {"idempotency_key": "other"},
+        {"error": "refused"},
+    ],
+)
+def test_a_row_that_differs_does_not(changes: dict[str, Any]) -> None:
+    assert not SENT.stored_in(row_of(SENT, **changes), epoch=2)
+
+
+def test_no_row_shows_a_withdrawal_stored_and_nothing_else() -> None:
+    assert not SENT.stored_in(None, epoch=2)
+    withdrawal = attrs.evolve(SENT, status=StepStatus.STARTED, output_json=None, withdraws=True)
+    assert withdrawal.stored_in(None, epoch=2)
+    assert not withdrawal.stored_in(row_of(withdrawal), epoch=2)

@@ -1,0 +1,139 @@
+"""A TCP proxy in front of PostgreSQL that can lose the answer to a COMMIT.
+
+It reads the client's side of the wire protocol message by message. Once armed,
+the next ``COMMIT`` a client sends goes to the server, the server's answer is
+read and thrown away (so the commit has certainly happened), and both sockets
+are closed: the client learns nothing of how its commit ended, exactly as when
+a network path dies at that moment. Clients must not ask for TLS
+(``sslmode=disable``): the proxy has to read their messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from types import TracebackType
+
+__all__ = ["CommitDropper"]
+
+# Untyped messages a client may send before its startup message proper.
+_SSL_REQUEST = 80877103
+_GSSENC_REQUEST = 80877104
+
+
+class _Link:
+    def __init__(self) -> None:
+        self.lose_answer = False
+        self.writers: list[asyncio.StreamWriter] = []
+
+    def close(self) -> None:
+        for writer in self.writers:
+            writer.transport.abort()
+
+
+class CommitDropper:
+    """``async with CommitDropper(host, port) as proxy``: clients connect to ``proxy.port``."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._upstream = (host, port)
+        self._armed = 0
+        self._server: asyncio.Server | None = None
+        self._links: set[_Link] = set()
+        self.port = 0
+        self.dropped = 0
+        self.commits_seen = 0
+
+    def arm(self, commits: int = 1) -> None:
+        """Lose the answers to the next ``commits`` COMMITs, whichever connections send them."""
+        self._armed = commits
+
+    @property
+    def armed(self) -> bool:
+        return self._armed > 0
+
+    def url(self, database: str, user: str = "postgres", **options: str) -> str:
+        query = "&".join(
+            f"{key}={value}" for key, value in {"sslmode": "disable", **options}.items()
+        )
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{database}?{query}"
+
+    async def __aenter__(self) -> CommitDropper:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        assert self._server is not None
+        self._server.close()
+        for link in list(self._links):
+            link.close()
+        await self._server.wait_closed()
+
+    async def _serve(
+        self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter
+    ) -> None:
+        link = _Link()
+        try:
+            server_in, server_out = await asyncio.open_connection(*self._upstream)
+        except OSError:
+            client_out.transport.abort()
+            return
+        link.writers = [client_out, server_out]
+        self._links.add(link)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._from_client(link, client_in, server_out))
+                tg.create_task(self._from_server(link, server_in, client_out))
+        except* (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            link.close()
+            self._links.discard(link)
+
+    async def _from_client(
+        self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        starting = True
+        while True:
+            if starting:
+                head = await reader.readexactly(4)
+                body = await reader.readexactly(int.from_bytes(head, "big") - 4)
+                code = int.from_bytes(body[:4], "big")
+                starting = code in (_SSL_REQUEST, _GSSENC_REQUEST)
+                message = head + body
+            else:
+                kind = await reader.readexactly(1)
+                head = await reader.readexactly(4)
+                body = await reader.readexactly(int.from_bytes(head, "big") - 4)
+                message = kind + head + body
+                # asyncpg commits with a simple query, "COMMIT;".
+                if kind == b"Q" and body.lstrip().upper().startswith(b"COMMIT"):
+                    self.commits_seen += 1
+                    if self._armed > 0:
+                        self._armed -= 1
+                        link.lose_answer = True
+            writer.write(message)
+            await writer.drain()
+
+    async def _from_server(
+        self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                link.close()
+                return
+            if link.lose_answer:
+                # The client sends nothing after COMMIT until it is answered, so
+                # this is the answer: the commit is done, and the client never hears.
+                self.dropped += 1
+                link.close()
+                return
+            writer.write(data)
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
