@@ -62,6 +62,13 @@ class AuditPersistenceFailed(LeasewardError):
 class StoreError(LeasewardError):
     """The store could not carry out the operation."""
 
+    def __init__(self, message: str | None = None, *, data_error: bool = False) -> None:
+        super().__init__(message)
+        # True when the store refused what it was given (text it cannot encode, a
+        # number out of range, a row that contradicts a stored one): sending the same
+        # again fails the same way. False for faults that may pass (I/O, locks, network).
+        self.data_error = data_error
+
 
 class ToolError(LeasewardError):
     """The tool failed without applying its effect; the model sees this as an error result."""

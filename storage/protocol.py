@@ -43,6 +43,8 @@ class BatchOutcome:
     cancel_requested: bool = False
     lease_expires_at: float | None = None
     error: str | None = None
+    data_error: bool = False
+    """Not persisted because the store refused the item's data: sending it again is futile."""
 
 
 @attrs.frozen
