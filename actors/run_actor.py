@@ -96,7 +96,8 @@ class RunActor:
     """Executes one claimed run under its lease epoch until it settles or loses the lease.
 
     Provider steps and read-only tool steps are fail-soft: a record that cannot
-    be stored stays pending and goes out with the next request. A write tool's
+    be stored stays pending and goes out with the next request, unless the
+    store refused it for what it holds (a data error): that one is dropped. A write tool's
     intent is committed before the call and its outcome after it; the actor
     blocks on the Persister for both and fails closed when either is refused.
     """
@@ -128,6 +129,9 @@ class RunActor:
         self.epoch = run.epoch
         self._next_seq = 0
         self._pending: list[StepWrite] = []
+        # Provider turns dropped from the journal: a write one of them asked for has
+        # no turn to stand on there, so a resumed run would not know the call.
+        self._dropped_turns: set[int] = set()
         self._last_effect: ToolEffect | None = None
         self._last_status: StepStatus | None = None
         # On the monotonic clock, from when the claim was sent: never the database's
@@ -312,6 +316,13 @@ class RunActor:
             arguments_json=arguments_json,
         )
         if effect.is_write:
+            if pending.turn_seq in self._dropped_turns:
+                # G2: stored alone, the intent would be ignored on resume, the model asked
+                # again and the call maybe made twice. A retry asks for a turn that stays.
+                raise StoreError(
+                    f"the provider turn that asked for {call.name} (call {call.call_id}) "
+                    "could not be recorded, so neither can the call's intent"
+                )
             self._before_intent = (self._last_effect, self._last_status)
             await self._record_intent(base, bound.timeout_seconds)
             self._unstarted_intent = base
@@ -400,7 +411,13 @@ class RunActor:
             self._pending.clear()
         elif self._pending and not after_pending:
             self._log.warning("step.deferred", count=len(self._pending), error=outcome.error)
+            refused = outcome
             outcome = await self._commit(tuple(steps), lease_seconds, settlement)
+            if outcome.persisted and refused.data_error:
+                # The rest went in without them, so the store refuses what the pending
+                # records hold: sent again, they would be refused again, forever.
+                self._drop(self._pending, refused.error)
+                self._pending.clear()
         return outcome
 
     async def _commit(
@@ -474,9 +491,22 @@ class RunActor:
 
     async def _record_soft(self, step: StepWrite, next_timeout: float) -> None:
         outcome = await self._send([step], self._lease_for(next_timeout))
-        if not outcome.persisted:
-            self._pending.append(step)
-            self._log.warning("step.record_failed", seq=step.seq, error=outcome.error)
+        if outcome.persisted:
+            return
+        if outcome.data_error:
+            # Refused for what it holds, not for a passing fault: keeping it pending
+            # would only get every later record of this run refused along with it.
+            self._drop([step], outcome.error)
+            return
+        self._pending.append(step)
+        self._log.warning("step.record_failed", seq=step.seq, error=outcome.error)
+
+    def _drop(self, steps: Sequence[StepWrite], error: str | None) -> None:
+        """Give up on fail-soft records (G5): the run goes on without them in its journal."""
+        self._dropped_turns.update(step.seq for step in steps if step.kind is StepKind.PROVIDER)
+        self._log.warning(
+            "step.dropped", count=len(steps), seqs=[step.seq for step in steps], error=error
+        )
 
     async def _record_intent(self, step: StepWrite, timeout: float) -> None:
         outcome = await self._send([step], self._lease_for(timeout), after_pending=True)
@@ -599,7 +629,7 @@ class RunActor:
         self._metrics.run_settled(settlement.target)
         if self._pending:
             # Fail-soft records the store kept refusing; the run is over without them.
-            self._log.warning("step.dropped", count=len(self._pending))
+            self._drop(self._pending, None)
             self._pending.clear()
         fields: dict[str, Any] = {"state": settlement.target.value}
         if settlement.reason is not None:

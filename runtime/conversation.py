@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from leaseward.runtime.lifecycle import StepKind, StepStatus
-from leaseward.runtime.model import Message, ProviderReply, Role, StepInfo, ToolCall
+from leaseward.runtime.model import Message, ProviderReply, Role, StepInfo, ToolCall, valid_text
 
 __all__ = [
     "Conversation",
@@ -63,19 +63,24 @@ def tool_message(call: ToolCall, output: Any) -> Message:
 
 
 def normalize_reply(reply: ProviderReply, turn_seq: int) -> ProviderReply:
-    """Give every call an id unique within its turn, so journal rows can name their call."""
+    """Give every call an id unique within its turn, so journal rows can name their call.
+
+    Names and ids go to the journal's text columns, so they are made text every
+    store holds (``valid_text``). The text and arguments go in as JSON, which
+    holds any string. Either way the journal gives back exactly this reply.
+    """
     seen: set[str] = set()
     # Ids the model chose later in this reply must not be taken by a generated one.
-    given = {call.call_id for call in reply.tool_calls if call.call_id}
+    given = {valid_text(call.call_id) for call in reply.tool_calls if call.call_id}
     calls: list[ToolCall] = []
     for index, call in enumerate(reply.tool_calls):
-        call_id = call.call_id
+        call_id = valid_text(call.call_id)
         if not call_id or call_id in seen:
             call_id = f"call_{turn_seq}_{index}"
             while call_id in seen or call_id in given:
                 call_id += "_"
         seen.add(call_id)
-        calls.append(ToolCall(call.name, dict(call.arguments), call_id))
+        calls.append(ToolCall(valid_text(call.name), dict(call.arguments), call_id))
     return ProviderReply(text=reply.text, tool_calls=tuple(calls))
 
 

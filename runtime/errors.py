@@ -63,6 +63,13 @@ class AuditPersistenceFailed(LeasewardError):
 class StoreError(LeasewardError):
     """The store could not carry out the operation."""
 
+    def __init__(self, message: str | None = None, *, data_error: bool = False) -> None:
+        super().__init__(message)
+        # True when the store refused what it was given (text it cannot encode, a
+        # number out of range, a row that contradicts a stored one): sending the same
+        # again fails the same way. False for faults that may pass (I/O, locks, network).
+        self.data_error = data_error
+
 
 class CommitOutcomeUnknown(StoreError):
     """The store's connection was lost during a commit: the change may or may not be stored."""

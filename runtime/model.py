@@ -27,6 +27,7 @@ from leaseward.runtime.lifecycle import (
 __all__ = [
     "MAX_ARGUMENTS_BYTES",
     "MAX_INPUT_BYTES",
+    "MAX_JSON_DEPTH",
     "MAX_RESULT_BYTES",
     "Message",
     "NewRun",
@@ -43,46 +44,89 @@ __all__ = [
     "dump_json",
     "load_json",
     "settlement_after",
+    "valid_text",
 ]
 
 MAX_INPUT_BYTES = 256 * 1024
 MAX_ARGUMENTS_BYTES = 64 * 1024
 MAX_RESULT_BYTES = 256 * 1024
+MAX_JSON_DEPTH = 200
 _SHOWN_CHARS = 80
 
 
-def _refuse_non_string_keys(value: Any, what: str) -> None:
-    # json.dumps would quietly turn 1, None or True keys into strings.
-    stack = [value]
-    seen: set[int] = set()
+def _check_shape(value: Any, what: str) -> None:
+    """Refuse what json.dumps would quietly change, or what a reader could not load back."""
+    stack = [(value, 1)]
     while stack:
-        item = stack.pop()
-        if id(item) in seen:
-            continue  # a cycle: json.dumps reports it
-        seen.add(id(item))
+        item, depth = stack.pop()
+        if not isinstance(item, dict | list | tuple):
+            continue
+        if depth > MAX_JSON_DEPTH:
+            # json.loads recurses: a value that deep could be written here, yet not be
+            # read back by a worker whose stack is deeper than this one's.
+            raise InvalidInput(
+                f"{what} is not a JSON value this store can hold: it is nested more than "
+                f"{MAX_JSON_DEPTH} levels deep, or contains itself"
+            )
         if isinstance(item, dict):
             for key, inner in item.items():
                 if not isinstance(key, str):
+                    # json.dumps would quietly turn 1, None or True keys into strings.
                     raise InvalidInput(
                         f"{what} is not a JSON value: the key {key!r} is not a string"
                     )
-                stack.append(inner)
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
+                stack.append((inner, depth + 1))
+        else:
+            stack.extend((inner, depth + 1) for inner in item)
 
 
 def dump_json(value: Any, *, what: str = "value", limit: int | None = None) -> str:
-    """Canonical JSON text of ``value``; raises InvalidInput if it is not JSON or too large."""
-    _refuse_non_string_keys(value, what)
+    """Canonical JSON text of ``value``; raises InvalidInput if it is not JSON or too large.
+
+    The text is always valid UTF-8: a string holding a lone surrogate (as
+    ``json.loads('"\\ud83d"')`` makes) is written with JSON escapes, which load
+    back to exactly the same string.
+    """
+    _check_shape(value, what)
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{what} is not a JSON value: {exc}") from None
-    if limit is not None:
+    try:
         size = len(text.encode())
-        if size > limit:
-            raise InvalidInput(f"{what} is {size} bytes of JSON, over the {limit}-byte limit")
+    except UnicodeEncodeError:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        size = len(text)
+    if limit is not None and size > limit:
+        raise InvalidInput(f"{what} is {size} bytes of JSON, over the {limit}-byte limit")
     return text
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def valid_text(text: str) -> str:
+    """``text`` as every store can hold it in a text column, unchanged when it already can.
+
+    A surrogate pair split into two code points is joined; a lone surrogate (no
+    UTF-8 can encode it) and NUL (PostgreSQL's text refuses it) are written as
+    the backslash escapes Python shows them with. The result holds neither, so
+    cleaning it again changes nothing: a resumed run derives the same names,
+    call ids and idempotency keys from the journal as the attempt that wrote it.
+    """
+    if not _is_utf8(text):
+        joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+        text = joined.encode("utf-8", "backslashreplace").decode()
+    return text.replace("\x00", "\\x00")
+
+
+def _valid_error(text: str | None) -> str | None:
+    return None if text is None else valid_text(text)
 
 
 def load_json(text: str | None) -> Any:
@@ -107,21 +151,29 @@ class ToolCall:
     def __attrs_post_init__(self) -> None:
         # Found later, a wrong type fails deep inside leaseward with a message about
         # dicts; found here, it names the provider's call that carried it.
+        for field, value in (("name", self.name), ("call id", self.call_id)):
+            if not isinstance(value, str):
+                raise ProviderError(
+                    f"a tool call from the provider has a {field} of type "
+                    f"{type(value).__name__}, not str: {_shown(value)}"
+                )
         if not isinstance(self.arguments, Mapping):
             hint = (
                 " (decode the JSON text a model API returns into a dict first)"
                 if isinstance(self.arguments, str | bytes)
                 else ""
             )
-            shown = repr(self.arguments)
-            if len(shown) > _SHOWN_CHARS:
-                shown = shown[: _SHOWN_CHARS - 3] + "..."
             call = f" (call id {self.call_id!r})" if self.call_id else ""
             raise ProviderError(
                 f"tool call {self.name!r}{call} from the provider has arguments of type "
                 f"{type(self.arguments).__name__}, not a mapping of names to values: "
-                f"{shown}{hint}"
+                f"{_shown(self.arguments)}{hint}"
             )
+
+
+def _shown(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= _SHOWN_CHARS else shown[: _SHOWN_CHARS - 3] + "..."
 
 
 def _tool_call_tuple(calls: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
@@ -265,7 +317,8 @@ class StepWrite:
     idempotency_key: str | None = None
     arguments_json: str | None = None
     output_json: str | None = None
-    error: str | None = None
+    # Error texts quote whatever failed, a tool's or provider's text included.
+    error: str | None = attrs.field(default=None, converter=_valid_error)
     settles: bool = False
     withdraws: bool = False
     """Removes this step's ``started`` intent: its call never started, so it never ran."""
@@ -301,7 +354,7 @@ class Settlement:
     reason: Reason | None = None
     failure_class: FailureClass | None = None
     result_json: str | None = None
-    error: str | None = None
+    error: str | None = attrs.field(default=None, converter=_valid_error)
     delay_seconds: float = 0.0
     spends_retry: bool = False
 

@@ -15,6 +15,10 @@ Row = Mapping[str, Any]
 class Executor(Protocol):
     """Runs SQL. Raises only ``StoreError``: driver errors are translated at this boundary.
 
+    The error's ``data_error`` says whether the statement's data was refused (text
+    the driver cannot encode, a number out of range, a constraint), which no
+    retry fixes, rather than the database being unwell (locks, I/O, network).
+
     Parameters are named (``:name``) in every dialect. A list or tuple value is
     bound as the dialect needs it: an array in PostgreSQL, JSON text in SQLite
     (which reads it with ``json_each``). Each task has its own transaction or

@@ -63,6 +63,14 @@ _DRIVER_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     TimeoutError,
 )
+# Errors that say the statement's data is unacceptable (SQLSTATE classes 22 and 23;
+# asyncpg also raises DataError for an argument it cannot encode, such as text with
+# a lone surrogate or an integer out of range): the same statement fails the same way
+# every time, unlike a lost connection or a lock timeout.
+_DATA_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.DataError,
+    asyncpg.IntegrityConstraintViolationError,
+)
 # Errors that say the URL is wrong, not that the server is unwell: retrying won't help.
 _CONFIGURATION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.InvalidCatalogNameError,
@@ -182,7 +190,7 @@ class PostgresExecutor:
         try:
             return await operation(*args)
         except _DRIVER_ERRORS as exc:
-            raise StoreError(_describe(exc)) from exc
+            raise StoreError(_describe(exc), data_error=isinstance(exc, _DATA_ERRORS)) from exc
 
     @asynccontextmanager
     async def _hold(self) -> AsyncIterator[Connection]:

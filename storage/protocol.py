@@ -45,6 +45,8 @@ class BatchOutcome:
     error: str | None = None
     outcome_unknown: bool = False
     """The commit went unanswered (``persisted`` is then False): the item may be stored."""
+    data_error: bool = False
+    """Not persisted because the store refused the item's data: sending it again is futile."""
 
 
 @attrs.frozen

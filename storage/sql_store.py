@@ -87,6 +87,34 @@ def step_from_row(row: Row) -> StepInfo:
     )
 
 
+def _same_step(row: Row, epoch: int, step: StepWrite) -> bool:
+    """Whether the stored ``row`` is what ``step`` would have written under ``epoch``.
+
+    Times are left out: the store sets them from its clock at each commit.
+    """
+    settled = (epoch, step.status.value, step.output_json, step.error)
+    if settled != (row["epoch"], row["status"], row["output_json"], row["error"]):
+        return False
+    if step.settles:
+        # Settling writes only those: the rest of the row is the intent's.
+        return True
+    return (
+        step.kind.value,
+        step.tool,
+        step.call_id,
+        None if step.effect is None else step.effect.value,
+        step.idempotency_key,
+        step.arguments_json,
+    ) == (
+        row["kind"],
+        row["tool"],
+        row["call_id"],
+        row["effect"],
+        row["idempotency_key"],
+        row["arguments_json"],
+    )
+
+
 def _makes_claimable(settlement: Settlement | None) -> bool:
     """Whether a settlement puts its run back in the queue now (not after a backoff)."""
     return (
@@ -271,7 +299,9 @@ class SQLStore:
                     lease_expires_at=fence["lease_expires_at"],
                 )
         except StoreError as exc:
-            return BatchOutcome(persisted=False, lease_held=True, error=exc.message)
+            return BatchOutcome(
+                persisted=False, lease_held=True, error=exc.message, data_error=exc.data_error
+            )
 
     async def _write_step(self, item: BatchItem, step: StepWrite, now: float) -> None:
         q = self._queries
@@ -303,9 +333,9 @@ class SQLStore:
                 },
             )
             if len(changed) != 1:
-                raise StoreError(f"step {step.seq} of run {item.run_id} has no open intent")
+                await self._check_stored(item, step, "has no open intent")
             return
-        await self._executor.execute(
+        inserted = await self._executor.fetch_all(
             q["insert_step"],
             {
                 "run_id": item.run_id,
@@ -325,6 +355,23 @@ class SQLStore:
                 "finished": step.status is not StepStatus.STARTED,
             },
         )
+        if not inserted:
+            await self._check_stored(item, step, "is already recorded differently")
+
+    async def _check_stored(self, item: BatchItem, step: StepWrite, problem: str) -> None:
+        """Accept a step whose row is stored exactly as sent; refuse any other.
+
+        A record is sent again when the answer to the commit that stored it was
+        lost: storing it twice changes nothing and is no error, or the run would
+        fail the write that follows it. A different row under the same seq is a
+        contradiction that no retry resolves.
+        """
+        row = await self._executor.fetch_one(
+            self._queries["get_step"], {"run_id": item.run_id, "seq": step.seq}
+        )
+        if row is not None and _same_step(row, item.epoch, step):
+            return
+        raise StoreError(f"step {step.seq} of run {item.run_id} {problem}", data_error=True)
 
     async def _settle(
         self,

@@ -91,7 +91,20 @@ def _open_reader(uri: str, timeout: float) -> sqlite3.Connection:
     return connection
 
 
-def _describe(exc: sqlite3.Error) -> str:
+# Errors that say the statement's data is unacceptable, not that the database is
+# unwell: the same statement fails the same way every time. Binding raises the
+# plain Python ones: text that is not UTF-8 (a lone surrogate), an integer wider
+# than 64 bits. sqlite3.DataError is a value too big, IntegrityError a constraint.
+_DATA_ERRORS: tuple[type[Exception], ...] = (
+    UnicodeEncodeError,
+    OverflowError,
+    sqlite3.DataError,
+    sqlite3.IntegrityError,
+)
+_TRANSLATED: tuple[type[Exception], ...] = (sqlite3.Error, *_DATA_ERRORS)
+
+
+def _describe(exc: Exception) -> str:
     text = str(exc) or type(exc).__name__
     return f"sqlite: {text}"
 
@@ -201,8 +214,8 @@ class SQLiteExecutor:
         # two more (fetch, close), and the Persister's batches are made of these.
         try:
             return list(await self._connection.execute_fetchall(sql, _bindable(params)))
-        except sqlite3.Error as exc:
-            raise StoreError(_describe(exc)) from exc
+        except _TRANSLATED as exc:
+            raise StoreError(_describe(exc), data_error=isinstance(exc, _DATA_ERRORS)) from exc
 
     async def execute(self, sql: str, params: Params | None = None) -> None:
         await self._run(sql, params)

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 from support import provider_step
 
@@ -343,6 +344,7 @@ async def test_a_bad_step_fails_its_item_only(store: SQLStore, clock: StoreClock
     )
     assert outcome.persisted
     three_before = await store.list_steps(three.id)
+    changed_outcome = attrs.evolve(outcome_of(intent(0)), output_json='{"charged":6}')
     await clock.advance(2)
 
     outcomes = await store.commit_batch(
@@ -352,8 +354,8 @@ async def test_a_bad_step_fails_its_item_only(store: SQLStore, clock: StoreClock
                 one.id, 1, steps=(provider_step(0, ASK), outcome_of(intent(1))), lease_seconds=9.0
             ),
             BatchItem(two.id, 1, steps=(provider_step(0, ASK),), lease_seconds=9.0),
-            # Settles a row that is already settled, not started.
-            BatchItem(three.id, 1, steps=(outcome_of(intent(0)),), lease_seconds=9.0),
+            # Settles a row that is already settled, and differently.
+            BatchItem(three.id, 1, steps=(changed_outcome,), lease_seconds=9.0),
         ]
     )
 

@@ -20,7 +20,14 @@ from leaseward.runtime.conversation import (
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import ProviderError
 from leaseward.runtime.lifecycle import StepKind, StepStatus
-from leaseward.runtime.model import Message, ProviderReply, Role, StepInfo, ToolCall
+from leaseward.runtime.model import (
+    Message,
+    ProviderReply,
+    Role,
+    StepInfo,
+    ToolCall,
+    valid_text,
+)
 
 RUN = "run-1"
 
@@ -323,15 +330,15 @@ def test_normalize_reply_keeps_order_names_and_arguments(reply: ProviderReply, t
     out = normalize_reply(reply, turn)
     assert out.text == reply.text
     assert [(c.name, dict(c.arguments)) for c in out.tool_calls] == [
-        (c.name, dict(c.arguments)) for c in reply.tool_calls
+        (valid_text(c.name), dict(c.arguments)) for c in reply.tool_calls
     ]
     assert all(c.call_id for c in out.tool_calls)
     ids = [c.call_id for c in out.tool_calls]
     if len(set(ids)) == len(ids):
         assert normalize_reply(out, turn) == out
     for index, (before, after) in enumerate(zip(reply.tool_calls, out.tool_calls, strict=True)):
-        if before.call_id and before.call_id not in ids[:index]:
-            assert after.call_id == before.call_id
+        if before.call_id and valid_text(before.call_id) not in ids[:index]:
+            assert after.call_id == valid_text(before.call_id)
         else:
             assert after.call_id == f"call_{turn}_{index}"
 

@@ -54,7 +54,11 @@ INSERT INTO steps (
     :arguments_json, :output_json, :error,
     COALESCE(:started_at::double precision, leaseward_now()),
     CASE WHEN :finished::boolean THEN leaseward_now() END
-);
+)
+-- A record sent again after its commit's answer was lost is already here: the
+-- domain operation compares it with the stored row.
+ON CONFLICT (run_id, seq) DO NOTHING
+RETURNING seq;
 
 -- name: settle_step
 UPDATE steps
@@ -62,6 +66,9 @@ SET status = :status, output_json = :output_json, error = :error,
     finished_at = leaseward_now()
 WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started
 RETURNING seq;
+
+-- name: get_step
+SELECT * FROM steps WHERE run_id = :run_id AND seq = :seq;
 
 -- name: withdraw_step
 DELETE FROM steps

@@ -42,13 +42,20 @@ INSERT INTO steps (
     :run_id, :seq, :epoch, :kind, :tool, :call_id, :effect, :status, :idempotency_key,
     :arguments_json, :output_json, :error, COALESCE(:started_at, :now),
     CASE WHEN :finished THEN :now END
-);
+)
+-- A record sent again after its commit's answer was lost is already here: the
+-- domain operation compares it with the stored row.
+ON CONFLICT (run_id, seq) DO NOTHING
+RETURNING seq;
 
 -- name: settle_step
 UPDATE steps
 SET status = :status, output_json = :output_json, error = :error, finished_at = :now
 WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started
 RETURNING seq;
+
+-- name: get_step
+SELECT * FROM steps WHERE run_id = :run_id AND seq = :seq;
 
 -- name: withdraw_step
 DELETE FROM steps

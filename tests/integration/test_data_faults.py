@@ -1,0 +1,228 @@
+"""Records the store refuses for what they hold, and records stored twice, through whole
+runs on each dialect: a fail-soft record is dropped, never re-sent forever; a write still
+fails closed; a record whose commit answer was lost costs nothing (G3-G5)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from support import Calls, FaultyStore, capture_logs, events, one_call_agent, records_tool
+
+from leaseward import (
+    Agent,
+    App,
+    ProviderReply,
+    Reason,
+    RecoveryPolicy,
+    RunState,
+    Runtime,
+    ScriptedProvider,
+    StepKind,
+    StepStatus,
+    ToolCall,
+    ToolContext,
+    ToolEffect,
+    tool,
+)
+from leaseward.runtime.model import Settlement
+from leaseward.storage import BatchItem, BatchOutcome, open_store
+
+pytestmark = pytest.mark.anyio
+
+FAST: dict[str, Any] = {"poll_interval_seconds": 0.02, "reap_interval_seconds": 0.05}
+LONE_SURROGATE = "\ud83d"
+
+
+class DataFaultStore(FaultyStore):
+    """Refuses the items its fault picks as the store does data it cannot hold."""
+
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+        outcomes = await super().commit_batch(items)
+        return [
+            BatchOutcome(persisted=False, lease_held=True, error="refused text", data_error=True)
+            if item in self.refused
+            else outcome
+            for item, outcome in zip(items, outcomes, strict=True)
+        ]
+
+
+class LostAnswerStore(FaultyStore):
+    """Commits every item, but answers "not persisted" for the first one its fault picks:
+    the COMMIT went through and its answer was lost on the way back."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.lost: list[BatchItem] = []
+
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+        outcomes = await self.inner.commit_batch(items)
+        answered: list[BatchOutcome] = []
+        for item, outcome in zip(items, outcomes, strict=True):
+            if outcome.persisted and not self.lost and self.fault(item):
+                self.lost.append(item)
+                outcome = BatchOutcome(persisted=False, lease_held=True, error="answer lost")
+            answered.append(outcome)
+        return answered
+
+
+def provider_records(item: BatchItem) -> bool:
+    return any(step.kind is StepKind.PROVIDER for step in item.steps)
+
+
+async def test_a_read_record_refused_for_its_data_is_dropped_not_sent_again(
+    store_url: str,
+) -> None:
+    calls = Calls()
+    store = DataFaultStore(await open_store(store_url), records_tool("lookup"))
+    app = App([one_call_agent("reader", ToolEffect.READ_ONLY, calls, tool_name="lookup")])
+    with capture_logs() as logs:
+        async with Runtime.open(store, app, **FAST) as rt:
+            run = await rt.wait(await rt.submit("reader", None), timeout=10)
+            journal = await rt.steps(run.id)
+    await store.aclose()
+
+    assert (run.state, run.result, run.requeues) == (RunState.COMPLETED, "done", 0)
+    assert len(calls) == 1
+    # Sent once with nothing else, and never again behind the next record or the settle.
+    assert len(store.refused) == 1
+    assert [s.kind for s in journal] == [StepKind.PROVIDER, StepKind.PROVIDER]
+    dropped = [entry for entry in logs if entry["event"] == "step.dropped"]
+    assert [(entry["seqs"], entry["error"]) for entry in dropped] == [([1], "refused text")]
+
+
+async def test_a_provider_record_refused_for_its_data_does_not_block_the_settle(
+    store_url: str,
+) -> None:
+    store = DataFaultStore(await open_store(store_url), provider_records)
+    app = App([Agent("echo", ScriptedProvider([ProviderReply(text="done")]))])
+    with capture_logs() as logs:
+        async with Runtime.open(store, app, **FAST) as rt:
+            run = await rt.wait(await rt.submit("echo", None), timeout=10)
+            journal = await rt.steps(run.id)
+    await store.aclose()
+
+    assert (run.state, run.result) == (RunState.COMPLETED, "done")
+    assert journal == []
+    assert "step.dropped" in events(logs)
+    assert not any(isinstance(item.settlement, Settlement) for item in store.refused)
+
+
+@pytest.mark.parametrize("effect", [ToolEffect.IDEMPOTENT_WRITE, ToolEffect.NON_IDEMPOTENT_WRITE])
+async def test_a_write_outcome_refused_for_its_data_still_fails_closed(
+    store_url: str, effect: ToolEffect
+) -> None:
+    calls = Calls()
+    store = DataFaultStore(await open_store(store_url))
+    store.fault = lambda item: any(s.settles for s in item.steps)
+    app = App([one_call_agent("payer", effect, calls, tool_name="charge")])
+    with capture_logs() as logs:
+        async with Runtime.open(store, app, **FAST) as rt:
+            run = await rt.wait(await rt.submit("payer", None), timeout=10)
+    await store.aclose()
+
+    assert len(calls) == 1
+    assert run.state in (RunState.FAILED, RunState.DEAD_LETTERED)
+    assert run.reason in (Reason.AUDIT_FAILED, Reason.INTERRUPTED_WRITE)
+    assert "audit.failed" in events(logs)
+
+
+async def test_a_write_intent_refused_for_its_data_is_never_called(store_url: str) -> None:
+    calls = Calls()
+    store = DataFaultStore(await open_store(store_url), records_tool("charge", StepStatus.STARTED))
+    app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")])
+    async with Runtime.open(store, app, **FAST) as rt:
+        run_id = await rt.submit("payer", None)
+        with pytest.raises(TimeoutError):
+            await rt.wait(run_id, timeout=0.3)
+    await store.aclose()
+
+    assert len(calls) == 0
+    assert store.refused
+
+
+async def test_a_provider_turn_whose_commit_answer_was_lost_costs_the_next_write_nothing(
+    store_url: str,
+) -> None:
+    calls = Calls()
+    store = LostAnswerStore(await open_store(store_url), provider_records)
+    app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")])
+    with capture_logs() as logs:
+        async with Runtime.open(store, app, **FAST) as rt:
+            run = await rt.wait(await rt.submit("payer", None), timeout=10)
+            journal = await rt.steps(run.id)
+    await store.aclose()
+
+    assert store.lost, "the fault never fired"
+    assert (run.state, run.result, run.requeues) == (RunState.COMPLETED, "done", 0)
+    assert len(calls) == 1
+    assert [(s.seq, s.kind, s.status) for s in journal] == [
+        (0, StepKind.PROVIDER, StepStatus.SUCCEEDED),
+        (1, StepKind.TOOL, StepStatus.SUCCEEDED),
+        (2, StepKind.PROVIDER, StepStatus.SUCCEEDED),
+    ]
+    assert "step.dropped" not in events(logs)
+
+
+async def test_lone_surrogates_in_a_reply_are_journaled_and_resume_to_the_same_keys(
+    store_url: str,
+) -> None:
+    seen: list[ToolContext] = []
+
+    @tool(effect=ToolEffect.IDEMPOTENT_WRITE)
+    async def note(ctx: ToolContext, text: str) -> str:
+        seen.append(ctx)
+        if len(seen) == 1:
+            raise ConnectionError("the first attempt dies mid-call")
+        return text
+
+    reply = ProviderReply(
+        text=f"thinking {LONE_SURROGATE}",
+        tool_calls=[ToolCall("note", {"text": LONE_SURROGATE}, f"id-{LONE_SURROGATE}")],
+    )
+    provider = ScriptedProvider([reply, ProviderReply(text=f"done {LONE_SURROGATE}")])
+    app = App([Agent("writer", provider, tools=[note])])
+    async with Runtime.open(
+        store_url, app, recovery=RecoveryPolicy(backoff_base_seconds=0.01), **FAST
+    ) as rt:
+        run = await rt.wait(await rt.submit("writer", LONE_SURROGATE), timeout=10)
+        journal = await rt.steps(run.id)
+
+    assert run.state is RunState.COMPLETED, run.error
+    assert run.requeues == 1
+    assert len(seen) == 2
+    # The resumed attempt rebuilt the call from the journal: same id, same key.
+    assert seen[0].call_id == seen[1].call_id
+    assert seen[0].idempotency_key == seen[1].idempotency_key
+    assert all(s.output is None or isinstance(s.output, dict | str) for s in journal)
+    assert isinstance(run.result, str) and run.result.startswith("done")
+
+
+async def test_a_write_asked_for_by_a_dropped_provider_turn_waits_for_a_recorded_one(
+    store_url: str,
+) -> None:
+    calls = Calls()
+    dropped_once: list[BatchItem] = []
+
+    def first_provider_record(item: BatchItem) -> bool:
+        if not dropped_once and provider_records(item):
+            dropped_once.append(item)
+            return True
+        return False
+
+    store = DataFaultStore(await open_store(store_url), first_provider_record)
+    app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")])
+    quick_retry = RecoveryPolicy(backoff_base_seconds=0.01)
+    async with Runtime.open(store, app, recovery=quick_retry, **FAST) as rt:
+        run = await rt.wait(await rt.submit("payer", None), timeout=10)
+        journal = await rt.steps(run.id)
+    await store.aclose()
+
+    assert dropped_once
+    assert (run.state, run.requeues) == (RunState.COMPLETED, 1)
+    assert len(calls) == 1
+    # The intent is never in the journal without the turn that asked for it: a resumed
+    # run would not know the call, ask the model again, and could pay twice.
+    intent_at = next(s.seq for s in journal if s.tool == "charge")
+    assert [s.kind for s in journal if s.seq < intent_at] == [StepKind.PROVIDER]
