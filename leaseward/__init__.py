@@ -27,6 +27,7 @@ from leaseward.runtime.effects import ToolEffect, ToolEffectResolver
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
     ConfigurationError,
+    IdempotencyKeyConflict,
     IllegalTransition,
     InvalidInput,
     LeaseLost,
@@ -84,6 +85,7 @@ __all__ = [
     "ConfigurationError",
     "FailureClass",
     "FunctionTool",
+    "IdempotencyKeyConflict",
     "IllegalTransition",
     "InvalidInput",
     "LeaseLost",

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "AuditPersistenceFailed",
     "ConfigurationError",
+    "IdempotencyKeyConflict",
     "IllegalTransition",
     "InvalidInput",
     "LeaseLost",
@@ -45,6 +46,10 @@ class InvalidInput(LeasewardError):
 
 class RunNotFound(LeasewardError):
     """No run with that id exists."""
+
+
+class IdempotencyKeyConflict(LeasewardError):
+    """The idempotency key was already used to submit a different agent or input."""
 
 
 class IllegalTransition(LeasewardError):
