@@ -16,6 +16,7 @@ from leaseward.runtime.effects import ToolEffect, ToolEffectResolver
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
     ConfigurationError,
+    IdempotencyKeyConflict,
     IllegalTransition,
     InvalidInput,
     LeaseLost,
@@ -66,6 +67,7 @@ __all__ = [
     "ConfigurationError",
     "FailureClass",
     "FunctionTool",
+    "IdempotencyKeyConflict",
     "IllegalTransition",
     "InvalidInput",
     "LeaseLost",

@@ -134,11 +134,16 @@ class Runtime(Client):
     def _on_queued(self) -> None:
         self.supervisor.wake()
 
-    async def run(self, agent: str, input: Any) -> RunInfo:
+    async def run(self, agent: str, input: Any, *, idempotency_key: str | None = None) -> RunInfo:
         """Run ``agent`` now, in this task, and return the finished run.
 
         The run is journaled and leased like any other, but never retried: any
         failure settles it ``failed``.
+
+        With an ``idempotency_key`` that a run already has (from ``run`` or
+        ``submit``, in any process), the agent is not run again: that run is
+        returned once it is finished, waited for if it is not yet. A key already
+        used for another agent or input raises IdempotencyKeyConflict.
         """
         settings = self.supervisor.settings
         new = self._new_run(
@@ -147,9 +152,14 @@ class Runtime(Client):
             RunMode.INTERACTIVE,
             lease_owner=settings.worker_id,
             lease_seconds=settings.lease_seconds,
+            idempotency_key=idempotency_key,
         )
         sent_at = self._clock.monotonic()
         record = await self._store.create_run(new)
+        if record.id != new.id:
+            # Joined rather than refused: a retried request gets what the first one
+            # gets. The wait ends even if that run's worker died: a reaper settles it.
+            return await self.wait(record.id)
         actor = RunActor(
             record,
             self.app.agent(agent),

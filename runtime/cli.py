@@ -273,6 +273,12 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
         default="null",
         env=False,
     )
+    submit.add(
+        "--idempotency-key",
+        help="submit once however often retried: a key already used for the same agent "
+        "and input prints that run's id and queues nothing; for other ones it is refused",
+        env=False,
+    )
     submit.add("--wait", help="wait for the run to finish and print it", switch=True, env=False)
     submit.add(
         "--timeout",
@@ -342,6 +348,7 @@ def _run_json(run: RunInfo) -> dict[str, Any]:
         "requeues": run.requeues,
         "created_at": run.created_at,
         "finished_at": run.finished_at,
+        "idempotency_key": run.idempotency_key,
     }
 
 
@@ -479,6 +486,8 @@ def _next_steps(run: RunInfo, steps: Sequence[StepInfo], store: str) -> list[str
 def _print_timeline(run: RunInfo, steps: Sequence[StepInfo], store: str) -> None:
     for line in _table([_RUN_COLUMNS, _run_row(run)]):
         print(line)
+    if run.idempotency_key is not None:
+        print(f"idempotency key: {run.idempotency_key}")
     if run.result is not None:
         print(f"result: {json.dumps(run.result, ensure_ascii=False)}")
     if run.error:
@@ -577,7 +586,7 @@ def _read_only_command(body: ClientCommand) -> Callable[[argparse.Namespace], Aw
 @_client_command
 async def _submit(client: Client, args: argparse.Namespace) -> int:
     value = _read_input(args.input)
-    run_id = await client.submit(args.agent, value)
+    run_id = await client.submit(args.agent, value, idempotency_key=args.idempotency_key)
     if not args.wait:
         print(json.dumps({"id": run_id}) if args.json else run_id)
         return 0

@@ -14,7 +14,16 @@ from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.errors import RunNotFound, UnknownAgent, WaitTimeout
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
-from leaseward.runtime.model import MAX_INPUT_BYTES, NewRun, RunInfo, RunRecord, StepInfo, dump_json
+from leaseward.runtime.model import (
+    MAX_INPUT_BYTES,
+    NewRun,
+    RunInfo,
+    RunRecord,
+    StepInfo,
+    check_idempotency_key,
+    dump_json,
+    request_digest,
+)
 from leaseward.storage.connect import open_store
 from leaseward.storage.protocol import CancelOutcome, Store
 
@@ -74,24 +83,37 @@ class Client:
         *,
         lease_owner: str | None = None,
         lease_seconds: float | None = None,
+        idempotency_key: str | None = None,
     ) -> NewRun:
         if self._app is not None:
             self._app.agent(agent)
         elif not isinstance(agent, str) or not agent:
             raise UnknownAgent("an agent name must be a non-empty string")
+        input_json = dump_json(input, what="the run input", limit=MAX_INPUT_BYTES)
+        keyed = idempotency_key is not None
         return NewRun(
             id=new_run_id(),
             agent=agent,
             mode=mode,
-            input_json=dump_json(input, what="the run input", limit=MAX_INPUT_BYTES),
+            input_json=input_json,
             lease_owner=lease_owner,
             lease_seconds=lease_seconds,
+            idempotency_key=check_idempotency_key(idempotency_key) if keyed else None,
+            request_digest=request_digest(agent, input) if keyed else None,
         )
 
-    async def submit(self, agent: str, input: Any) -> str:
-        """Queue a run of ``agent`` on ``input`` (any JSON value); returns the run id."""
-        record = await self._store.create_run(self._new_run(agent, input, RunMode.QUEUED))
-        self._on_queued()
+    async def submit(self, agent: str, input: Any, *, idempotency_key: str | None = None) -> str:
+        """Queue a run of ``agent`` on ``input`` (any JSON value); returns the run id.
+
+        With an ``idempotency_key``, a submit is made once however often it is
+        retried, from any process: if a run already has that key, its id is
+        returned (whatever its state) and nothing new is queued. A key already
+        used for another agent or input raises IdempotencyKeyConflict.
+        """
+        new = self._new_run(agent, input, RunMode.QUEUED, idempotency_key=idempotency_key)
+        record = await self._store.create_run(new)
+        if record.id == new.id:
+            self._on_queued()
         return record.id
 
     def _on_queued(self) -> None:

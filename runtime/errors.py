@@ -6,6 +6,7 @@ __all__ = [
     "AuditPersistenceFailed",
     "CommitOutcomeUnknown",
     "ConfigurationError",
+    "IdempotencyKeyConflict",
     "IllegalTransition",
     "InvalidInput",
     "LeaseLost",
@@ -46,6 +47,10 @@ class InvalidInput(LeasewardError):
 
 class RunNotFound(LeasewardError):
     """No run with that id exists."""
+
+
+class IdempotencyKeyConflict(LeasewardError):
+    """The idempotency key was already used to submit a different agent or input."""
 
 
 class IllegalTransition(LeasewardError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -26,6 +27,7 @@ from leaseward.runtime.lifecycle import (
 
 __all__ = [
     "MAX_ARGUMENTS_BYTES",
+    "MAX_IDEMPOTENCY_KEY_CHARS",
     "MAX_INPUT_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_RESULT_BYTES",
@@ -41,8 +43,10 @@ __all__ = [
     "StepWrite",
     "ToolCall",
     "ToolSpec",
+    "check_idempotency_key",
     "dump_json",
     "load_json",
+    "request_digest",
     "settlement_after",
     "valid_text",
 ]
@@ -51,6 +55,7 @@ MAX_INPUT_BYTES = 256 * 1024
 MAX_ARGUMENTS_BYTES = 64 * 1024
 MAX_RESULT_BYTES = 256 * 1024
 MAX_JSON_DEPTH = 200
+MAX_IDEMPOTENCY_KEY_CHARS = 200
 _SHOWN_CHARS = 80
 
 
@@ -131,6 +136,30 @@ def _valid_error(text: str | None) -> str | None:
 
 def load_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def check_idempotency_key(key: Any) -> str:
+    """``key`` if it can name a submit; raises InvalidInput otherwise."""
+    if not isinstance(key, str) or not key:
+        raise InvalidInput(f"an idempotency key must be a non-empty string, not {key!r}")
+    if len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+        raise InvalidInput(
+            f"an idempotency key is at most {MAX_IDEMPOTENCY_KEY_CHARS} characters, not {len(key)}"
+        )
+    return key
+
+
+def request_digest(agent: str, input: Any) -> str:
+    """What a submit asked for, as a digest that a retry of it reproduces exactly.
+
+    Keys are sorted: a retry that builds the same object in another order is the
+    same request. The stored input keeps the caller's order, which the agent sees.
+    ``input`` must already have passed ``dump_json``.
+    """
+    text = json.dumps(
+        [agent, input], sort_keys=True, allow_nan=False, separators=(",", ":"), ensure_ascii=False
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class Role(enum.StrEnum):
@@ -226,6 +255,7 @@ class RunInfo:
     created_at: float
     finished_at: float | None
     error: str | None = None
+    idempotency_key: str | None = None
 
 
 @attrs.frozen
@@ -250,6 +280,7 @@ class RunRecord:
     created_at: float
     updated_at: float
     finished_at: float | None
+    idempotency_key: str | None = None
 
     def info(self) -> RunInfo:
         return RunInfo(
@@ -265,6 +296,7 @@ class RunRecord:
             created_at=self.created_at,
             finished_at=self.finished_at,
             error=self.error,
+            idempotency_key=self.idempotency_key,
         )
 
 
@@ -276,6 +308,9 @@ class NewRun:
     input_json: str
     lease_owner: str | None = None
     lease_seconds: float | None = None
+    idempotency_key: str | None = None
+    request_digest: str | None = None
+    """Of agent and input (``request_digest``); set with the key, to tell a retry from a reuse."""
 
 
 @attrs.frozen

@@ -31,4 +31,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial"),
     Migration(2, "operator_resolution"),
     Migration(4, "statement_clock"),
+    Migration(5, "submit_keys"),
 )

@@ -67,7 +67,14 @@ class Store(Protocol):
         """Bring the schema to the newest version; returns that version."""
         ...
 
-    async def create_run(self, new: NewRun) -> RunRecord: ...
+    async def create_run(self, new: NewRun) -> RunRecord:
+        """Store a new run, unless one already has ``new.idempotency_key``.
+
+        That run is returned instead, whatever its state (its id is not
+        ``new.id``), if it was made for the same agent and input; otherwise
+        this raises IdempotencyKeyConflict. Either way nothing new is stored.
+        """
+        ...
 
     async def claim_runs(
         self,

@@ -8,7 +8,12 @@ from typing import Any
 
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.effects import ToolEffect
-from leaseward.runtime.errors import IllegalTransition, RunNotFound, StoreError
+from leaseward.runtime.errors import (
+    IdempotencyKeyConflict,
+    IllegalTransition,
+    RunNotFound,
+    StoreError,
+)
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.lifecycle import (
     REDRIVABLE_REASONS,
@@ -63,6 +68,7 @@ def run_from_row(row: Row) -> RunRecord:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         finished_at=row["finished_at"],
+        idempotency_key=row["idempotency_key"],
     )
 
 
@@ -121,6 +127,21 @@ def _makes_claimable(settlement: Settlement | None) -> bool:
         settlement is not None
         and settlement.target is RunState.QUEUED
         and settlement.delay_seconds <= 0
+    )
+
+
+def _same_request(existing: Row, new: NewRun) -> RunRecord:
+    """The run that already has ``new``'s key, if ``new`` asks for what it was made for."""
+    run = run_from_row(existing)
+    if existing["request_digest"] == new.request_digest:
+        return run
+    what = (
+        f"agent {run.agent!r}, not {new.agent!r}"
+        if run.agent != new.agent
+        else f"a different input to {run.agent!r}"
+    )
+    raise IdempotencyKeyConflict(
+        f"the idempotency key {new.idempotency_key!r} was already used by run {run.id} for {what}"
     )
 
 
@@ -216,9 +237,23 @@ class SQLStore:
                     "epoch": epoch,
                     "lease_owner": new.lease_owner,
                     "lease_seconds": lease_seconds,
+                    "idempotency_key": new.idempotency_key,
+                    "request_digest": new.request_digest,
                     "now": self._now(),
                 },
             )
+            if row is None and new.idempotency_key is not None:
+                # Never check-then-insert: the insert itself, through the unique
+                # index, decides which of two racing submits creates the run.
+                existing = await self._executor.fetch_one(
+                    self._queries["get_run_by_key"], {"idempotency_key": new.idempotency_key}
+                )
+                if existing is None:
+                    raise StoreError(
+                        f"the run with idempotency key {new.idempotency_key!r} "
+                        "was not returned by the store"
+                    )
+                return _same_request(existing, new)
             if state is RunState.QUEUED:
                 await self._executor.notify(WORK_CHANNEL)
         if row is None:

@@ -493,6 +493,7 @@ ONE_OFF = {
     "--not-applied",
     "--once",
     "--input",
+    "--idempotency-key",
     "--wait",
     "--timeout",
     "--json",

@@ -7,14 +7,20 @@
 -- could not infer from where it stands.
 
 -- name: insert_run
+-- A key some run already has inserts nothing and returns no row: the caller then
+-- reads that run (get_run_by_key). The conflict target is the partial unique index;
+-- an insert racing another with the same key waits for it, then does nothing if
+-- it committed, so the row get_run_by_key reads next is already visible.
 INSERT INTO runs (
     id, agent, mode, state, input_json, epoch, requeues, lease_owner,
-    lease_expires_at, available_at, cancel_requested, created_at, updated_at
+    lease_expires_at, available_at, cancel_requested, created_at, updated_at,
+    idempotency_key, request_digest
 ) VALUES (
     :id, :agent, :mode, :state, :input_json, :epoch, 0, :lease_owner,
     leaseward_clock() + :lease_seconds::double precision, leaseward_now(), FALSE,
-    leaseward_now(), leaseward_now()
+    leaseward_now(), leaseward_now(), :idempotency_key::text, :request_digest::text
 )
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 
 -- name: claim_runs
@@ -88,6 +94,9 @@ RETURNING id;
 
 -- name: get_run
 SELECT * FROM runs WHERE id = :run_id;
+
+-- name: get_run_by_key
+SELECT * FROM runs WHERE idempotency_key = :idempotency_key;
 
 -- name: lock_run
 -- Held until the transaction ends: the decision taken on this row stays true.

@@ -5,13 +5,18 @@
 -- (:lease_seconds, :delay_seconds) and flags, never absolute times.
 
 -- name: insert_run
+-- A key some run already has inserts nothing and returns no row: the caller then
+-- reads that run (get_run_by_key). The conflict target is the partial unique index.
 INSERT INTO runs (
     id, agent, mode, state, input_json, epoch, requeues, lease_owner,
-    lease_expires_at, available_at, cancel_requested, created_at, updated_at
+    lease_expires_at, available_at, cancel_requested, created_at, updated_at,
+    idempotency_key, request_digest
 ) VALUES (
     :id, :agent, :mode, :state, :input_json, :epoch, 0, :lease_owner,
-    :now + :lease_seconds, :now, 0, :now, :now
+    :now + :lease_seconds, :now, 0, :now, :now,
+    :idempotency_key, :request_digest
 )
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 
 -- name: claim_runs
@@ -74,6 +79,9 @@ RETURNING id;
 
 -- name: get_run
 SELECT * FROM runs WHERE id = :run_id;
+
+-- name: get_run_by_key
+SELECT * FROM runs WHERE idempotency_key = :idempotency_key;
 
 -- name: lock_run
 -- The transaction holds SQLite's write lock already: no other writer can interleave.
