@@ -41,11 +41,13 @@ from leaseward.runtime.model import (
     Message,
     ProviderReply,
     ProviderRequest,
+    PurgeResult,
     Role,
     RunInfo,
     StepInfo,
     ToolCall,
     ToolSpec,
+    WorkerInfo,
 )
 from leaseward.runtime.tools import (
     DEFAULT_TOOL_TIMEOUT_SECONDS,
@@ -76,6 +78,7 @@ __all__ = [
     "ProviderError",
     "ProviderReply",
     "ProviderRequest",
+    "PurgeResult",
     "Reason",
     "RecoveryPolicy",
     "Role",
@@ -99,6 +102,7 @@ __all__ = [
     "ToolSpec",
     "UnknownAgent",
     "WaitTimeout",
+    "WorkerInfo",
     "classify",
     "tool",
 ]
