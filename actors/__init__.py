@@ -6,13 +6,22 @@ from leaseward.actors.metrics import Metrics
 from leaseward.actors.persister import MAX_BATCH_ITEMS, Persister, PersisterStats
 from leaseward.actors.reaper import REAP_BATCH, LeaseReaper, Reaped, plan_reap
 from leaseward.actors.run_actor import DEADLINE_MARGIN_SECONDS, RunActor, RunSettings
-from leaseward.actors.supervisor import CLAIM_BATCH, Supervisor, SupervisorSettings
+from leaseward.actors.supervisor import (
+    CLAIM_BATCH,
+    WORKER_GONE_AFTER_BEATS,
+    WORKER_GONE_AFTER_MIN_SECONDS,
+    Supervisor,
+    SupervisorSettings,
+    stale_after_seconds,
+)
 
 __all__ = [
     "CLAIM_BATCH",
     "DEADLINE_MARGIN_SECONDS",
     "MAX_BATCH_ITEMS",
     "REAP_BATCH",
+    "WORKER_GONE_AFTER_BEATS",
+    "WORKER_GONE_AFTER_MIN_SECONDS",
     "LeaseReaper",
     "LeasesReaped",
     "Mailbox",
@@ -30,4 +39,5 @@ __all__ = [
     "SupervisorSettings",
     "Wake",
     "plan_reap",
+    "stale_after_seconds",
 ]

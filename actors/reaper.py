@@ -13,7 +13,7 @@ from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.lifecycle import Event, RecoveryPolicy, decide_recovery
 from leaseward.runtime.logs import get_logger
-from leaseward.runtime.model import Settlement, settlement_after
+from leaseward.runtime.model import Settlement, WorkerRegistration, settlement_after
 from leaseward.storage.protocol import ExpiredRun, Store
 
 __all__ = ["REAP_BATCH", "LeaseReaper", "Reaped", "plan_reap"]
@@ -59,6 +59,7 @@ class LeaseReaper:
         on_reaped: Callable[[tuple[Reaped, ...]], Awaitable[None]] | None = None,
         batch: int = REAP_BATCH,
         metrics: Metrics | None = None,
+        worker: WorkerRegistration | None = None,
     ) -> None:
         self._store = store
         self._metrics = metrics if metrics is not None else Metrics()
@@ -66,8 +67,10 @@ class LeaseReaper:
         self._policy = policy
         self._on_reaped = on_reaped
         self._batch = batch
+        self._worker = worker
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Reap on every tick; a worker's heartbeat rides on the same timer."""
         task_status.started()
         while True:
             try:
@@ -78,6 +81,16 @@ class LeaseReaper:
                 if reaped and self._on_reaped is not None:
                     await self._on_reaped(reaped)
             await anyio.sleep(self._interval)
+            await self._beat()
+
+    async def _beat(self) -> None:
+        if self._worker is None:
+            return
+        try:
+            await self._store.heartbeat_worker(self._worker)
+        except LeasewardError as exc:
+            # A missed beat costs nothing but a while shown as gone; reaping goes on.
+            log.warning("worker.heartbeat_failed", error=exc.message)
 
     async def reap_once(self) -> tuple[Reaped, ...]:
         """One pass: every expired lease found (oldest first, one batch) is settled."""

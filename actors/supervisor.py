@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -20,13 +22,26 @@ from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.logs import get_logger
-from leaseward.runtime.model import RunRecord, Settlement
+from leaseward.runtime.model import RunRecord, Settlement, WorkerRegistration
 from leaseward.storage.protocol import Store
 
-__all__ = ["CLAIM_BATCH", "RESTART_DELAY_SECONDS", "Supervisor", "SupervisorSettings"]
+__all__ = [
+    "CLAIM_BATCH",
+    "RESTART_DELAY_SECONDS",
+    "WORKER_GONE_AFTER_BEATS",
+    "WORKER_GONE_AFTER_MIN_SECONDS",
+    "Supervisor",
+    "SupervisorSettings",
+    "stale_after_seconds",
+]
 
 CLAIM_BATCH = 32
 RESTART_DELAY_SECONDS = 0.5
+WORKER_GONE_AFTER_BEATS = 3
+"""Heartbeats a worker may miss before it is shown as gone."""
+WORKER_GONE_AFTER_MIN_SECONDS = 5.0
+"""However short its heartbeat interval, a worker is not shown gone sooner: a pause of
+the process or a slow store must not make `submit --wait` refuse a served agent."""
 
 log = get_logger("leaseward.supervisor")
 
@@ -42,6 +57,11 @@ class SupervisorSettings:
     run: RunSettings
     group_commit: bool = True
     max_batch: int = MAX_BATCH_ITEMS
+
+
+def stale_after_seconds(heartbeat_interval_seconds: float) -> float:
+    """How long a worker beating every ``heartbeat_interval_seconds`` may stay silent."""
+    return max(WORKER_GONE_AFTER_BEATS * heartbeat_interval_seconds, WORKER_GONE_AFTER_MIN_SECONDS)
 
 
 def _sole_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
@@ -88,12 +108,21 @@ class Supervisor:
             max_batch=settings.max_batch,
             metrics=self.metrics,
         )
+        self._agents = tuple(agent.name for agent in app.agents)
+        self.registration = WorkerRegistration(
+            id=settings.worker_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            agents=self._agents,
+            stale_after_seconds=stale_after_seconds(settings.reap_interval_seconds),
+        )
         self.reaper = LeaseReaper(
             store,
             interval_seconds=settings.reap_interval_seconds,
             policy=settings.run.policy,
             on_reaped=self._reaped,
             metrics=self.metrics,
+            worker=self.registration,
         )
         self._local: dict[_LocalKey, _Local] = {}
         self._run_ended = anyio.Event()
@@ -101,12 +130,14 @@ class Supervisor:
         self._drain_scope: anyio.CancelScope | None = None
         self._stop_now = False
         self._claiming = True
-        self._agents = tuple(agent.name for agent in app.agents)
         self._log = log.bind(worker_id=settings.worker_id)
         self.ended: Callable[[str, Settlement | None], None] | None = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Supervisor]:
+        # Registered before the first claim, so that a submit made once this is
+        # running sees its agents served.
+        await self._registry(self._store.register_worker)
         try:
             async with anyio.create_task_group() as helpers:
                 await helpers.start(self._keep_alive, "persister", self.persister.run)
@@ -127,6 +158,18 @@ class Supervisor:
             if leaf is None:
                 raise
             raise leaf from leaf.__cause__
+        finally:
+            # After the reaper stopped, so no heartbeat can bring the row back.
+            with anyio.CancelScope(shield=True):
+                await self._registry(lambda worker: self._store.remove_worker(worker.id))
+
+    async def _registry(self, change: Callable[[WorkerRegistration], Awaitable[None]]) -> None:
+        """Register or remove this worker; a store fault is logged, never fatal: the
+        reaper's next beat registers it again, and a row left behind shows as gone."""
+        try:
+            await change(self.registration)
+        except LeasewardError as exc:
+            self._log.warning("worker.registry_failed", error=exc.message)
 
     async def _keep_alive(
         self,

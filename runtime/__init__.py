@@ -42,11 +42,13 @@ from leaseward.runtime.model import (
     Message,
     ProviderReply,
     ProviderRequest,
+    PurgeResult,
     Role,
     RunInfo,
     StepInfo,
     ToolCall,
     ToolSpec,
+    WorkerInfo,
 )
 from leaseward.runtime.tools import (
     DEFAULT_TOOL_TIMEOUT_SECONDS,
@@ -78,6 +80,7 @@ __all__ = [
     "ProviderError",
     "ProviderReply",
     "ProviderRequest",
+    "PurgeResult",
     "Reason",
     "RecoveryPolicy",
     "Role",
@@ -101,6 +104,7 @@ __all__ = [
     "ToolSpec",
     "UnknownAgent",
     "WaitTimeout",
+    "WorkerInfo",
     "classify",
     "tool",
 ]

@@ -14,10 +14,12 @@ import argparse
 import json
 import logging
 import os
+import re
 import shlex
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -45,7 +47,7 @@ from leaseward.runtime.errors import (
 )
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
 from leaseward.runtime.logs import LOG_FORMATS, LOG_LEVELS, configure_logging, default_log_format
-from leaseward.runtime.model import MAX_INPUT_BYTES, RunInfo, StepInfo
+from leaseward.runtime.model import MAX_INPUT_BYTES, RunInfo, StepInfo, WorkerInfo
 from leaseward.runtime.version import VERSION
 from leaseward.storage.connect import open_store
 
@@ -204,6 +206,35 @@ def _log_level(text: str) -> int:
         ) from None
 
 
+_DURATION = re.compile(r"(\d+)([dhms])")
+_DURATION_UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
+
+
+def _duration(text: str) -> timedelta:
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: use a whole number and a unit, e.g. 30d, 12h, 45m, 90s"
+        )
+    try:
+        value = timedelta(**{_DURATION_UNITS[match[2]]: int(match[1])})
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"{text!r} is too long a duration") from None
+    if not value:
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
+    return value
+
+
+def _finished_state(text: str) -> RunState:
+    state = _state(text)
+    if not state.terminal:
+        known = ", ".join(s.value for s in RunState if s.terminal)
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a finished state: only finished runs are purged ({known})"
+        )
+    return state
+
+
 def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="leaseward",
@@ -328,6 +359,28 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
     )
 
     command("migrate", "create the schema or bring it to the newest version")
+
+    workers = command("workers", "list the workers serving this store, live and gone")
+    workers.add("--json", help="print JSON", switch=True, env=False)
+
+    purge = command("purge", "delete finished runs and their journals, in short batches")
+    purge.add(
+        "--finished-before",
+        help="delete runs that finished longer ago than this, e.g. 30d, 12h, 45m, 90s",
+        kind=_duration,
+        env=False,
+        required=True,
+    )
+    purge.add("--state", help="only runs in this finished state", kind=_finished_state, env=False)
+    purge.add(
+        "--include-dead-letters",
+        help="delete dead-lettered runs too (kept otherwise: they wait for an operator)",
+        switch=True,
+        env=False,
+    )
+    purge.add(
+        "--dry-run", help="count what would be deleted; change nothing", switch=True, env=False
+    )
     return parser
 
 
@@ -409,15 +462,20 @@ def _run_row(run: RunInfo) -> tuple[str, ...]:
     )
 
 
-def _print_runs(runs: Sequence[RunInfo], *, as_json: bool) -> None:
+def _print_runs(
+    runs: Sequence[RunInfo], *, as_json: bool, unserved: frozenset[str] = frozenset()
+) -> None:
     if as_json:
         _print_json([_run_json(r) for r in runs])
         return
     if not runs:
         print("no runs")
         return
-    for line in _table([_RUN_COLUMNS, *(_run_row(r) for r in runs)]):
-        print(line)
+    header, *lines = _table([_RUN_COLUMNS, *(_run_row(r) for r in runs)])
+    print(header)
+    for run, line in zip(runs, lines, strict=True):
+        note = f"  no live worker serves {run.agent}" if run.agent in unserved else ""
+        print(line + note)
 
 
 _STEP_COLUMNS = ("SEQ", "EPOCH", "STEP", "EFFECT", "STATUS", "TOOK")
@@ -586,7 +644,7 @@ def _read_only_command(body: ClientCommand) -> Callable[[argparse.Namespace], Aw
 @_client_command
 async def _submit(client: Client, args: argparse.Namespace) -> int:
     value = _read_input(args.input)
-    run_id = await client.submit(args.agent, value, idempotency_key=args.idempotency_key)
+    run_id = await _submit_served(client, args, value)
     if not args.wait:
         print(json.dumps({"id": run_id}) if args.json else run_id)
         return 0
@@ -601,7 +659,7 @@ async def _submit(client: Client, args: argparse.Namespace) -> int:
 @_read_only_command
 async def _runs(client: Client, args: argparse.Namespace) -> int:
     runs = await client.runs(state=args.state, agent=args.agent, limit=args.limit)
-    _print_runs(runs, as_json=args.json)
+    _print_runs(runs, as_json=args.json, unserved=await _unserved(client, runs))
     return 0
 
 
@@ -613,6 +671,8 @@ async def _show(client: Client, args: argparse.Namespace) -> int:
         _print_json({**_run_json(run), "steps": [_step_json(s) for s in steps]})
     else:
         _print_timeline(run, steps, args.store)
+        if run.agent in await _unserved(client, [run]):
+            print(f"note: no live worker serves {run.agent}; the run waits until one does")
     return 0
 
 
@@ -707,6 +767,131 @@ async def _daemon(args: argparse.Namespace) -> int:
     return await serve(settings, app)
 
 
+# -- workers, and runs nobody serves ----------------------------------------------------
+
+
+async def _unserved(client: Client, runs: Sequence[RunInfo]) -> frozenset[str]:
+    """The agents of these queued runs that no live worker serves."""
+    queued = {run.agent for run in runs if run.state is RunState.QUEUED}
+    if not queued:
+        return frozenset()
+    return frozenset(queued - await client.served_agents())
+
+
+def _serving(served: frozenset[str]) -> str:
+    return f"live workers serve {', '.join(sorted(served))}" if served else "no worker is live"
+
+
+async def _submit_served(client: Client, args: argparse.Namespace, value: Any) -> str:
+    """Submit, saying so when no live worker serves the agent.
+
+    The run is queued all the same (its workers may be restarting), except under
+    --wait without --timeout: that wait could never end, and a command that fails
+    changes nothing, so a script that retries it cannot queue the run twice.
+    """
+    served = await client.served_agents()
+    if args.agent in served:
+        return await client.submit(args.agent, value, idempotency_key=args.idempotency_key)
+    if args.wait and args.timeout is None:
+        raise UsageError(
+            f"no live worker serves agent {args.agent!r} ({_serving(served)}), so --wait "
+            "would never return; nothing was queued (add --timeout, or drop --wait)"
+        )
+    run_id = await client.submit(args.agent, value, idempotency_key=args.idempotency_key)
+    print(
+        f"leaseward: warning: no live worker serves agent {args.agent!r} ({_serving(served)}); "
+        f"run {run_id} stays queued until one does",
+        file=sys.stderr,
+    )
+    return run_id
+
+
+def _age(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s ago"
+    minutes = int(seconds) // 60
+    if minutes >= 24 * 60:
+        return f"{minutes // (24 * 60)}d{minutes // 60 % 24}h ago"
+    if minutes >= 60:
+        return f"{minutes // 60}h{minutes % 60}m ago"
+    return f"{minutes}m{int(seconds) % 60}s ago"
+
+
+def _worker_json(worker: WorkerInfo) -> dict[str, Any]:
+    return {
+        "id": worker.id,
+        "host": worker.host,
+        "pid": worker.pid,
+        "agents": list(worker.agents),
+        "started_at": worker.started_at,
+        "heartbeat_at": worker.heartbeat_at,
+        "heartbeat_age_seconds": worker.heartbeat_age_seconds,
+        "stale_after_seconds": worker.stale_after_seconds,
+        "live": worker.live,
+    }
+
+
+_WORKER_COLUMNS = ("WORKER", "HOST", "PID", "AGENTS", "STARTED", "HEARTBEAT", "STATUS")
+
+
+@_read_only_command
+async def _workers(client: Client, args: argparse.Namespace) -> int:
+    workers = await client.workers()
+    if args.json:
+        _print_json([_worker_json(w) for w in workers])
+        return 0
+    if not workers:
+        print("no workers")
+        return 0
+    rows = [
+        (
+            w.id,
+            w.host,
+            str(w.pid),
+            ",".join(w.agents) or "-",
+            _timestamp(w.started_at),
+            _age(w.heartbeat_age_seconds),
+            "live" if w.live else "gone",
+        )
+        for w in workers
+    ]
+    for line in _table([_WORKER_COLUMNS, *rows]):
+        print(line)
+    return 0
+
+
+# -- retention --------------------------------------------------------------------------
+
+
+def _count(number: int, noun: str, plural: str | None = None) -> str:
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
+@_client_command
+async def _purge(client: Client, args: argparse.Namespace) -> int:
+    if args.state is RunState.DEAD_LETTERED and not args.include_dead_letters:
+        raise UsageError(
+            "dead-lettered runs wait for an operator: purging them needs --include-dead-letters"
+        )
+    result = await client.purge(
+        finished_before=args.finished_before,
+        state=args.state,
+        include_dead_letters=args.include_dead_letters,
+        dry_run=args.dry_run,
+    )
+    counts = (
+        f"{_count(result.runs, 'run')} ({_count(result.steps, 'journal row')}) finished "
+        f"before {_timestamp(result.finished_before)}, "
+        f"in {_count(result.batches, 'batch', 'batches')}"
+    )
+    kept = "" if args.include_dead_letters or args.state else "; dead-lettered runs kept"
+    if result.dry_run:
+        print(f"would delete {counts}{kept}; nothing changed (dry run)")
+    else:
+        print(f"deleted {counts}{kept}")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "daemon": _daemon,
     "submit": _submit,
@@ -718,6 +903,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "resolve": _resolve,
     "reap": _reap,
     "migrate": _migrate,
+    "workers": _workers,
+    "purge": _purge,
 }
 
 

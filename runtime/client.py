@@ -6,26 +6,30 @@ import getpass
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 import anyio
 
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock
-from leaseward.runtime.errors import RunNotFound, UnknownAgent, WaitTimeout
+from leaseward.runtime.errors import InvalidInput, RunNotFound, UnknownAgent, WaitTimeout
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
 from leaseward.runtime.model import (
     MAX_INPUT_BYTES,
     NewRun,
+    PurgeResult,
     RunInfo,
     RunRecord,
     StepInfo,
+    WorkerInfo,
     check_idempotency_key,
     dump_json,
     request_digest,
 )
 from leaseward.storage.connect import open_store
 from leaseward.storage.protocol import CancelOutcome, Store
+from leaseward.storage.sql_store import PURGE_BATCH_RUNS
 
 __all__ = ["WAIT_POLL_SECONDS", "Client"]
 
@@ -47,7 +51,8 @@ class Client:
     """Submits, inspects and cancels runs in a store.
 
     Given the ``app``, ``submit`` refuses agents it does not know; without it, a
-    run for an agent no worker serves stays queued until one does.
+    run for an agent no worker serves stays queued until one does (a queue accepts
+    work while its workers restart): ``served_agents`` tells whether one does now.
     """
 
     def __init__(self, store: Store, *, app: App | None = None) -> None:
@@ -181,6 +186,56 @@ class Client:
                     await changed.wait()
         assert scope.cancelled_caught
         raise WaitTimeout(f"run {run_id} did not finish within {timeout} seconds")
+
+    async def workers(self) -> list[WorkerInfo]:
+        """The registered workers, live and gone, most recently heard from first."""
+        return await self._store.list_workers()
+
+    async def served_agents(self) -> frozenset[str]:
+        """The agents some live worker serves: a queued run of any other waits for one."""
+        return frozenset(agent for w in await self.workers() if w.live for agent in w.agents)
+
+    async def purge(
+        self,
+        *,
+        finished_before: timedelta,
+        state: RunState | None = None,
+        include_dead_letters: bool = False,
+        dry_run: bool = False,
+        batch_runs: int = PURGE_BATCH_RUNS,
+    ) -> PurgeResult:
+        """Delete finished runs and their journals, those that finished more than
+        ``finished_before`` ago (on the store's clock), ``batch_runs`` per transaction.
+
+        Only terminal runs are ever deleted, and dead letters (which wait for an
+        operator) only with ``include_dead_letters``. ``state`` narrows the purge to
+        one terminal state. With ``dry_run`` nothing changes: the result counts what
+        would be deleted.
+        """
+        if not isinstance(finished_before, timedelta) or finished_before <= timedelta(0):
+            raise InvalidInput(
+                f"finished_before must be a positive timedelta, not {finished_before!r}"
+            )
+        if state is not None and not state.terminal:
+            raise InvalidInput(f"only finished runs can be purged; {state.value} runs are not")
+        if state is RunState.DEAD_LETTERED and not include_dead_letters:
+            raise InvalidInput(
+                "dead-lettered runs wait for an operator: purging them needs include_dead_letters"
+            )
+        if isinstance(batch_runs, bool) or not isinstance(batch_runs, int) or batch_runs < 1:
+            raise InvalidInput(f"batch_runs must be a positive integer, not {batch_runs!r}")
+        states = (
+            [state]
+            if state is not None
+            else [
+                s
+                for s in RunState
+                if s.terminal and (include_dead_letters or s is not RunState.DEAD_LETTERED)
+            ]
+        )
+        return await self._store.purge_finished(
+            states, finished_before.total_seconds(), dry_run=dry_run, batch_runs=batch_runs
+        )
 
     async def cancel(self, run_id: str) -> bool:
         """Cancel a run: at once if it waits, at its next step boundary if it runs.

@@ -35,6 +35,7 @@ __all__ = [
     "NewRun",
     "ProviderReply",
     "ProviderRequest",
+    "PurgeResult",
     "Role",
     "RunInfo",
     "RunRecord",
@@ -43,6 +44,8 @@ __all__ = [
     "StepWrite",
     "ToolCall",
     "ToolSpec",
+    "WorkerInfo",
+    "WorkerRegistration",
     "check_idempotency_key",
     "dump_json",
     "load_json",
@@ -311,6 +314,49 @@ class NewRun:
     idempotency_key: str | None = None
     request_digest: str | None = None
     """Of agent and input (``request_digest``); set with the key, to tell a retry from a reuse."""
+
+
+@attrs.frozen
+class WorkerRegistration:
+    """What a worker process tells the store about itself when it starts and on every beat."""
+
+    id: str
+    host: str
+    pid: int
+    agents: tuple[str, ...]
+    stale_after_seconds: float
+    """How long after its last beat the worker counts as gone: its own promise, kept in
+    its row, so that readers need not know its settings."""
+
+
+@attrs.frozen
+class WorkerInfo:
+    """A registered worker, its last heartbeat's age measured on the store's clock."""
+
+    id: str
+    host: str
+    pid: int
+    agents: tuple[str, ...]
+    started_at: float
+    heartbeat_at: float
+    heartbeat_age_seconds: float
+    stale_after_seconds: float
+
+    @property
+    def live(self) -> bool:
+        return self.heartbeat_age_seconds <= self.stale_after_seconds
+
+
+@attrs.frozen
+class PurgeResult:
+    """What a purge deleted, or with ``dry_run`` would delete."""
+
+    runs: int
+    steps: int
+    batches: int
+    finished_before: float
+    """The cutoff, on the store's clock: runs that finished before it qualified."""
+    dry_run: bool
 
 
 @attrs.frozen

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from leaseward.storage.connect import open_store
 from leaseward.storage.protocol import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun, Store
-from leaseward.storage.sql_store import WORK_CHANNEL, SQLStore
+from leaseward.storage.sql_store import PURGE_BATCH_RUNS, WORK_CHANNEL, SQLStore
 from leaseward.storage.sqlite import SQLiteExecutor, SQLiteOptions
 from leaseward.storage.url import PostgresOptions, StoreURL, parse_store_url, pool_size_for
 
 __all__ = [
+    "PURGE_BATCH_RUNS",
     "WORK_CHANNEL",
     "BatchItem",
     "BatchOutcome",

@@ -30,6 +30,7 @@ def _has_sql(part: str) -> bool:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial"),
     Migration(2, "operator_resolution"),
+    Migration(3, "workers_and_retention"),
     Migration(4, "statement_clock"),
     Migration(5, "submit_keys"),
 )

@@ -10,7 +10,16 @@ import attrs
 
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.lifecycle import Reason, RunState, StepStatus
-from leaseward.runtime.model import NewRun, RunRecord, Settlement, StepInfo, StepWrite
+from leaseward.runtime.model import (
+    NewRun,
+    PurgeResult,
+    RunRecord,
+    Settlement,
+    StepInfo,
+    StepWrite,
+    WorkerInfo,
+    WorkerRegistration,
+)
 
 __all__ = [
     "BatchItem",
@@ -129,6 +138,35 @@ class Store(Protocol):
         self, run_id: str, *, applied: bool, operator: str, note: str | None = None
     ) -> RunRecord:
         """Record an operator's verdict on an interrupted write and requeue its run."""
+        ...
+
+    async def register_worker(self, worker: WorkerRegistration) -> None:
+        """Record that a worker started: its row is created or replaced, started now."""
+        ...
+
+    async def heartbeat_worker(self, worker: WorkerRegistration) -> None:
+        """Record that a worker is still alive (and re-register it if its row is gone)."""
+        ...
+
+    async def remove_worker(self, worker_id: str) -> None:
+        """Forget a worker that stopped cleanly."""
+        ...
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        """Every registered worker, live or gone, its heartbeat's age on the store's clock."""
+        ...
+
+    async def purge_finished(
+        self,
+        states: Sequence[RunState],
+        older_than_seconds: float,
+        *,
+        dry_run: bool = False,
+        batch_runs: int = ...,
+    ) -> PurgeResult:
+        """Delete runs in these terminal states, with their journals, that finished more
+        than ``older_than_seconds`` ago on the store's clock; ``batch_runs`` runs a
+        transaction. With ``dry_run``, count them and change nothing."""
         ...
 
     async def wait_for_work(self, timeout: float) -> None:

@@ -6,11 +6,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
+
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import (
     IdempotencyKeyConflict,
     IllegalTransition,
+    InvalidInput,
     RunNotFound,
     StoreError,
 )
@@ -26,16 +29,29 @@ from leaseward.runtime.lifecycle import (
     StepStatus,
     source_state,
 )
-from leaseward.runtime.model import NewRun, RunRecord, Settlement, StepInfo, StepWrite, load_json
+from leaseward.runtime.model import (
+    NewRun,
+    PurgeResult,
+    RunRecord,
+    Settlement,
+    StepInfo,
+    StepWrite,
+    WorkerInfo,
+    WorkerRegistration,
+    load_json,
+)
 from leaseward.storage.executor import Executor, Row
 from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.protocol import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun
 from leaseward.storage.queries import load_queries
 
-__all__ = ["WORK_CHANNEL", "SQLStore"]
+__all__ = ["PURGE_BATCH_RUNS", "WORK_CHANNEL", "SQLStore"]
 
 WORK_CHANNEL = "leaseward_runs"
 """Where a store announces that a run became claimable (submitted, requeued, reopened)."""
+
+PURGE_BATCH_RUNS = 500
+"""Runs a purge deletes per transaction: each batch holds its locks only briefly."""
 
 _CANCEL_EVENTS = {
     RunState.QUEUED: Event.CANCEL_QUEUED,
@@ -121,6 +137,19 @@ def _same_step(row: Row, epoch: int, step: StepWrite) -> bool:
     )
 
 
+def worker_from_row(row: Row) -> WorkerInfo:
+    return WorkerInfo(
+        id=row["id"],
+        host=row["host"],
+        pid=row["pid"],
+        agents=tuple(json.loads(row["agents_json"])),
+        started_at=row["started_at"],
+        heartbeat_at=row["heartbeat_at"],
+        heartbeat_age_seconds=max(0.0, row["now"] - row["heartbeat_at"]),
+        stale_after_seconds=row["stale_after_seconds"],
+    )
+
+
 def _makes_claimable(settlement: Settlement | None) -> bool:
     """Whether a settlement puts its run back in the queue now (not after a backoff)."""
     return (
@@ -179,16 +208,17 @@ class SQLStore:
                 except StoreError as exc:
                     raise StoreError(f"cannot write to the store: {exc.message}") from exc
             await self._executor.execute(q["create_migrations_table"])
-            row = await self._executor.fetch_one(q["schema_version"])
-            current = int(row["version"]) if row is not None else 0
+            applied = await self._applied_migrations()
             newest = MIGRATIONS[-1].version
-            if current > newest:
+            if applied and max(applied) > newest:
                 raise StoreError(
-                    f"the database schema is at version {current}, newer than this "
+                    f"the database schema is at version {max(applied)}, newer than this "
                     f"leaseward knows ({newest}); upgrade leaseward"
                 )
+            # Every version not applied yet, not only those above the newest applied:
+            # a version numbered below one merged before it must still run.
             for migration in MIGRATIONS:
-                if migration.version <= current:
+                if migration.version in applied:
                     continue
                 for statement in migration.statements(self._executor.dialect):
                     await self._executor.execute(statement)
@@ -205,14 +235,26 @@ class SQLStore:
         return row is not None and bool(row["present"])
 
     async def schema_version(self) -> int:
-        """The newest migration applied to this database; 0 if it has none. Changes nothing."""
-        q = self._queries
+        """The version this database's schema is complete up to: the newest migration
+        applied with every one this leaseward knows before it (or a version newer than
+        it knows); 0 if it has none. Changes nothing."""
         async with self._executor.reading():
-            present = await self._executor.fetch_one(q["schema_present"])
+            present = await self._executor.fetch_one(self._queries["schema_present"])
             if present is None or not present["present"]:
                 return 0
-            row = await self._executor.fetch_one(q["schema_version"])
-        return int(row["version"]) if row is not None else 0
+            applied = await self._applied_migrations()
+        if applied and max(applied) > MIGRATIONS[-1].version:
+            return max(applied)
+        complete = 0
+        for migration in MIGRATIONS:
+            if migration.version not in applied:
+                break
+            complete = migration.version
+        return complete
+
+    async def _applied_migrations(self) -> set[int]:
+        rows = await self._executor.fetch_all(self._queries["applied_migrations"])
+        return {int(row["version"]) for row in rows}
 
     def _now(self) -> float:
         return self._clock.now()
@@ -628,6 +670,116 @@ class SQLStore:
             if len(resolved) != 1:
                 raise StoreError(f"the interrupted call of run {run_id} changed meanwhile")
             return await self._reopen(run, Event.RESOLVE, reset_requeues=False)
+
+    async def register_worker(self, worker: WorkerRegistration) -> None:
+        await self._beat(worker, starting=True)
+
+    async def heartbeat_worker(self, worker: WorkerRegistration) -> None:
+        await self._beat(worker, starting=False)
+
+    async def _beat(self, worker: WorkerRegistration, *, starting: bool) -> None:
+        async with self._executor.transaction():
+            await self._executor.execute(
+                self._queries["beat_worker"],
+                {
+                    "id": worker.id,
+                    "host": worker.host,
+                    "pid": worker.pid,
+                    "agents_json": json.dumps(list(worker.agents)),
+                    "stale_after_seconds": worker.stale_after_seconds,
+                    "starting": starting,
+                    "now": self._now(),
+                },
+            )
+
+    async def remove_worker(self, worker_id: str) -> None:
+        async with self._executor.transaction():
+            await self._executor.execute(self._queries["remove_worker"], {"id": worker_id})
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        async with self._executor.reading():
+            rows = await self._executor.fetch_all(
+                self._queries["list_workers"], {"now": self._now()}
+            )
+        return [worker_from_row(r) for r in rows]
+
+    async def purge_finished(
+        self,
+        states: Sequence[RunState],
+        older_than_seconds: float,
+        *,
+        dry_run: bool = False,
+        batch_runs: int = PURGE_BATCH_RUNS,
+    ) -> PurgeResult:
+        unfinished = [state.value for state in states if not state.terminal]
+        if unfinished:
+            raise InvalidInput(
+                f"only finished runs can be purged, not {', '.join(unfinished)} ones"
+            )
+        if not older_than_seconds > 0 or batch_runs < 1:
+            raise InvalidInput("a purge needs a positive age and batch size")
+        async with self._executor.reading():
+            row = await self._executor.fetch_one(
+                self._queries["purge_cutoff"],
+                {"older_than_seconds": older_than_seconds, "now": self._now()},
+            )
+        if row is None:
+            raise StoreError("the store returned no time for the purge's cutoff")
+        # Fixed once: runs that finish while the purge goes on never qualify, so it ends.
+        cutoff = float(row["cutoff"])
+        if dry_run:
+            return await self._count_purgeable(states, cutoff, batch_runs)
+        runs = steps = batches = 0
+        for state in states:
+            while True:
+                started = anyio.current_time()
+                picked, gone_runs, gone_steps = await self._purge_batch(state, cutoff, batch_runs)
+                if picked:
+                    runs, steps, batches = runs + gone_runs, steps + gone_steps, batches + 1
+                if picked < batch_runs:
+                    break
+                # As long again with the lock released: SQLite's waiters (the daemon's
+                # Persister among them) get in between batches instead of timing out.
+                await anyio.sleep(anyio.current_time() - started)
+        return PurgeResult(
+            runs=runs, steps=steps, batches=batches, finished_before=cutoff, dry_run=False
+        )
+
+    async def _purge_batch(
+        self, state: RunState, cutoff: float, batch_runs: int
+    ) -> tuple[int, int, int]:
+        """One transaction: (runs picked, runs deleted, journal rows deleted)."""
+        q = self._queries
+        async with self._executor.transaction():
+            picked = await self._executor.fetch_all(
+                q["purge_pick"], {"state": state.value, "cutoff": cutoff, "limit": batch_runs}
+            )
+            if not picked:
+                return 0, 0, 0
+            ids = [r["id"] for r in picked]
+            steps = await self._executor.fetch_all(q["purge_steps"], {"ids": ids})
+            runs = await self._executor.fetch_all(
+                q["purge_runs"], {"ids": ids, "state": state.value}
+            )
+        return len(ids), len(runs), len(steps)
+
+    async def _count_purgeable(
+        self, states: Sequence[RunState], cutoff: float, batch_runs: int
+    ) -> PurgeResult:
+        runs = steps = batches = 0
+        async with self._executor.reading():
+            for state in states:
+                row = await self._executor.fetch_one(
+                    self._queries["purge_count"], {"state": state.value, "cutoff": cutoff}
+                )
+                if row is None:
+                    raise StoreError("the store returned no count for the purge")
+                runs += int(row["runs"])
+                steps += int(row["steps"])
+                batches += -(-int(row["runs"]) // batch_runs)
+        return PurgeResult(
+            runs=runs, steps=steps, batches=batches, finished_before=cutoff, dry_run=True
+        )
 
     async def wait_for_work(self, timeout: float) -> None:
         await self._executor.wait_for_notification(WORK_CHANNEL, timeout)

@@ -25,7 +25,16 @@ from leaseward import (
 from leaseward.runtime.client import new_run_id
 from leaseward.runtime.conversation import normalize_reply, reply_to_json
 from leaseward.runtime.lifecycle import StepKind, StepStatus
-from leaseward.runtime.model import NewRun, RunMode, RunRecord, StepWrite, dump_json
+from leaseward.runtime.model import (
+    NewRun,
+    PurgeResult,
+    RunMode,
+    RunRecord,
+    StepWrite,
+    WorkerInfo,
+    WorkerRegistration,
+    dump_json,
+)
 from leaseward.storage import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun, SQLStore
 from leaseward.storage.protocol import Settlement
 
@@ -104,6 +113,21 @@ class FaultyStore:
 
     async def resolve(self, run_id: str, **kwargs: Any) -> RunRecord:
         return await self.inner.resolve(run_id, **kwargs)
+
+    async def register_worker(self, worker: WorkerRegistration) -> None:
+        await self.inner.register_worker(worker)
+
+    async def heartbeat_worker(self, worker: WorkerRegistration) -> None:
+        await self.inner.heartbeat_worker(worker)
+
+    async def remove_worker(self, worker_id: str) -> None:
+        await self.inner.remove_worker(worker_id)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        return await self.inner.list_workers()
+
+    async def purge_finished(self, *args: Any, **kwargs: Any) -> PurgeResult:
+        return await self.inner.purge_finished(*args, **kwargs)
 
     async def wait_for_work(self, timeout: float) -> None:
         await self.inner.wait_for_work(timeout)

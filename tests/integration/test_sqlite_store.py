@@ -230,6 +230,25 @@ async def test_expired_query_uses_the_partial_leased_index(store: SQLStore, db_u
     assert full_scans_of_runs(details) == [], details
 
 
+async def test_the_purge_reads_the_partial_finished_index_and_deletes_by_key(
+    store: SQLStore, db_url: str
+) -> None:
+    connection = raw(db_url)
+    try:
+        partial = {row[1]: row[4] for row in connection.execute("PRAGMA index_list(runs)")}
+    finally:
+        connection.close()
+    assert partial["runs_finished"] == 1
+    params = {"state": RunState.COMPLETED.value, "cutoff": 1.0, "limit": 500}
+    pick = plan(db_url, QUERIES["purge_pick"], params)
+    assert pick == ["SEARCH runs USING INDEX runs_finished (state=? AND finished_at<?)"], pick
+    # Not runs_finished here: that would walk every run of the state for each batch.
+    delete = plan(db_url, QUERIES["purge_runs"], {**params, "ids": json.dumps(["r1"])})
+    assert any("USING INDEX sqlite_autoindex_runs_1 (id=?)" in d for d in delete), delete
+    steps = plan(db_url, QUERIES["purge_steps"], {"ids": json.dumps(["r1"])})
+    assert any("USING PRIMARY KEY (run_id=?)" in d for d in steps), steps
+
+
 async def test_claim_finds_the_few_queued_runs_among_many_finished(
     store: SQLStore, db_url: str, clock: ManualClock
 ) -> None:

@@ -18,12 +18,20 @@ import attrs
 import pytest
 from support import provider_step
 
-from leaseward import ProviderReply, RunNotFound, ToolCall
+from leaseward import InvalidInput, ProviderReply, RunNotFound, StoreError, ToolCall
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
-from leaseward.runtime.model import NewRun, RunRecord, Settlement, StepWrite, dump_json
+from leaseward.runtime.model import (
+    NewRun,
+    RunRecord,
+    Settlement,
+    StepWrite,
+    WorkerRegistration,
+    dump_json,
+)
 from leaseward.storage import BatchItem, CancelOutcome, SQLStore, open_store
+from leaseward.storage.migrations import MIGRATIONS
 
 pytestmark = pytest.mark.anyio
 
@@ -522,3 +530,205 @@ async def test_waiting_for_work_ends_by_its_timeout(store: SQLStore) -> None:
         await store.wait_for_work(0.1)
     assert anyio.current_time() - started >= 0.09
     assert await store.schema_present()
+
+
+# -- workers ----------------------------------------------------------------------------
+
+
+def worker(worker_id: str = "w1", stale_after: float = 15.0) -> WorkerRegistration:
+    return WorkerRegistration(
+        id=worker_id, host="host-1", pid=4242, agents=("a", "b"), stale_after_seconds=stale_after
+    )
+
+
+async def test_a_worker_is_live_until_its_heartbeat_is_older_than_it_promised(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    started = clock.now()
+    await store.register_worker(worker())
+    (fresh,) = await store.list_workers()
+    assert (fresh.id, fresh.host, fresh.pid, fresh.agents) == ("w1", "host-1", 4242, ("a", "b"))
+    assert (fresh.started_at, fresh.heartbeat_at, fresh.heartbeat_age_seconds) == (
+        started,
+        started,
+        0.0,
+    )
+    assert (fresh.stale_after_seconds, fresh.live) == (15.0, True)
+
+    await clock.advance(10)
+    await store.heartbeat_worker(worker())
+    await clock.advance(15)
+    (beating,) = await store.list_workers()
+    assert (beating.started_at, beating.heartbeat_at) == (started, started + 10)
+    assert (beating.heartbeat_age_seconds, beating.live) == (15.0, True)
+
+    await clock.advance(0.5)
+    (silent,) = await store.list_workers()
+    assert (silent.heartbeat_age_seconds, silent.live) == (15.5, False)
+
+    await store.heartbeat_worker(worker())
+    assert [w.live for w in await store.list_workers()] == [True]
+    # A restart under the same id starts again.
+    await store.register_worker(worker())
+    (restarted,) = await store.list_workers()
+    assert restarted.started_at == clock.now()
+
+
+async def test_each_worker_is_judged_by_its_own_promise(store: SQLStore, clock: StoreClock) -> None:
+    await store.register_worker(worker("quick", stale_after=5.0))
+    await clock.advance(1)
+    await store.register_worker(worker("patient", stale_after=60.0))
+    await clock.advance(10)
+    listed = await store.list_workers()
+    assert [(w.id, w.live) for w in listed] == [("patient", True), ("quick", False)]
+
+
+async def test_a_beat_re_registers_a_forgotten_worker_and_remove_forgets_it(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    await store.heartbeat_worker(worker())
+    (found,) = await store.list_workers()
+    assert found.started_at == found.heartbeat_at == clock.now()
+    await store.remove_worker("w1")
+    assert await store.list_workers() == []
+    await store.remove_worker("w1")
+    assert await store.list_workers() == []
+
+
+async def test_a_migration_numbered_below_the_newest_applied_still_runs(store_url: str) -> None:
+    store = await open_store(store_url)
+    try:
+        # A database migrated by a leaseward that had migration 4 but not yet 3.
+        async with store._executor.transaction():
+            for statement in (
+                "DROP INDEX runs_finished",
+                "DROP TABLE workers",
+                "DELETE FROM schema_migrations WHERE version = 3",
+            ):
+                await store._executor.execute(statement)
+        assert await store.schema_version() == 2
+        with pytest.raises(StoreError, match="older"):
+            await open_store(store_url, read_only=True)
+        assert await store.migrate() == MIGRATIONS[-1].version
+        assert await store.schema_version() == MIGRATIONS[-1].version
+        await store.register_worker(worker())
+        assert [w.id for w in await store.list_workers()] == ["w1"]
+    finally:
+        await store.aclose()
+
+
+# -- purging ----------------------------------------------------------------------------
+
+DAY_SECONDS = 86_400.0
+THIRTY_DAYS_SECONDS = 30 * DAY_SECONDS
+FINISHED = (RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED)
+ALL_FINISHED = (*FINISHED, RunState.DEAD_LETTERED)
+DEAD = Settlement(Event.DEAD_LETTER, Reason.NOT_RETRYABLE, error="bad key")
+FAILED = Settlement(Event.FAIL, Reason.MAX_STEPS, error="too long")
+
+
+async def settled(store: SQLStore, settlement: Settlement = COMPLETE) -> str:
+    """A run that took one provider step and settled, all at the store's "now"."""
+    run = await claimed(store)
+    (outcome,) = await store.commit_batch(
+        [
+            BatchItem(
+                run.id,
+                run.epoch,
+                steps=(provider_step(0, ASK),),
+                lease_seconds=5.0,
+                settlement=settlement,
+            )
+        ]
+    )
+    assert outcome.persisted
+    return run.id
+
+
+async def cancelled(store: SQLStore) -> str:
+    record = await store.create_run(new_run())
+    assert await store.request_cancel(record.id) is CancelOutcome.CANCELLED
+    return record.id
+
+
+async def test_purge_deletes_only_finished_runs_older_than_the_cutoff(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    old_done = [await settled(store), await settled(store, FAILED), await cancelled(store)]
+    old_dead = await settled(store, DEAD)
+    old_queued = (await store.create_run(new_run("idle"))).id
+    old_running = (await claimed(store, lease_seconds=100 * DAY_SECONDS)).id
+    await clock.advance(THIRTY_DAYS_SECONDS + 1)
+    recent = await settled(store)
+
+    result = await store.purge_finished(FINISHED, THIRTY_DAYS_SECONDS)
+
+    # A batch takes runs of one state: one each here.
+    assert (result.runs, result.steps, result.batches, result.dry_run) == (3, 2, 3, False)
+    assert result.finished_before == pytest.approx(clock.now() - THIRTY_DAYS_SECONDS)
+    for run_id in old_done:
+        assert await store.get_run(run_id) is None
+        assert await store.list_steps(run_id) == []
+    kept = {r.id: r.state for r in await store.list_runs()}
+    assert kept == {
+        old_dead: RunState.DEAD_LETTERED,
+        old_queued: RunState.QUEUED,
+        old_running: RunState.RUNNING,
+        recent: RunState.COMPLETED,
+    }
+    assert len(await store.list_steps(old_dead)) == 1
+
+    again = await store.purge_finished(ALL_FINISHED, THIRTY_DAYS_SECONDS)
+    assert (again.runs, again.steps) == (1, 1)
+    assert await store.get_run(old_dead) is None
+    assert {r.id for r in await store.list_runs()} == {old_queued, old_running, recent}
+    # Claim and reap still see the live runs.
+    (claim,) = await store.claim_runs("w2", 10, 5.0, ["idle", "a"])
+    assert claim.id == old_queued
+
+
+async def test_purge_takes_bounded_batches(store: SQLStore, clock: StoreClock) -> None:
+    ids = {await settled(store) for _ in range(7)}
+    await clock.advance(2 * DAY_SECONDS)
+    result = await store.purge_finished([RunState.COMPLETED], DAY_SECONDS, batch_runs=3)
+    assert (result.runs, result.steps, result.batches) == (7, 7, 3)
+    assert all([await store.get_run(run_id) is None for run_id in ids])
+
+
+async def test_a_dry_run_counts_and_changes_nothing(store: SQLStore, clock: StoreClock) -> None:
+    for settlement in (COMPLETE, COMPLETE, FAILED, DEAD):
+        await settled(store, settlement)
+    await cancelled(store)
+    await clock.advance(2 * DAY_SECONDS)
+    await settled(store)
+    before = await store.list_runs()
+
+    dry = await store.purge_finished(FINISHED, DAY_SECONDS, dry_run=True, batch_runs=2)
+    assert (dry.runs, dry.steps, dry.batches, dry.dry_run) == (4, 3, 3, True)
+    assert await store.list_runs() == before
+    only = await store.purge_finished([RunState.COMPLETED], DAY_SECONDS, dry_run=True)
+    assert (only.runs, only.steps, only.batches) == (2, 2, 1)
+    assert await store.list_runs() == before
+
+
+@pytest.mark.parametrize(
+    ("states", "older_than", "batch_runs"),
+    [
+        ([RunState.QUEUED], 1.0, 10),
+        ([RunState.COMPLETED, RunState.RUNNING], 1.0, 10),
+        ([RunState.COMPLETED], 0.0, 10),
+        ([RunState.COMPLETED], 1.0, 0),
+    ],
+)
+async def test_a_purge_of_live_runs_or_with_no_age_is_refused(
+    store: SQLStore,
+    clock: StoreClock,
+    states: list[RunState],
+    older_than: float,
+    batch_runs: int,
+) -> None:
+    queued = await store.create_run(new_run())
+    await clock.advance(10)
+    with pytest.raises(InvalidInput):
+        await store.purge_finished(states, older_than, batch_runs=batch_runs)
+    assert [r.id for r in await store.list_runs()] == [queued.id]

@@ -152,6 +152,57 @@ SET status = :status, output_json = :output_json, error = :error,
 WHERE run_id = :run_id AND seq = :seq AND status = :started
 RETURNING seq;
 
+-- name: beat_worker
+-- A beat re-registers a worker whose row went missing; only a start resets started_at.
+INSERT INTO workers (id, host, pid, agents_json, started_at, heartbeat_at, stale_after_seconds)
+VALUES (:id, :host, :pid, :agents_json, leaseward_now(), leaseward_now(),
+        :stale_after_seconds::double precision)
+ON CONFLICT (id) DO UPDATE SET
+    host = excluded.host, pid = excluded.pid, agents_json = excluded.agents_json,
+    started_at = CASE WHEN :starting::boolean THEN excluded.started_at
+                      ELSE workers.started_at END,
+    heartbeat_at = excluded.heartbeat_at, stale_after_seconds = excluded.stale_after_seconds;
+
+-- name: remove_worker
+DELETE FROM workers WHERE id = :id;
+
+-- name: list_workers
+-- The database clock comes back with the rows: liveness is judged on one clock.
+SELECT *, leaseward_now() AS now FROM workers ORDER BY heartbeat_at DESC, id;
+
+-- name: purge_cutoff
+SELECT leaseward_now() - :older_than_seconds::double precision AS cutoff;
+
+-- name: purge_pick
+-- One state at a time: an exact range of runs_finished, so a batch never walks
+-- past the runs a purge keeps (dead letters, other states, newer runs). Locked
+-- until the batch commits: an operator's redrive of one of them waits, then finds
+-- it gone; a concurrent purge skips it.
+SELECT id FROM runs
+WHERE state = :state AND finished_at < :cutoff::double precision
+ORDER BY finished_at
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+-- name: purge_steps
+DELETE FROM steps WHERE run_id = ANY(:ids::text[])
+RETURNING seq;
+
+-- name: purge_runs
+-- The state is checked again: nothing but a finished run is ever deleted.
+DELETE FROM runs
+WHERE id = ANY(:ids::text[]) AND state = :state AND finished_at IS NOT NULL
+RETURNING id;
+
+-- name: purge_count
+SELECT COUNT(*) AS runs,
+       (SELECT COUNT(*) FROM steps WHERE run_id IN (
+            SELECT id FROM runs
+            WHERE state = :state AND finished_at < :cutoff::double precision
+       )) AS steps
+FROM runs
+WHERE state = :state AND finished_at < :cutoff::double precision;
+
 -- name: lock_migrations
 -- Held until the migrating transaction ends: a second migrator waits here, then
 -- finds the schema current. The key is the text's hash, fixed across versions.
@@ -171,8 +222,8 @@ UPDATE runs SET epoch = epoch WHERE false;
 -- name: schema_present
 SELECT to_regclass('schema_migrations') IS NOT NULL AS present;
 
--- name: schema_version
-SELECT COALESCE(MAX(version), 0) AS version FROM schema_migrations;
+-- name: applied_migrations
+SELECT version FROM schema_migrations;
 
 -- name: record_migration
 INSERT INTO schema_migrations (version, name, applied_at)

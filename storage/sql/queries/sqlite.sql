@@ -135,6 +135,54 @@ SET status = :status, output_json = :output_json, error = :error, finished_at = 
 WHERE run_id = :run_id AND seq = :seq AND status = :started
 RETURNING seq;
 
+-- name: beat_worker
+-- A beat re-registers a worker whose row went missing; only a start resets started_at.
+INSERT INTO workers (id, host, pid, agents_json, started_at, heartbeat_at, stale_after_seconds)
+VALUES (:id, :host, :pid, :agents_json, :now, :now, :stale_after_seconds)
+ON CONFLICT (id) DO UPDATE SET
+    host = excluded.host, pid = excluded.pid, agents_json = excluded.agents_json,
+    started_at = CASE WHEN :starting THEN excluded.started_at ELSE workers.started_at END,
+    heartbeat_at = excluded.heartbeat_at, stale_after_seconds = excluded.stale_after_seconds;
+
+-- name: remove_worker
+DELETE FROM workers WHERE id = :id;
+
+-- name: list_workers
+-- The store's "now" comes back with the rows: liveness is judged on one clock.
+SELECT *, :now AS now FROM workers ORDER BY heartbeat_at DESC, id;
+
+-- name: purge_cutoff
+SELECT :now - :older_than_seconds AS cutoff;
+
+-- name: purge_pick
+-- One state at a time: an exact range of runs_finished, so a batch never walks
+-- past the runs a purge keeps (dead letters, other states, newer runs).
+SELECT id FROM runs
+WHERE state = :state AND finished_at < :cutoff
+ORDER BY finished_at
+LIMIT :limit;
+
+-- name: purge_steps
+DELETE FROM steps WHERE run_id IN (SELECT value FROM json_each(:ids))
+RETURNING seq;
+
+-- name: purge_runs
+-- The state is checked again: nothing but a finished run is ever deleted. The unary
+-- + keeps SQLite's planner on the primary key: on runs_finished it would walk every
+-- run of the state to find the few hundred ids.
+DELETE FROM runs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = :state
+  AND +finished_at IS NOT NULL
+RETURNING id;
+
+-- name: purge_count
+SELECT COUNT(*) AS runs,
+       (SELECT COUNT(*) FROM steps WHERE run_id IN (
+            SELECT id FROM runs WHERE state = :state AND finished_at < :cutoff
+       )) AS steps
+FROM runs
+WHERE state = :state AND finished_at < :cutoff;
+
 -- name: lock_migrations
 -- BEGIN IMMEDIATE already keeps a second migrator out until this one commits.
 SELECT 1;
@@ -155,8 +203,8 @@ SELECT EXISTS (
     SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'
 ) AS present;
 
--- name: schema_version
-SELECT COALESCE(MAX(version), 0) AS version FROM schema_migrations;
+-- name: applied_migrations
+SELECT version FROM schema_migrations;
 
 -- name: record_migration
 INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :name, :now);

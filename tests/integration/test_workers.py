@@ -1,0 +1,189 @@
+"""The workers registry through the real runtime, and retention through the Client.
+
+A Runtime registers its worker before its first claim, beats on the reaper's timer
+and forgets itself when it stops; a Client tells which agents live workers serve,
+and purges finished runs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import pytest
+from support import FaultyStore, capture_logs, events
+from test_leases import FAST
+from test_store_conformance import DEAD, new_run
+
+from leaseward import (
+    Agent,
+    App,
+    Client,
+    InvalidInput,
+    ProviderReply,
+    RunState,
+    Runtime,
+    ScriptedProvider,
+    StoreError,
+    UnknownAgent,
+    WorkerInfo,
+)
+from leaseward.actors import WORKER_GONE_AFTER_BEATS, WORKER_GONE_AFTER_MIN_SECONDS
+from leaseward.runtime.model import WorkerRegistration
+from leaseward.storage import BatchItem, SQLStore, open_store
+
+pytestmark = pytest.mark.anyio
+
+
+def app_of(*names: str) -> App:
+    return App([Agent(name, ScriptedProvider([ProviderReply(text="done")])) for name in names])
+
+
+async def beaten(client: Client, after: float) -> WorkerInfo:
+    """The worker once its heartbeat is later than ``after``."""
+    with anyio.fail_after(10):
+        while True:
+            listed = await client.workers()
+            if listed and listed[0].heartbeat_at > after:
+                return listed[0]
+            await anyio.sleep(0.02)
+
+
+async def test_a_runtime_registers_beats_and_forgets_its_worker(store_url: str) -> None:
+    async with Client.open(store_url) as client:
+        async with Runtime.open(
+            store_url, app_of("payer", "greeter"), worker_id="w-test", **FAST
+        ) as rt:
+            (registered,) = await client.workers()
+            assert (registered.id, registered.host, registered.pid) == (
+                "w-test",
+                socket.gethostname(),
+                os.getpid(),
+            )
+            assert registered.agents == ("payer", "greeter")
+            assert registered.live
+            # A reap interval of 0.05 s is far below the floor: the floor decides.
+            assert registered.stale_after_seconds == max(
+                WORKER_GONE_AFTER_BEATS * FAST["reap_interval_seconds"],
+                WORKER_GONE_AFTER_MIN_SECONDS,
+            )
+            assert await rt.served_agents() == {"payer", "greeter"}
+
+            later = await beaten(client, registered.heartbeat_at)
+            assert later.started_at == registered.started_at
+            assert later.live
+        assert await client.workers() == []
+        assert await client.served_agents() == frozenset()
+
+
+async def test_runtime_submit_refuses_an_agent_of_no_app_and_queues_nothing(
+    store_url: str,
+) -> None:
+    async with Runtime.open(store_url, app_of("payer"), **FAST) as rt:
+        with pytest.raises(UnknownAgent, match=r"'nosuchagent'.*payer"):
+            await rt.submit("nosuchagent", {})
+        assert await rt.runs() == []
+
+
+async def test_a_client_queues_a_run_no_live_worker_serves(store_url: str) -> None:
+    async with Client.open(store_url) as client:
+        run_id = await client.submit("nosuchagent", {})
+        assert (await client.get(run_id)).state is RunState.QUEUED
+        assert "nosuchagent" not in await client.served_agents()
+
+
+class BrokenRegistry(FaultyStore):
+    """The real store, except that every change to the workers table fails."""
+
+    def __init__(self, inner: SQLStore) -> None:
+        super().__init__(inner)
+        self.beaten = anyio.Event()
+
+    async def register_worker(self, worker: WorkerRegistration) -> None:
+        raise StoreError("sqlite: disk I/O error")
+
+    async def heartbeat_worker(self, worker: WorkerRegistration) -> None:
+        self.beaten.set()
+        raise StoreError("sqlite: disk I/O error")
+
+    async def remove_worker(self, worker_id: str) -> None:
+        raise StoreError("sqlite: disk I/O error")
+
+
+async def test_a_failing_registry_is_logged_and_runs_go_on(db_url: str) -> None:
+    store = BrokenRegistry(await open_store(db_url))
+    try:
+        with capture_logs() as logs:
+            async with Runtime.open(store, app_of("payer"), **FAST) as rt:
+                run = await rt.wait(await rt.submit("payer", {}), timeout=10)
+                with anyio.fail_after(10):
+                    await store.beaten.wait()
+    finally:
+        await store.aclose()
+    assert run.state is RunState.COMPLETED
+    assert events(logs).count("worker.registry_failed") == 2
+    assert "worker.heartbeat_failed" in events(logs)
+
+
+# -- purge through the Client -------------------------------------------------------------
+
+
+async def test_client_purge_keeps_dead_letters_unless_asked(store_url: str) -> None:
+    store = await open_store(store_url)
+    try:
+        await dead_letter(store)
+        queued = await Client(store).submit("nosuchagent", {})
+    finally:
+        await store.aclose()
+    async with Runtime.open(store_url, app_of("payer"), **FAST) as rt:
+        done = await rt.wait(await rt.submit("payer", {}), timeout=10)
+        await anyio.sleep(0.2)
+        recently = timedelta(seconds=0.1)
+
+        dry = await rt.purge(finished_before=recently, dry_run=True)
+        assert (dry.runs, dry.steps, dry.dry_run) == (1, 1, True)
+        purged = await rt.purge(finished_before=recently)
+        assert (purged.runs, purged.steps, purged.dry_run) == (1, 1, False)
+        left = {r.id: r.state for r in await rt.runs()}
+        assert RunState.DEAD_LETTERED in left.values()
+        assert done.id not in left and queued in left
+
+        dead = await rt.purge(
+            finished_before=recently, state=RunState.DEAD_LETTERED, include_dead_letters=True
+        )
+        assert dead.runs == 1
+        assert [r.id for r in await rt.runs()] == [queued]
+
+
+async def dead_letter(store: SQLStore) -> None:
+    await store.create_run(new_run("payer-old"))
+    (run,) = await store.claim_runs("w0", 1, 5.0, ["payer-old"])
+    (outcome,) = await store.commit_batch([BatchItem(run.id, run.epoch, settlement=DEAD)])
+    assert outcome.persisted
+
+
+@pytest.mark.parametrize(
+    ("arguments", "fragment"),
+    [
+        ({"finished_before": timedelta(0)}, "positive timedelta"),
+        ({"finished_before": 30}, "positive timedelta"),
+        ({"finished_before": timedelta(days=1), "state": RunState.QUEUED}, "queued runs are not"),
+        (
+            {"finished_before": timedelta(days=1), "state": RunState.DEAD_LETTERED},
+            "include_dead_letters",
+        ),
+        ({"finished_before": timedelta(days=1), "batch_runs": 0}, "batch_runs"),
+    ],
+)
+async def test_client_purge_refuses_bad_arguments(
+    db_url: str, arguments: dict[str, Any], fragment: str
+) -> None:
+    async with Client.open(db_url) as client:
+        run_id = await client.submit("payer", {})
+        await client.cancel(run_id)
+        with pytest.raises(InvalidInput, match=fragment):
+            await client.purge(**arguments)
+        assert [r.id for r in await client.runs()] == [run_id]
