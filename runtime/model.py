@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import reprlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -203,8 +204,15 @@ class ToolCall:
             )
 
 
+# Bounded in depth and length: the value is a provider's, so it may be huge or
+# nested deeper than repr() can recurse.
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel = 4
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _SHOWN_CHARS
+
+
 def _shown(value: Any) -> str:
-    shown = repr(value)
+    shown = _SHORT_REPR.repr(value)
     return shown if len(shown) <= _SHOWN_CHARS else shown[: _SHOWN_CHARS - 3] + "..."
 
 
