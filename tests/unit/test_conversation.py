@@ -369,3 +369,13 @@ def test_tool_call_arguments_shown_in_the_error_are_shortened() -> None:
         ToolCall("send_email", "x" * 10_000, "c1")
     assert len(raised.value.message) < 300
     assert "..." in raised.value.message
+
+
+def test_tool_call_arguments_nested_past_repr_are_still_named_in_the_error() -> None:
+    arguments: Any = "leaf"
+    for _ in range(5000):
+        arguments = [arguments]
+    with pytest.raises(ProviderError) as raised:
+        ToolCall("send_email", arguments, "c1")
+    assert "of type list" in raised.value.message
+    assert len(raised.value.message) < 400
