@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -73,10 +74,7 @@ async def test_killed_at_point(point: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("point", ["in_call", "before_reply"])
-async def test_killed_at_point_on_postgresql(point: str, tmp_path: Path, pg_server: object) -> None:
-    from conftest import PgServer
-
-    assert isinstance(pg_server, PgServer)
+async def test_killed_at_point_on_postgresql(point: str, tmp_path: Path, pg_server: Any) -> None:
     names = {effect: pg_server.create_database() for effect in EFFECTS}
     try:
         urls = {effect: pg_server.url_for(name) for effect, name in names.items()}
