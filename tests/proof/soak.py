@@ -248,14 +248,16 @@ async def main(args: argparse.Namespace) -> int:
             if store == "sqlite":
                 url = f"sqlite:///{directory / 'runs.db'}"
                 rows.append(await Soak("soak sqlite", url, directory, kills, faults).run(seconds))
-                continue
-            name = f"lw_soak_{uuid.uuid4().hex[:12]}"
-            url = await pg_database(args.pg_url, name, drop=False)
-            try:
-                soak = Soak("soak postgresql", url, directory, kills, faults)
-                rows.append(await soak.run(seconds))
-            finally:
-                await pg_database(args.pg_url, name, drop=True)
+            else:
+                name = f"lw_soak_{uuid.uuid4().hex[:12]}"
+                url = await pg_database(args.pg_url, name, drop=False)
+                try:
+                    soak = Soak("soak postgresql", url, directory, kills, faults)
+                    rows.append(await soak.run(seconds))
+                finally:
+                    await pg_database(args.pg_url, name, drop=True)
+            # A store's row survives whatever happens to the next store's phase.
+            print(table(rows[-1:]), file=sys.stderr, flush=True)
     print(table(rows))
     return 1 if any(any(row.tally.values()) for row in rows) else 0
 
