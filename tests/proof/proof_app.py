@@ -5,7 +5,7 @@ asking for one call of its tool and then finishing; a run whose input says
 ``"bad": true`` first asks for a call with invalid arguments, which the runtime
 must refuse without executing anything. Every tool execution appends a
 ``start`` line to the ledger before it does anything and an ``end`` line when
-it returns, each flushed and fsynced by the tool itself: the ledger is what
+it returns or is cancelled, each flushed and fsynced by the tool itself: the ledger is what
 really happened, written independently of the journal it is compared with.
 """
 
@@ -98,9 +98,13 @@ def _make_tool(ledger: Path, effect_name: str, tool_seconds: float) -> Any:
             "pid": os.getpid(),
         }
         append_line(ledger, {**line, "ev": "start", "t": time.time()})
-        crash_point("in_call")
-        await anyio.sleep(tool_seconds)
-        append_line(ledger, {**line, "ev": "end", "t": time.time()})
+        try:
+            crash_point("in_call")
+            await anyio.sleep(tool_seconds)
+        finally:
+            # A call cancelled (its lease lost, its worker draining) ends here too:
+            # only a killed process leaves an execution without an end.
+            append_line(ledger, {**line, "ev": "end", "t": time.time()})
         return {"applied": amount}
 
     return act

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,7 +42,7 @@ from leaseward.storage.crash_points import POINTS
 
 WORKERS = 4
 CONCURRENCY = 8
-FAULT_RATE = 0.1
+FAULT_RATE = 0.2
 TICK_SECONDS = 0.25
 KILL_CHANCE = 0.25
 PAUSE_CHANCE = 0.1
@@ -120,19 +122,22 @@ class Soak:
             self.run_ids.append(await client.submit(effect, order(effect, bad=bad)))
             self.row.bad_inputs += bad
 
-    def reap_exited(self) -> None:
+    def record_exit(self, slot: Slot) -> None:
+        """Note when a worker that exited by itself died: at its crash point, if it had one."""
+        life = self.lives[slot.proc.pid]
+        if life.died is not None:
+            return
+        if slot.proc.returncode == -signal.SIGKILL:
+            self.row.kills += 1
+        # Read after the exit was seen: the marker is written before the self-kill.
         hits = {line["pid"]: line["t"] for line in read_lines(self.marker)}
+        life.died = hits.get(slot.proc.pid, time.time())
+
+    def reap_exited(self) -> None:
         for index, slot in enumerate(self.slots):
-            if slot.proc.poll() is None:
-                continue
-            life = self.lives[slot.proc.pid]
-            if slot.proc.returncode == -signal.SIGKILL and life.died is None:
-                # Killed itself at its crash point, right after writing the marker.
-                life.died = hits.get(slot.proc.pid, time.time())
-                self.row.kills += 1
-            elif life.died is None:
-                life.died = time.time()
-            self.slots[index] = self.spawn(chaos=True)
+            if slot.proc.poll() is not None:
+                self.record_exit(slot)
+                self.slots[index] = self.spawn(chaos=True)
 
     def chaos(self) -> None:
         now = time.time()
@@ -159,13 +164,15 @@ class Soak:
 
     def stop_all(self) -> None:
         for slot in self.slots:
-            if slot.proc.poll() is None:
-                if slot.paused_until is not None:
-                    slot.proc.send_signal(signal.SIGCONT)
-                    self.lives[slot.proc.pid].pauses.append((slot.paused_at, time.time()))
-                slot.proc.kill()
-                slot.proc.wait()
-                self.lives[slot.proc.pid].died = self.lives[slot.proc.pid].died or time.time()
+            if slot.proc.poll() is not None:
+                self.record_exit(slot)
+                continue
+            if slot.paused_until is not None:
+                slot.proc.send_signal(signal.SIGCONT)
+                self.lives[slot.proc.pid].pauses.append((slot.paused_at, time.time()))
+            slot.proc.kill()
+            slot.proc.wait()
+            self.lives[slot.proc.pid].died = time.time()
 
     async def _settled(self, client: Client) -> bool:
         try:
@@ -205,6 +212,8 @@ class Soak:
         ledger = read_lines(self.directory / "ledger.jsonl")
         journal = await read_journal(self.url, self.run_ids)
         self.row.tally = count(ledger, journal, self.lives, now=time.time())
+        lives = {pid: attrs.asdict(life) for pid, life in self.lives.items()}
+        (self.directory / "lives.json").write_text(json.dumps(lives))
         return self.row
 
 
@@ -238,28 +247,32 @@ async def pg_database(admin_url: str, name: str, *, drop: bool) -> str:
 async def main(args: argparse.Namespace) -> int:
     stores = args.stores.split(",")
     rows: list[Row] = []
-    with tempfile.TemporaryDirectory(prefix="leaseward-soak-") as tmp:
-        for store in stores:
-            directory = Path(tmp) / store
-            directory.mkdir()
-            kills = -(-args.kills // len(stores))
-            faults = -(-args.faults // len(stores))
-            seconds = args.minutes * 60 / len(stores)
-            if store == "sqlite":
-                url = f"sqlite:///{directory / 'runs.db'}"
-                rows.append(await Soak("soak sqlite", url, directory, kills, faults).run(seconds))
-            else:
-                name = f"lw_soak_{uuid.uuid4().hex[:12]}"
-                url = await pg_database(args.pg_url, name, drop=False)
-                try:
-                    soak = Soak("soak postgresql", url, directory, kills, faults)
-                    rows.append(await soak.run(seconds))
-                finally:
-                    await pg_database(args.pg_url, name, drop=True)
-            # A store's row survives whatever happens to the next store's phase.
-            print(table(rows[-1:]), file=sys.stderr, flush=True)
+    tmp = tempfile.mkdtemp(prefix="leaseward-soak-")
+    for store in stores:
+        directory = Path(tmp) / store
+        directory.mkdir()
+        kills = -(-args.kills // len(stores))
+        faults = -(-args.faults // len(stores))
+        seconds = args.minutes * 60 / len(stores)
+        if store == "sqlite":
+            url = f"sqlite:///{directory / 'runs.db'}"
+            rows.append(await Soak("soak sqlite", url, directory, kills, faults).run(seconds))
+        else:
+            name = f"lw_soak_{uuid.uuid4().hex[:12]}"
+            url = await pg_database(args.pg_url, name, drop=False)
+            try:
+                soak = Soak("soak postgresql", url, directory, kills, faults)
+                rows.append(await soak.run(seconds))
+            finally:
+                await pg_database(args.pg_url, name, drop=True)
+        # A store's row survives whatever happens to the next store's phase.
+        print(table(rows[-1:]), file=sys.stderr, flush=True)
     print(table(rows))
-    return 1 if any(any(row.tally.values()) for row in rows) else 0
+    if any(any(row.tally.values()) for row in rows):
+        print(f"kept the ledgers, logs and SQLite store for a look: {tmp}", file=sys.stderr)
+        return 1
+    shutil.rmtree(tmp)
+    return 0
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
