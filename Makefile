@@ -3,7 +3,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run embedded test lint typecheck bench clean
+.PHONY: run embedded test lint typecheck bench soak demo-crash clean
 
 PACKAGE_SOURCES := $(shell find leaseward runtime actors storage -name '*.py' -o -name '*.sql')
 
@@ -44,6 +44,19 @@ test: lint typecheck
 
 bench: $(STAMP)
 	$(BIN)/python bench/steps.py
+
+# A daemon SIGKILLed in the middle of charging a card, another taking over, and an
+# operator's resolve: narrated in plain sentences (examples/demo_crash.py).
+demo-crash: $(STAMP)
+	$(BIN)/python examples/demo_crash.py
+
+SOAK_FLAGS ?= --kills 1000 --faults 10000 --minutes 20
+
+# Thousands of kills, pauses and store faults on SQLite and PostgreSQL, then the
+# invariants counted from the tools' ledger and the journal (tests/proof/soak.py).
+# The workers run the source tree, crash points included.
+soak: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/python tests/proof/soak.py $(SOAK_FLAGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

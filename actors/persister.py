@@ -14,6 +14,7 @@ from leaseward.actors.messages import Persist
 from leaseward.actors.metrics import Metrics
 from leaseward.runtime.errors import CommitOutcomeUnknown, LeasewardError
 from leaseward.runtime.logs import get_logger
+from leaseward.storage.crash_points import ARMED, carries_outcome, crash_point
 from leaseward.storage.protocol import BatchItem, BatchOutcome, Store
 
 __all__ = ["MAX_BATCH_ITEMS", "Persister", "PersisterStats"]
@@ -96,6 +97,8 @@ class Persister:
                     BatchOutcome(persisted=False, lease_held=True, error="the persister crashed")
                 )
             raise
+        if ARMED and carries_outcome(step for r in batch for step in r.item.steps):
+            crash_point("before_reply")
         elapsed = time.perf_counter() - started
         self.stats.batches += 1
         self.stats.items += len(batch)

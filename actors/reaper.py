@@ -14,6 +14,7 @@ from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.lifecycle import Event, RecoveryPolicy, decide_recovery
 from leaseward.runtime.logs import get_logger
 from leaseward.runtime.model import Settlement, WorkerRegistration, settlement_after
+from leaseward.storage.crash_points import crash_point
 from leaseward.storage.protocol import ExpiredRun, Store
 
 __all__ = ["REAP_BATCH", "LeaseReaper", "Reaped", "plan_reap"]
@@ -100,6 +101,7 @@ class LeaseReaper:
             if not await self._store.reap(expired, settlement):
                 # Renewed or settled since the scan: the holder is alive after all.
                 continue
+            crash_point("reap")
             run = expired.run
             fields = {
                 "run_id": run.id,

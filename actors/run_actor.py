@@ -55,6 +55,7 @@ from leaseward.runtime.model import (
 )
 from leaseward.runtime.schema import validate
 from leaseward.runtime.tools import BoundTool, ToolContext
+from leaseward.storage.crash_points import crash_point
 from leaseward.storage.protocol import BatchItem, BatchOutcome
 
 __all__ = ["DEADLINE_MARGIN_SECONDS", "RunActor", "RunSettings"]
@@ -315,6 +316,7 @@ class RunActor:
             idempotency_key=pending.idempotency_key,
             arguments_json=arguments_json,
         )
+        crash_point("before_intent")
         if effect.is_write:
             if pending.turn_seq in self._dropped_turns:
                 # G2: stored alone, the intent would be ignored on resume, the model asked
@@ -329,8 +331,10 @@ class RunActor:
         else:
             # A read has no intent row, so its record carries when the call began.
             base = attrs.evolve(base, started_at=self._clock.now())
+        crash_point("after_intent")
         await self._extend_lease_for(bound.timeout_seconds)
         status, output, error = await self._call(bound, pending, dict(call.arguments))
+        crash_point("after_call")
         try:
             output_json = dump_json(
                 output, what=f"the result of {call.name}", limit=MAX_RESULT_BYTES
@@ -613,6 +617,7 @@ class RunActor:
         )
 
     async def _settle(self, settlement: Settlement, withdrawn: Sequence[StepWrite] = ()) -> None:
+        crash_point("settle")
         try:
             outcome = await self._send(withdrawn, 0.0, settlement)
         except LeaseLost:

@@ -23,6 +23,7 @@ from leaseward.runtime.clock import Clock
 from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.logs import get_logger
 from leaseward.runtime.model import RunRecord, Settlement, WorkerRegistration
+from leaseward.storage.crash_points import crash_point
 from leaseward.storage.protocol import Store
 
 __all__ = [
@@ -219,6 +220,8 @@ class Supervisor:
                         )
                 except LeasewardError as exc:
                     self._log.warning("claim.failed", error=exc.message)
+                if claimed:
+                    crash_point("claim")
                 for record in claimed:
                     # Even when a drain began meanwhile: the actor releases the run
                     # at its first boundary, where an unstarted claim would sit leased.

@@ -40,6 +40,7 @@ from leaseward.runtime.model import (
     WorkerRegistration,
     load_json,
 )
+from leaseward.storage.crash_points import ARMED, carries_outcome, crash_point
 from leaseward.storage.executor import Executor, Row
 from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.protocol import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun
@@ -345,6 +346,8 @@ class SQLStore:
                 requeued = requeued or (outcome.persisted and _makes_claimable(settlement))
             if requeued:
                 await self._executor.notify(WORK_CHANNEL)
+            if ARMED and carries_outcome(step for item in items for step in item.steps):
+                crash_point("outcome_commit")
         return [outcome for outcome in outcomes if outcome is not None]
 
     async def _commit_item(self, item: BatchItem, now: float) -> BatchOutcome:

@@ -1,0 +1,131 @@
+"""A worker process of the proof scenarios: a Runtime serving proof_app's agents.
+
+``python proof_worker.py STORE_URL LEDGER [options]`` works the store's queue
+until it is killed (or, with ``--exit-after-point``, until it was frozen at its
+crash point, continued, and has no run left). Crash points come from the
+``LEASEWARD_TEST_CRASH_*`` variables (see leaseward.storage.crash_points). With
+``--fault-rate`` the store refuses or delays that share of commits and claims,
+appending one line per fault to ``--faults-file``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+from proof_app import build_app, read_lines
+
+from leaseward import RecoveryPolicy, Runtime
+from leaseward.runtime.errors import StoreError
+from leaseward.storage import BatchItem, BatchOutcome, open_store
+
+LEASE_SECONDS = 1.0
+DEADLINE_MARGIN_SECONDS = 0.2
+REAP_INTERVAL_SECONDS = 0.05
+POLL_INTERVAL_SECONDS = 0.02
+# Faults and kills requeue runs often: retries must not run out, nor wait long.
+POLICY = RecoveryPolicy(max_requeues=1000, backoff_base_seconds=0.01, backoff_cap_seconds=0.2)
+IDLE_CHECK_SECONDS = 0.02
+MAX_FAULT_DELAY_SECONDS = 0.05
+
+
+class FaultyStore:
+    """A store that refuses or delays a share of batches and claims, at random.
+
+    A refusal happens before the inner store is asked, like a connection that
+    dropped before sending: nothing of the batch is written.
+    """
+
+    def __init__(self, inner: Any, rate: float, faults_file: Path, seed: int) -> None:
+        self._inner = inner
+        self._rate = rate
+        self._faults = faults_file.open("a", encoding="utf-8")
+        self._random = random.Random(seed)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def _maybe_fault(self, what: str) -> None:
+        if self._random.random() >= self._rate:
+            return
+        kind = self._random.choice(("refuse", "delay"))
+        # Flushed, not fsynced: a SIGKILL loses nothing the kernel already has.
+        self._faults.write(f"{what} {kind}\n")
+        self._faults.flush()
+        if kind == "refuse":
+            raise StoreError(f"injected fault: {what} refused")
+        await anyio.sleep(self._random.uniform(0, MAX_FAULT_DELAY_SECONDS))
+
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+        await self._maybe_fault("commit")
+        result: list[BatchOutcome] = await self._inner.commit_batch(items)
+        return result
+
+    async def claim_runs(self, *args: Any, **kwargs: Any) -> Any:
+        await self._maybe_fault("claim")
+        return await self._inner.claim_runs(*args, **kwargs)
+
+
+def point_fired(marker: str | None) -> bool:
+    """This process reached its crash point (and, being alive, was continued after it)."""
+    return marker is not None and any(
+        line["pid"] == os.getpid() for line in read_lines(Path(marker))
+    )
+
+
+async def main(args: argparse.Namespace) -> None:
+    store: Any = await open_store(args.store)
+    if args.fault_rate > 0:
+        store = FaultyStore(store, args.fault_rate, Path(args.faults_file), args.seed)
+    marker = os.environ.get("LEASEWARD_TEST_CRASH_MARKER")
+    try:
+        async with Runtime.open(
+            store,
+            build_app(Path(args.ledger), tool_seconds=args.tool_seconds),
+            concurrency=args.concurrency,
+            lease_seconds=LEASE_SECONDS,
+            reap_interval_seconds=REAP_INTERVAL_SECONDS,
+            poll_interval_seconds=POLL_INTERVAL_SECONDS,
+            deadline_margin_seconds=DEADLINE_MARGIN_SECONDS,
+            drain_seconds=0,
+            recovery=POLICY,
+            worker_id=f"proof:{os.getpid()}",
+        ) as rt:
+            while True:
+                await anyio.sleep(IDLE_CHECK_SECONDS)
+                if args.exit_after_point and point_fired(marker) and rt.supervisor.active_runs == 0:
+                    return
+    finally:
+        await store.aclose()
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("store")
+    parser.add_argument("ledger")
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--tool-seconds", type=float, default=0.05)
+    parser.add_argument("--fault-rate", type=float, default=0.0)
+    parser.add_argument("--faults-file", default=os.devnull)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log-file", default=os.devnull)
+    parser.add_argument("--exit-after-point", action="store_true")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    arguments = parse(sys.argv[1:])
+    # Logs go to a file: the parent reads nothing from this process's pipes.
+    logging.basicConfig(
+        stream=open(arguments.log_file, "a", encoding="utf-8"),  # noqa: SIM115
+        format="%(levelname)s %(name)s %(message)s",
+    )
+    logging.getLogger("leaseward").setLevel(logging.INFO)
+    anyio.run(main, arguments)
