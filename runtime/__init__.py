@@ -15,6 +15,7 @@ from leaseward.runtime.clock import Clock, ManualClock, SystemClock
 from leaseward.runtime.effects import ToolEffect, ToolEffectResolver
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
+    CommitOutcomeUnknown,
     ConfigurationError,
     IdempotencyKeyConflict,
     IllegalTransition,
@@ -66,6 +67,7 @@ __all__ = [
     "App",
     "AuditPersistenceFailed",
     "Clock",
+    "CommitOutcomeUnknown",
     "ConfigurationError",
     "FailureClass",
     "FunctionTool",
