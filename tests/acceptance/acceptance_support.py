@@ -15,8 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -121,27 +120,6 @@ def assert_one_line_error(result: Result, code: int, *fragments: str) -> None:
     assert result.stdout == "", result.describe()
     for fragment in fragments:
         assert fragment in result.stderr, result.describe()
-
-
-@contextmanager
-def unwritable(*paths: Path) -> Iterator[None]:
-    """Files and directories nobody may change inside the block, root included."""
-    if os.geteuid() == 0:
-        # Root ignores permission bits; the immutable attribute binds root as well.
-        subprocess.run(["chattr", "+i", *map(str, paths)], check=True)
-        try:
-            yield
-        finally:
-            subprocess.run(["chattr", "-i", *map(str, paths)], check=True)
-        return
-    modes = {path: path.stat().st_mode for path in paths}
-    for path in paths:
-        path.chmod(0o555 if path.is_dir() else 0o444)
-    try:
-        yield
-    finally:
-        for path, mode in modes.items():
-            path.chmod(mode)
 
 
 def show(url: str, run_id: str) -> dict[str, Any]:

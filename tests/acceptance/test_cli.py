@@ -29,9 +29,9 @@ from acceptance_support import (
     show,
     snapshot,
     sqlite_url,
-    unwritable,
 )
 from demo_app import CHARGE_CALL_ID
+from file_modes import unwritable
 
 from leaseward import ProviderReply, StepKind, StepStatus, ToolCall, ToolEffect
 from leaseward.runtime.conversation import reply_to_json

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -253,24 +250,3 @@ def intent(seq: int, effect: ToolEffect, key: str) -> StepWrite:
         idempotency_key=key,
         arguments_json='{"amount":5}',
     )
-
-
-@contextmanager
-def unwritable(*paths: Path) -> Iterator[None]:
-    """Files and directories nobody may change inside the block, root included."""
-    if os.geteuid() == 0:
-        # Root ignores permission bits; the immutable attribute binds root as well.
-        subprocess.run(["chattr", "+i", *map(str, paths)], check=True)
-        try:
-            yield
-        finally:
-            subprocess.run(["chattr", "-i", *map(str, paths)], check=True)
-        return
-    modes = {path: path.stat().st_mode for path in paths}
-    for path in paths:
-        path.chmod(0o555 if path.is_dir() else 0o444)
-    try:
-        yield
-    finally:
-        for path, mode in modes.items():
-            path.chmod(mode)

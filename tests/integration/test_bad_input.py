@@ -10,7 +10,8 @@ from typing import Any
 
 import anyio
 import pytest
-from support import Calls, unwritable
+from file_modes import unwritable
+from support import Calls
 
 from leaseward import (
     Agent,

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
-from support import unwritable
+from file_modes import unwritable
 
 from leaseward import StoreError
 from leaseward.runtime.lifecycle import RunMode

@@ -27,8 +27,9 @@ from urllib.parse import urlsplit
 import anyio
 import asyncpg
 import pytest
+from file_modes import unwritable
 from pg_proxy import CommitDropper
-from support import Calls, FaultyStore, capture_logs, events, one_call_agent, unwritable
+from support import Calls, FaultyStore, capture_logs, events, one_call_agent
 
 from leaseward import (
     Agent,
