@@ -25,6 +25,7 @@ __all__ = [
 ]
 
 BUSY_TIMEOUT_MS = 5000
+_WAL_RETRY_SECONDS = 0.01
 _ITER_CHUNK_SIZE = 64  # aiosqlite.connect's default
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
@@ -109,6 +110,29 @@ def _describe(exc: Exception) -> str:
     return f"sqlite: {text}"
 
 
+async def _enter_wal(connection: aiosqlite.Connection, timeout: float) -> None:
+    """Put the database in WAL mode, waiting up to ``timeout`` for other processes.
+
+    Switching a new file to WAL needs a moment alone with it, and SQLite reports
+    "database is locked" at once, without its busy handler, while another process
+    creates or migrates the same file: two workers starting together must not
+    fail for that. A file already in WAL mode needs no switch.
+    """
+    deadline = anyio.current_time() + timeout
+    while True:
+        mode = [row[0] for row in await connection.execute_fetchall("PRAGMA journal_mode")]
+        if [str(value).lower() for value in mode] == ["wal"]:
+            return
+        try:
+            await connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = "locked" in str(exc) or "busy" in str(exc)
+            if not busy or anyio.current_time() >= deadline:
+                raise
+        await anyio.sleep(_WAL_RETRY_SECONDS)
+
+
 class SQLiteExecutor:
     dialect = "sqlite"
 
@@ -150,7 +174,7 @@ class SQLiteExecutor:
             # Exact, where the connect timeout in seconds may round a millisecond off.
             await connection.execute(f"PRAGMA busy_timeout = {int(options.busy_timeout_ms)}")
             if not read_only:
-                await connection.execute("PRAGMA journal_mode = WAL")
+                await _enter_wal(connection, timeout)
             await connection.execute(f"PRAGMA synchronous = {options.synchronous}")
             await connection.execute("PRAGMA foreign_keys = ON")
         except BaseException as exc:

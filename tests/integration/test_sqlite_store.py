@@ -7,7 +7,11 @@ test_store_conformance.py, which runs on SQLite and PostgreSQL.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -278,3 +282,38 @@ async def test_claim_finds_the_few_queued_runs_among_many_finished(
     assert all(r.state is RunState.RUNNING and r.epoch == 1 for r in got)
     assert await store.claim_runs("w1", 10, 5.0, ["a"]) == []
     assert len(await store.list_runs(state=RunState.COMPLETED, limit=10_000)) == 5000
+
+
+OPEN_AT_ONCE = """
+import sys, time, anyio
+from leaseward.storage import open_store
+
+async def main() -> None:
+    while time.time() < float(sys.argv[2]):
+        time.sleep(0.0005)
+    store = await open_store(sys.argv[1])
+    await store.aclose()
+
+anyio.run(main)
+"""
+
+
+def test_workers_opening_a_new_file_at_once_all_open_it(tmp_path: Path) -> None:
+    """Switching a new file to WAL is refused at once, busy handler or not, while
+    another process creates it: workers started together must wait, not fail."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    for attempt in range(4):
+        url = f"sqlite:///{tmp_path / f'new-{attempt}.db'}"
+        start = str(time.time() + 1.0)
+        workers = [
+            subprocess.Popen(
+                [sys.executable, "-c", OPEN_AT_ONCE, url, start],
+                env=env,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        for worker in workers:
+            _, err = worker.communicate(timeout=60)
+            assert worker.returncode == 0, err
