@@ -28,7 +28,14 @@ async def test_two_processes_share_the_work_and_each_write_runs_once(
 
     barrier = tmp_path / "barrier"
     barrier.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "POOL_WORKER_BARRIER": f"{barrier}:2"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "POOL_WORKER_BARRIER": f"{barrier}:2",
+        # Long enough that one worker alone needs over a second for the queue: the
+        # other is claiming by then, however slowly it opened its store.
+        "POOL_WORKER_CHARGE_SECONDS": "0.2",
+    }
     workers = [
         subprocess.Popen(
             [sys.executable, str(WORKER), store_url, name, str(calls_file)],
