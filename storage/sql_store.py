@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import anyio
@@ -175,6 +175,40 @@ def _same_request(existing: Row, new: NewRun) -> RunRecord:
     )
 
 
+def _json_set(rows: Iterable[dict[str, Any]]) -> str:
+    """A set of rows as the one JSON parameter a set statement reads them from.
+
+    Not ASCII-escaped: text a database cannot store (a lone surrogate) stays
+    as it is, so the driver refuses it as a data error instead of the database
+    storing something else.
+    """
+    return json.dumps(list(rows), ensure_ascii=False, separators=(",", ":"))
+
+
+_INTEGER_RANGE = range(-(2**63), 2**63)
+
+
+def _check_integer(value: int) -> None:
+    """Refuse an integer no database column here holds, before JSON carries it.
+
+    In a set parameter it would arrive as a float (SQLite's JSON reader makes
+    one of any integer past 64 bits), not as the error binding it would raise.
+    """
+    if value not in _INTEGER_RANGE:
+        raise StoreError(f"the integer {value} is out of range", data_error=True)
+
+
+class _ItemRefused(Exception):
+    """One item of a batch cannot be written as sent; the others can."""
+
+    def __init__(self, position: int, error: str, *, data_error: bool = False) -> None:
+        super().__init__(error)
+        self.position = position
+        self.outcome = BatchOutcome(
+            persisted=False, lease_held=True, error=error, data_error=data_error
+        )
+
+
 def _state_text(run: RunRecord) -> str:
     return run.state.value if run.reason is None else f"{run.state.value} ({run.reason.value})"
 
@@ -330,160 +364,269 @@ class SQLStore:
         return sorted((run_from_row(r) for r in rows), key=lambda r: (r.available_at, r.created_at))
 
     async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
-        outcomes: list[BatchOutcome | None] = [None] * len(items)
-        # In run id order, so that two concurrent batches lock their runs in the
-        # same order and cannot deadlock (a stable sort keeps one run's items in order).
-        order = sorted(range(len(items)), key=lambda index: items[index].run_id)
-        requeued = False
-        async with self._executor.transaction():
-            # Read once the transaction holds SQLite's write lock: a "now" taken
-            # before waiting for it would date the renewed leases in the past.
-            now = self._now()
-            for index in order:
-                outcome = await self._commit_item(items[index], now)
-                outcomes[index] = outcome
-                settlement = items[index].settlement
-                requeued = requeued or (outcome.persisted and _makes_claimable(settlement))
-            if requeued:
-                await self._executor.notify(WORK_CHANNEL)
-            if ARMED and carries_outcome(step for item in items for step in item.steps):
-                crash_point("outcome_commit")
-        return [outcome for outcome in outcomes if outcome is not None]
-
-    async def _commit_item(self, item: BatchItem, now: float) -> BatchOutcome:
-        q = self._queries
+        if not items:
+            return []
         try:
-            async with self._executor.savepoint("item"):
-                fence = await self._executor.fetch_one(
-                    q["renew_lease"],
+            async with self._executor.transaction():
+                # Read once the transaction holds SQLite's write lock: a "now" taken
+                # before waiting for it would date the renewed leases in the past.
+                now = self._now()
+                outcomes = await self._write_items(items, now)
+                await self._after_write(items, outcomes)
+            return outcomes
+        except _ItemRefused:
+            pass
+        except StoreError as exc:
+            if not exc.data_error:
+                raise
+        # Some item's data was refused, and a set statement cannot say whose: the
+        # batch is written again, each item alone, so that only that item fails.
+        return await self._commit_each(items)
+
+    async def _commit_each(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+        outcomes: list[BatchOutcome] = []
+        async with self._executor.transaction():
+            now = self._now()
+            for item in items:
+                try:
+                    async with self._executor.savepoint("item"):
+                        [outcome] = await self._write_items([item], now)
+                except _ItemRefused as refused:
+                    outcome = refused.outcome
+                except StoreError as exc:
+                    outcome = BatchOutcome(
+                        persisted=False,
+                        lease_held=True,
+                        error=exc.message,
+                        data_error=exc.data_error,
+                    )
+                outcomes.append(outcome)
+            await self._after_write(items, outcomes)
+        return outcomes
+
+    async def _after_write(self, items: Sequence[BatchItem], outcomes: list[BatchOutcome]) -> None:
+        """What a batch does last, inside its transaction."""
+        if any(
+            outcome.persisted and _makes_claimable(item.settlement)
+            for item, outcome in zip(items, outcomes, strict=True)
+        ):
+            await self._executor.notify(WORK_CHANNEL)
+        if ARMED and carries_outcome(step for item in items for step in item.steps):
+            crash_point("outcome_commit")
+
+    async def _write_items(self, items: Sequence[BatchItem], now: float) -> list[BatchOutcome]:
+        """Write the items with one statement per kind of change, whatever their number.
+
+        The fence comes first: an item whose run is no longer ``running`` under its
+        epoch writes nothing. Raises _ItemRefused for an item that cannot be
+        written as sent (the transaction must then be rolled back).
+        """
+        q = self._queries
+        for item in items:
+            _check_integer(item.epoch)
+        fences = await self._executor.fetch_all(
+            q["renew_leases"],
+            {
+                "items": _json_set(
                     {
                         "run_id": item.run_id,
                         "epoch": item.epoch,
-                        "source": RunState.RUNNING.value,
                         "lease_seconds": item.lease_seconds,
-                        "now": now,
-                    },
-                )
-                if fence is None:
-                    return BatchOutcome(persisted=False, lease_held=False)
-                for step in item.steps:
-                    await self._write_step(item, step, now)
-                if item.settlement is not None:
-                    changed = await self._settle(item.run_id, item.epoch, item.settlement, now)
-                    if not changed:
-                        raise StoreError("the run changed under its own lease")
-                return BatchOutcome(
+                    }
+                    for item in items
+                ),
+                "source": RunState.RUNNING.value,
+                "now": now,
+            },
+        )
+        held = {(row["run_id"], row["epoch"]): row for row in fences}
+        inserts: dict[tuple[str, int], tuple[int, StepWrite]] = {}
+        settles: dict[tuple[str, int], tuple[int, StepWrite]] = {}
+        withdrawals: dict[tuple[str, int], tuple[int, StepWrite]] = {}
+        settlements: dict[tuple[str, int], tuple[int, Settlement]] = {}
+        for position, item in enumerate(items):
+            if (item.run_id, item.epoch) not in held:
+                continue
+            for step in item.steps:
+                _check_integer(step.seq)
+                kind = withdrawals if step.withdraws else settles if step.settles else inserts
+                kind[(item.run_id, step.seq)] = (position, step)
+            if item.settlement is not None:
+                settlements[(item.run_id, item.epoch)] = (position, item.settlement)
+        if inserts:
+            await self._insert_steps(items, inserts, now)
+        if settles:
+            await self._settle_steps(items, settles, now)
+        if withdrawals:
+            await self._withdraw_steps(items, withdrawals)
+        if settlements:
+            settled = await self._settle_runs(
+                [(key[0], key[1], settlement) for key, (_, settlement) in settlements.items()], now
+            )
+            for key, (position, _) in settlements.items():
+                if key not in settled:
+                    raise _ItemRefused(position, "the run changed under its own lease")
+        outcomes: list[BatchOutcome] = []
+        for item in items:
+            fence = held.get((item.run_id, item.epoch))
+            if fence is None:
+                outcomes.append(BatchOutcome(persisted=False, lease_held=False))
+                continue
+            outcomes.append(
+                BatchOutcome(
                     persisted=True,
                     lease_held=item.settlement is None,
                     cancel_requested=bool(fence["cancel_requested"]),
                     lease_expires_at=fence["lease_expires_at"],
                 )
-        except StoreError as exc:
-            return BatchOutcome(
-                persisted=False, lease_held=True, error=exc.message, data_error=exc.data_error
             )
+        return outcomes
 
-    async def _write_step(self, item: BatchItem, step: StepWrite, now: float) -> None:
-        q = self._queries
-        if step.withdraws:
-            withdrawn = await self._executor.fetch_all(
-                q["withdraw_step"],
-                {
-                    "run_id": item.run_id,
-                    "seq": step.seq,
-                    "epoch": item.epoch,
-                    "started": StepStatus.STARTED.value,
-                },
-            )
-            if len(withdrawn) != 1:
-                raise StoreError(f"step {step.seq} of run {item.run_id} has no open intent")
-            return
-        if step.settles:
-            changed = await self._executor.fetch_all(
-                q["settle_step"],
-                {
-                    "run_id": item.run_id,
-                    "seq": step.seq,
-                    "epoch": item.epoch,
-                    "status": step.status.value,
-                    "output_json": step.output_json,
-                    "error": step.error,
-                    "started": StepStatus.STARTED.value,
-                    "now": now,
-                },
-            )
-            if len(changed) != 1:
-                await self._check_stored(item, step, "has no open intent")
-            return
-        inserted = await self._executor.fetch_all(
-            q["insert_step"],
+    async def _insert_steps(
+        self,
+        items: Sequence[BatchItem],
+        steps: dict[tuple[str, int], tuple[int, StepWrite]],
+        now: float,
+    ) -> None:
+        rows = await self._executor.fetch_all(
+            self._queries["insert_steps"],
             {
-                "run_id": item.run_id,
-                "seq": step.seq,
-                "epoch": item.epoch,
-                "kind": step.kind.value,
-                "tool": step.tool,
-                "call_id": step.call_id,
-                "effect": None if step.effect is None else step.effect.value,
-                "status": step.status.value,
-                "idempotency_key": step.idempotency_key,
-                "arguments_json": step.arguments_json,
-                "output_json": step.output_json,
-                "error": step.error,
+                "steps": _json_set(
+                    {
+                        "run_id": items[position].run_id,
+                        "seq": step.seq,
+                        "epoch": items[position].epoch,
+                        "kind": step.kind.value,
+                        "tool": step.tool,
+                        "call_id": step.call_id,
+                        "effect": None if step.effect is None else step.effect.value,
+                        "status": step.status.value,
+                        "idempotency_key": step.idempotency_key,
+                        "arguments_json": step.arguments_json,
+                        "output_json": step.output_json,
+                        "error": step.error,
+                        "started_at": step.started_at,
+                        "finished": step.status is not StepStatus.STARTED,
+                    }
+                    for position, step in steps.values()
+                ),
                 "now": now,
-                "started_at": step.started_at,
-                "finished": step.status is not StepStatus.STARTED,
             },
         )
-        if not inserted:
-            await self._check_stored(item, step, "is already recorded differently")
+        await self._check_unwritten(items, steps, rows, "is already recorded differently")
 
-    async def _check_stored(self, item: BatchItem, step: StepWrite, problem: str) -> None:
-        """Accept a step whose row is stored exactly as sent; refuse any other.
+    async def _settle_steps(
+        self,
+        items: Sequence[BatchItem],
+        steps: dict[tuple[str, int], tuple[int, StepWrite]],
+        now: float,
+    ) -> None:
+        rows = await self._executor.fetch_all(
+            self._queries["settle_steps"],
+            {
+                "steps": _json_set(
+                    {
+                        "run_id": items[position].run_id,
+                        "seq": step.seq,
+                        "epoch": items[position].epoch,
+                        "status": step.status.value,
+                        "output_json": step.output_json,
+                        "error": step.error,
+                    }
+                    for position, step in steps.values()
+                ),
+                "started": StepStatus.STARTED.value,
+                "now": now,
+            },
+        )
+        await self._check_unwritten(items, steps, rows, "has no open intent")
+
+    async def _withdraw_steps(
+        self, items: Sequence[BatchItem], steps: dict[tuple[str, int], tuple[int, StepWrite]]
+    ) -> None:
+        rows = await self._executor.fetch_all(
+            self._queries["withdraw_steps"],
+            {
+                "steps": _json_set(
+                    {
+                        "run_id": items[position].run_id,
+                        "seq": step.seq,
+                        "epoch": items[position].epoch,
+                    }
+                    for position, step in steps.values()
+                ),
+                "started": StepStatus.STARTED.value,
+            },
+        )
+        written = {(row["run_id"], row["seq"]) for row in rows}
+        for key, (position, step) in steps.items():
+            if key not in written:
+                raise _ItemRefused(position, f"step {step.seq} of run {key[0]} has no open intent")
+
+    async def _check_unwritten(
+        self,
+        items: Sequence[BatchItem],
+        steps: dict[tuple[str, int], tuple[int, StepWrite]],
+        written_rows: Sequence[Row],
+        problem: str,
+    ) -> None:
+        """Accept a step the statement did not write if its row is stored exactly as sent.
 
         A record is sent again when the answer to the commit that stored it was
         lost: storing it twice changes nothing and is no error, or the run would
         fail the write that follows it. A different row under the same seq is a
         contradiction that no retry resolves.
         """
-        row = await self._executor.fetch_one(
-            self._queries["get_step"], {"run_id": item.run_id, "seq": step.seq}
-        )
-        if row is not None and _same_step(row, item.epoch, step):
+        if len(written_rows) == len(steps):
             return
-        raise StoreError(f"step {step.seq} of run {item.run_id} {problem}", data_error=True)
+        written = {(row["run_id"], row["seq"]) for row in written_rows}
+        for key, (position, step) in steps.items():
+            if key in written:
+                continue
+            row = await self._executor.fetch_one(
+                self._queries["get_step"], {"run_id": key[0], "seq": step.seq}
+            )
+            if row is None or not _same_step(row, items[position].epoch, step):
+                raise _ItemRefused(
+                    position, f"step {step.seq} of run {key[0]} {problem}", data_error=True
+                )
 
-    async def _settle(
+    async def _settle_runs(
         self,
-        run_id: str,
-        epoch: int,
-        settlement: Settlement,
+        settlements: Sequence[tuple[str, int, Settlement]],
         now: float,
         *,
         check_expired: bool = False,
-    ) -> bool:
-        target = settlement.target
-        changed = await self._executor.fetch_all(
-            self._queries["settle_run"],
+    ) -> set[tuple[str, int]]:
+        """Settle runs, each fenced on its epoch; returns the (run id, epoch) settled."""
+        rows = await self._executor.fetch_all(
+            self._queries["settle_runs"],
             {
-                "run_id": run_id,
-                "epoch": epoch,
-                "source": source_state(settlement.event).value,
-                "target": target.value,
-                "reason": None if settlement.reason is None else settlement.reason.value,
-                "failure_class": (
-                    None if settlement.failure_class is None else settlement.failure_class.value
+                "settlements": _json_set(
+                    {
+                        "run_id": run_id,
+                        "epoch": epoch,
+                        "source": source_state(settlement.event).value,
+                        "target": settlement.target.value,
+                        "reason": None if settlement.reason is None else settlement.reason.value,
+                        "failure_class": (
+                            None
+                            if settlement.failure_class is None
+                            else settlement.failure_class.value
+                        ),
+                        "result_json": settlement.result_json,
+                        "error": settlement.error,
+                        "spent_retries": 1 if settlement.spends_retry else 0,
+                        "delay_seconds": settlement.delay_seconds,
+                        "terminal": settlement.target.terminal,
+                        "check_expired": check_expired,
+                    }
+                    for run_id, epoch, settlement in settlements
                 ),
-                "result_json": settlement.result_json,
-                "error": settlement.error,
-                "spent_retries": 1 if settlement.spends_retry else 0,
-                "delay_seconds": settlement.delay_seconds,
-                "terminal": target.terminal,
-                "check_expired": check_expired,
                 "now": now,
             },
         )
-        return len(changed) == 1
+        return {(row["run_id"], row["epoch"]) for row in rows}
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         async with self._executor.reading():
@@ -569,9 +712,11 @@ class SQLStore:
 
     async def reap(self, expired: ExpiredRun, settlement: Settlement) -> bool:
         async with self._executor.transaction():
-            changed = await self._settle(
-                expired.run.id, expired.run.epoch, settlement, self._now(), check_expired=True
+            run = expired.run
+            settled = await self._settle_runs(
+                [(run.id, run.epoch, settlement)], self._now(), check_expired=True
             )
+            changed = bool(settled)
             if changed and _makes_claimable(settlement):
                 await self._executor.notify(WORK_CHANNEL)
         return changed

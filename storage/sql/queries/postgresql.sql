@@ -44,53 +44,88 @@ FROM picked
 WHERE runs.id = picked.id AND runs.state = :source
 RETURNING runs.*;
 
--- name: renew_lease
+-- name: renew_leases
+-- A batch's fence, for all its runs at once. :items is a JSON array of
+-- {run_id, epoch, lease_seconds}; a run returned is held, one missing is not.
+-- The rows are locked in id order first, so that two batches sharing runs (a
+-- stale worker's and the new owner's) cannot deadlock.
+WITH wanted AS (
+    SELECT * FROM jsonb_to_recordset(:items::jsonb)
+        AS wanted (run_id text, epoch integer, lease_seconds double precision)
+), locked AS MATERIALIZED (
+    SELECT runs.id FROM runs JOIN wanted ON runs.id = wanted.run_id
+    ORDER BY runs.id
+    FOR UPDATE OF runs
+)
 UPDATE runs
-SET lease_expires_at = leaseward_clock() + :lease_seconds::double precision,
+SET lease_expires_at = leaseward_clock() + wanted.lease_seconds,
     updated_at = leaseward_now()
-WHERE id = :run_id AND epoch = :epoch AND state = :source
-RETURNING cancel_requested, lease_expires_at;
+FROM wanted
+WHERE runs.id = wanted.run_id AND runs.epoch = wanted.epoch AND runs.state = :source
+  AND runs.id IN (SELECT id FROM locked)
+RETURNING runs.id AS run_id, runs.epoch, runs.cancel_requested, runs.lease_expires_at;
 
--- name: insert_step
+-- name: insert_steps
+-- Every new journal row of a batch. A record sent again after its commit's
+-- answer was lost is already here and is not returned: the domain operation
+-- compares it with the stored row.
 INSERT INTO steps (
     run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,
     arguments_json, output_json, error, started_at, finished_at
-) VALUES (
-    :run_id, :seq, :epoch, :kind, :tool, :call_id, :effect, :status, :idempotency_key,
-    :arguments_json, :output_json, :error,
-    COALESCE(:started_at::double precision, leaseward_now()),
-    CASE WHEN :finished::boolean THEN leaseward_now() END
 )
--- A record sent again after its commit's answer was lost is already here: the
--- domain operation compares it with the stored row.
+SELECT new.run_id, new.seq, new.epoch, new.kind, new.tool, new.call_id, new.effect,
+       new.status, new.idempotency_key, new.arguments_json, new.output_json, new.error,
+       COALESCE(new.started_at, leaseward_now()),
+       CASE WHEN new.finished THEN leaseward_now() END
+FROM jsonb_to_recordset(:steps::jsonb) AS new (
+    run_id text, seq integer, epoch integer, kind text, tool text, call_id text,
+    effect text, status text, idempotency_key text, arguments_json text,
+    output_json text, error text, started_at double precision, finished boolean
+)
 ON CONFLICT (run_id, seq) DO NOTHING
-RETURNING seq;
+RETURNING run_id, seq;
 
--- name: settle_step
+-- name: settle_steps
+-- The outcomes of open intents; one whose intent is not open is not returned.
 UPDATE steps
-SET status = :status, output_json = :output_json, error = :error,
+SET status = outcome.status, output_json = outcome.output_json, error = outcome.error,
     finished_at = leaseward_now()
-WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started
-RETURNING seq;
+FROM jsonb_to_recordset(:steps::jsonb) AS outcome (
+    run_id text, seq integer, epoch integer, status text, output_json text, error text
+)
+WHERE steps.run_id = outcome.run_id AND steps.seq = outcome.seq
+  AND steps.epoch = outcome.epoch AND steps.status = :started
+RETURNING steps.run_id, steps.seq;
 
 -- name: get_step
 SELECT * FROM steps WHERE run_id = :run_id AND seq = :seq;
 
--- name: withdraw_step
+-- name: withdraw_steps
 DELETE FROM steps
-WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started
-RETURNING seq;
+WHERE status = :started AND (run_id, seq, epoch) IN (
+    SELECT * FROM jsonb_to_recordset(:steps::jsonb)
+        AS withdrawn (run_id text, seq integer, epoch integer)
+)
+RETURNING run_id, seq;
 
--- name: settle_run
+-- name: settle_runs
+-- Run settlements, each fenced on its epoch and source state; a reap's also on
+-- its lease still being expired. :settlements is a JSON array of objects.
 UPDATE runs
-SET state = :target, reason = :reason, failure_class = :failure_class,
-    result_json = :result_json, error = :error, requeues = requeues + :spent_retries::integer,
-    available_at = leaseward_now() + :delay_seconds::double precision,
+SET state = settled.target, reason = settled.reason, failure_class = settled.failure_class,
+    result_json = settled.result_json, error = settled.error,
+    requeues = runs.requeues + settled.spent_retries,
+    available_at = leaseward_now() + settled.delay_seconds,
     lease_owner = NULL, lease_expires_at = NULL, updated_at = leaseward_now(),
-    finished_at = CASE WHEN :terminal::boolean THEN leaseward_now() END
-WHERE id = :run_id AND epoch = :epoch AND state = :source
-  AND (NOT :check_expired::boolean OR lease_expires_at < leaseward_now())
-RETURNING id;
+    finished_at = CASE WHEN settled.terminal THEN leaseward_now() END
+FROM jsonb_to_recordset(:settlements::jsonb) AS settled (
+    run_id text, epoch integer, source text, target text, reason text,
+    failure_class text, result_json text, error text, spent_retries integer,
+    delay_seconds double precision, terminal boolean, check_expired boolean
+)
+WHERE runs.id = settled.run_id AND runs.epoch = settled.epoch AND runs.state = settled.source
+  AND (NOT settled.check_expired OR runs.lease_expires_at < leaseward_now())
+RETURNING runs.id AS run_id, runs.epoch;
 
 -- name: get_run
 SELECT * FROM runs WHERE id = :run_id;

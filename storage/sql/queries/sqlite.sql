@@ -33,49 +33,84 @@ WHERE id IN (
 ) AND state = :source
 RETURNING *;
 
--- name: renew_lease
+-- name: renew_leases
+-- A batch's fence, for all its runs at once. :items is a JSON array of
+-- {run_id, epoch, lease_seconds}; a run returned is held, one missing is not.
 UPDATE runs
-SET lease_expires_at = :now + :lease_seconds, updated_at = :now
-WHERE id = :run_id AND epoch = :epoch AND state = :source
-RETURNING cancel_requested, lease_expires_at;
+SET lease_expires_at = :now + wanted.lease_seconds, updated_at = :now
+FROM (
+    SELECT value ->> 'run_id' AS run_id, value ->> 'epoch' AS epoch,
+           value ->> 'lease_seconds' AS lease_seconds
+    FROM json_each(:items)
+) AS wanted
+WHERE runs.id = wanted.run_id AND runs.epoch = wanted.epoch AND runs.state = :source
+RETURNING runs.id AS run_id, runs.epoch AS epoch, runs.cancel_requested, runs.lease_expires_at;
 
--- name: insert_step
+-- name: insert_steps
+-- Every new journal row of a batch. A record sent again after its commit's
+-- answer was lost is already here and is not returned: the domain operation
+-- compares it with the stored row. ("WHERE true" tells SQLite's parser that
+-- ON CONFLICT belongs to the INSERT, not to a join.)
 INSERT INTO steps (
     run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,
     arguments_json, output_json, error, started_at, finished_at
-) VALUES (
-    :run_id, :seq, :epoch, :kind, :tool, :call_id, :effect, :status, :idempotency_key,
-    :arguments_json, :output_json, :error, COALESCE(:started_at, :now),
-    CASE WHEN :finished THEN :now END
 )
--- A record sent again after its commit's answer was lost is already here: the
--- domain operation compares it with the stored row.
+SELECT value ->> 'run_id', value ->> 'seq', value ->> 'epoch', value ->> 'kind',
+       value ->> 'tool', value ->> 'call_id', value ->> 'effect', value ->> 'status',
+       value ->> 'idempotency_key', value ->> 'arguments_json', value ->> 'output_json',
+       value ->> 'error', COALESCE(value ->> 'started_at', :now),
+       CASE WHEN value ->> 'finished' THEN :now END
+FROM json_each(:steps) WHERE true
 ON CONFLICT (run_id, seq) DO NOTHING
-RETURNING seq;
+RETURNING run_id, seq;
 
--- name: settle_step
+-- name: settle_steps
+-- The outcomes of open intents; one whose intent is not open is not returned.
 UPDATE steps
-SET status = :status, output_json = :output_json, error = :error, finished_at = :now
-WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started
-RETURNING seq;
+SET status = outcome.status, output_json = outcome.output_json, error = outcome.error,
+    finished_at = :now
+FROM (
+    SELECT value ->> 'run_id' AS run_id, value ->> 'seq' AS seq, value ->> 'epoch' AS epoch,
+           value ->> 'status' AS status, value ->> 'output_json' AS output_json,
+           value ->> 'error' AS error
+    FROM json_each(:steps)
+) AS outcome
+WHERE steps.run_id = outcome.run_id AND steps.seq = outcome.seq
+  AND steps.epoch = outcome.epoch AND steps.status = :started
+RETURNING steps.run_id, steps.seq;
 
 -- name: get_step
 SELECT * FROM steps WHERE run_id = :run_id AND seq = :seq;
 
--- name: withdraw_step
+-- name: withdraw_steps
 DELETE FROM steps
-WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started
-RETURNING seq;
+WHERE status = :started AND (run_id, seq, epoch) IN (
+    SELECT value ->> 'run_id', value ->> 'seq', value ->> 'epoch' FROM json_each(:steps)
+)
+RETURNING run_id, seq;
 
--- name: settle_run
+-- name: settle_runs
+-- Run settlements, each fenced on its epoch and source state; a reap's also on
+-- its lease still being expired. :settlements is a JSON array of objects.
 UPDATE runs
-SET state = :target, reason = :reason, failure_class = :failure_class,
-    result_json = :result_json, error = :error, requeues = requeues + :spent_retries,
-    available_at = :now + :delay_seconds, lease_owner = NULL, lease_expires_at = NULL,
-    updated_at = :now, finished_at = CASE WHEN :terminal THEN :now END
-WHERE id = :run_id AND epoch = :epoch AND state = :source
-  AND (NOT :check_expired OR lease_expires_at < :now)
-RETURNING id;
+SET state = settled.target, reason = settled.reason, failure_class = settled.failure_class,
+    result_json = settled.result_json, error = settled.error,
+    requeues = requeues + settled.spent_retries,
+    available_at = :now + settled.delay_seconds, lease_owner = NULL, lease_expires_at = NULL,
+    updated_at = :now, finished_at = CASE WHEN settled.terminal THEN :now END
+FROM (
+    SELECT value ->> 'run_id' AS run_id, value ->> 'epoch' AS epoch,
+           value ->> 'source' AS source, value ->> 'target' AS target,
+           value ->> 'reason' AS reason, value ->> 'failure_class' AS failure_class,
+           value ->> 'result_json' AS result_json, value ->> 'error' AS error,
+           value ->> 'spent_retries' AS spent_retries,
+           value ->> 'delay_seconds' AS delay_seconds, value ->> 'terminal' AS terminal,
+           value ->> 'check_expired' AS check_expired
+    FROM json_each(:settlements)
+) AS settled
+WHERE runs.id = settled.run_id AND runs.epoch = settled.epoch AND runs.state = settled.source
+  AND (NOT settled.check_expired OR runs.lease_expires_at < :now)
+RETURNING runs.id AS run_id, runs.epoch AS epoch;
 
 -- name: get_run
 SELECT * FROM runs WHERE id = :run_id;
