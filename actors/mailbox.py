@@ -1,12 +1,15 @@
-"""Typed mailboxes and one-shot reply channels over anyio memory object streams."""
+"""Typed mailboxes and one-shot reply channels.
+
+Both sit on every journal step's path (a request to the Persister and its
+answer), so they are a deque and a single event rather than memory streams.
+"""
 
 from __future__ import annotations
 
-import math
+from collections import deque
 from typing import Generic, TypeVar
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 __all__ = ["Mailbox", "Reply"]
 
@@ -14,52 +17,46 @@ T = TypeVar("T")
 
 
 class Mailbox(Generic[T]):
-    """An actor's inbox. It outlives the actor's task, so a restarted actor finds its mail."""
+    """An actor's inbox, unbounded. It outlives the actor's task, so a restarted actor
+    finds its mail. One task receives; any number send."""
 
-    def __init__(self, capacity: float = math.inf) -> None:
-        self._send: MemoryObjectSendStream[T]
-        self._receive: MemoryObjectReceiveStream[T]
-        self._send, self._receive = anyio.create_memory_object_stream[T](capacity)
+    def __init__(self) -> None:
+        self._messages: deque[T] = deque()
+        self._arrived = anyio.Event()
 
     async def send(self, message: T) -> None:
-        await self._send.send(message)
+        self.send_nowait(message)
 
     def send_nowait(self, message: T) -> None:
-        self._send.send_nowait(message)
+        self._messages.append(message)
+        self._arrived.set()
 
     async def receive(self) -> T:
-        return await self._receive.receive()
+        while not self._messages:
+            # A fresh event per wait: a set one would stay set after the mail is taken.
+            self._arrived = anyio.Event()
+            await self._arrived.wait()
+        return self._messages.popleft()
 
     def receive_nowait(self) -> T | None:
-        try:
-            return self._receive.receive_nowait()
-        except anyio.WouldBlock:
-            return None
-
-    def close(self) -> None:
-        self._send.close()
-        self._receive.close()
+        return self._messages.popleft() if self._messages else None
 
 
 class Reply(Generic[T]):
-    """A one-shot channel for the answer to a request."""
+    """A one-shot channel for the answer to a request: the first answer is kept."""
+
+    __slots__ = ("_answered", "_value")
+    _value: T
 
     def __init__(self) -> None:
-        self._send: MemoryObjectSendStream[T]
-        self._receive: MemoryObjectReceiveStream[T]
-        self._send, self._receive = anyio.create_memory_object_stream[T](1)
+        self._answered = anyio.Event()
 
     def answer(self, value: T) -> None:
-        try:
-            self._send.send_nowait(value)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.WouldBlock):
-            # The asker is gone (cancelled) or was already answered; nobody waits for this.
-            pass
-        finally:
-            self._send.close()
+        # An asker that is gone (cancelled) simply never reads it.
+        if not self._answered.is_set():
+            self._value = value
+            self._answered.set()
 
     async def wait(self) -> T:
-        try:
-            return await self._receive.receive()
-        finally:
-            self._receive.close()
+        await self._answered.wait()
+        return self._value
