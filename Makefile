@@ -3,7 +3,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run embedded test lint typecheck bench soak demo-crash clean
+.PHONY: run embedded test lint typecheck bench bench-peers soak demo-crash clean
 
 PACKAGE_SOURCES := $(shell find leaseward runtime actors storage -name '*.py' -o -name '*.sql')
 
@@ -44,6 +44,33 @@ test: lint typecheck
 
 bench: $(STAMP)
 	$(BIN)/python bench/steps.py
+
+PEERS_VENV := bench/.venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
+PEERS_FLAGS ?=
+
+# DBOS Transact and LangGraph (bench/peers/requirements.txt) in a venv of their
+# own, never in leaseward's: made anew when it is missing or the pins change.
+$(PEERS_STAMP): bench/peers/requirements.txt
+	rm -rf $(PEERS_VENV)
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install --quiet -r bench/peers/requirements.txt || { \
+		echo "bench-peers: the pins did not install together; installing them one by one"; \
+		for pin in $$(grep -v '^#' bench/peers/requirements.txt); do \
+			$(PEERS_VENV)/bin/python -m pip install --quiet -c bench/peers/requirements.txt "$$pin" || \
+				echo "bench-peers: could not install $$pin"; \
+		done; \
+		exit 1; }
+	touch $@
+
+# leaseward side by side with DBOS and LangGraph (bench/peers/compare.py, which
+# needs only the standard library). A peer that failed to install is reported as
+# not run; the others are still measured. PEERS_FLAGS=--sweep for N=1,10,100,1000.
+bench-peers: $(STAMP)
+	@$(MAKE) --no-print-directory $(PEERS_STAMP) || \
+		echo "bench-peers: installing the peers into $(PEERS_VENV) failed (see above); running what can run"
+	$(BIN)/python bench/peers/compare.py --peers-python $(PEERS_VENV)/bin/python $(PEERS_FLAGS)
 
 # A daemon SIGKILLed in the middle of charging a card, another taking over, and an
 # operator's resolve: narrated in plain sentences (examples/demo_crash.py).
