@@ -9,6 +9,7 @@ from typing import Protocol
 import attrs
 
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.lifecycle import Reason, RunState, StepStatus
 from leaseward.runtime.model import (
     NewRun,
@@ -25,8 +26,12 @@ __all__ = [
     "BatchItem",
     "BatchOutcome",
     "CancelOutcome",
+    "ClaimRequest",
     "ExpiredRun",
+    "Reap",
     "Store",
+    "WriteBatch",
+    "WriteResults",
 ]
 
 
@@ -71,6 +76,66 @@ class CancelOutcome(enum.StrEnum):
     ALREADY_FINISHED = "already_finished"
 
 
+@attrs.frozen
+class ClaimRequest:
+    """Lease up to ``limit`` ready runs of ``agents``, oldest first, leaving ``exclude`` alone."""
+
+    worker_id: str
+    limit: int
+    lease_seconds: float
+    agents: tuple[str, ...]
+    exclude: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class Reap:
+    """Settle an expired run, fenced on its epoch and on its lease still being expired."""
+
+    expired: ExpiredRun
+    settlement: Settlement
+
+
+@attrs.frozen
+class WriteBatch:
+    """Writes of every kind, committed together in one transaction (group commit).
+
+    They are applied in this order: new runs, cancels, journal items, reaps,
+    claims, so a claim in the batch can lease a run submitted in it.
+    """
+
+    new_runs: tuple[NewRun, ...] = ()
+    cancels: tuple[str, ...] = ()
+    items: tuple[BatchItem, ...] = ()
+    reaps: tuple[Reap, ...] = ()
+    claims: tuple[ClaimRequest, ...] = ()
+
+    def __len__(self) -> int:
+        return (
+            len(self.new_runs)
+            + len(self.cancels)
+            + len(self.items)
+            + len(self.reaps)
+            + len(self.claims)
+        )
+
+
+@attrs.frozen
+class WriteResults:
+    """One result per request of a WriteBatch, kind by kind and in order.
+
+    A request refused on its own (an unknown run to cancel, an idempotency key
+    used for other work, data the store cannot take) has the error as its
+    result; the others in the batch are unaffected. Journal items answer with a
+    BatchOutcome, which carries its own error.
+    """
+
+    new_runs: tuple[RunRecord | LeasewardError, ...] = ()
+    cancels: tuple[CancelOutcome | LeasewardError, ...] = ()
+    items: tuple[BatchOutcome, ...] = ()
+    reaps: tuple[bool | LeasewardError, ...] = ()
+    claims: tuple[tuple[RunRecord, ...] | LeasewardError, ...] = ()
+
+
 class Store(Protocol):
     async def migrate(self) -> int:
         """Bring the schema to the newest version; returns that version."""
@@ -97,6 +162,14 @@ class Store(Protocol):
 
         Runs in ``exclude`` are left alone: the claimer still has a live actor on
         an earlier epoch of each, and must not run one run twice at once.
+        """
+        ...
+
+    async def commit(self, batch: WriteBatch) -> WriteResults:
+        """Commit every request of ``batch`` in one transaction (see WriteResults).
+
+        Raises StoreError only when the transaction as a whole failed: then
+        nothing of it is stored (or, for CommitOutcomeUnknown, maybe all of it).
         """
         ...
 

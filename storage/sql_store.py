@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -14,6 +14,7 @@ from leaseward.runtime.errors import (
     IdempotencyKeyConflict,
     IllegalTransition,
     InvalidInput,
+    LeasewardError,
     RunNotFound,
     StoreError,
 )
@@ -43,7 +44,16 @@ from leaseward.runtime.model import (
 from leaseward.storage.crash_points import ARMED, carries_outcome, crash_point
 from leaseward.storage.executor import Executor, Row
 from leaseward.storage.migrations import MIGRATIONS
-from leaseward.storage.protocol import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun
+from leaseward.storage.protocol import (
+    BatchItem,
+    BatchOutcome,
+    CancelOutcome,
+    ClaimRequest,
+    ExpiredRun,
+    Reap,
+    WriteBatch,
+    WriteResults,
+)
 from leaseward.storage.queries import load_queries
 
 __all__ = ["PURGE_BATCH_RUNS", "WORK_CHANNEL", "SQLStore"]
@@ -175,6 +185,66 @@ def _same_request(existing: Row, new: NewRun) -> RunRecord:
     )
 
 
+_CANCELLED = TRANSITIONS[Event.CANCEL_QUEUED][1]
+
+R = TypeVar("R")
+
+
+def _raised(result: R | LeasewardError) -> R:
+    """A single request's result, its error raised as a direct call would."""
+    if isinstance(result, LeasewardError):
+        raise result
+    return result
+
+
+def _run_row(new: NewRun) -> dict[str, Any]:
+    if new.mode is RunMode.INTERACTIVE:
+        state, epoch = TRANSITIONS[Event.START_INTERACTIVE][1], 1
+        lease_seconds: float | None = new.lease_seconds or 0.0
+    else:
+        # No lease: NULL seconds make a NULL expiry.
+        state, epoch, lease_seconds = TRANSITIONS[Event.SUBMIT][1], 0, None
+    return {
+        "id": new.id,
+        "agent": new.agent,
+        "mode": new.mode.value,
+        "state": state.value,
+        "input_json": new.input_json,
+        "epoch": epoch,
+        "lease_owner": new.lease_owner,
+        "lease_seconds": lease_seconds,
+        "idempotency_key": new.idempotency_key,
+        "request_digest": new.request_digest,
+    }
+
+
+def _singles(batch: WriteBatch) -> list[WriteBatch]:
+    """The batch as one batch per request, in the order a batch applies them."""
+    return [
+        *(WriteBatch(new_runs=(new,)) for new in batch.new_runs),
+        *(WriteBatch(cancels=(run_id,)) for run_id in batch.cancels),
+        *(WriteBatch(items=(item,)) for item in batch.items),
+        *(WriteBatch(reaps=(reap,)) for reap in batch.reaps),
+        *(WriteBatch(claims=(claim,)) for claim in batch.claims),
+    ]
+
+
+def _failed(single: WriteBatch, exc: StoreError) -> WriteResults:
+    """The result of a one-request batch that the store refused."""
+    return WriteResults(
+        new_runs=(exc,) * len(single.new_runs),
+        cancels=(exc,) * len(single.cancels),
+        items=(
+            BatchOutcome(
+                persisted=False, lease_held=True, error=exc.message, data_error=exc.data_error
+            ),
+        )
+        * len(single.items),
+        reaps=(exc,) * len(single.reaps),
+        claims=(exc,) * len(single.claims),
+    )
+
+
 def _json_set(rows: Iterable[dict[str, Any]]) -> str:
     """A set of rows as the one JSON parameter a set statement reads them from.
 
@@ -294,48 +364,11 @@ class SQLStore:
     def _now(self) -> float:
         return self._clock.now()
 
+    # -- writes: every one goes through commit(), one transaction per batch ---------------
+
     async def create_run(self, new: NewRun) -> RunRecord:
-        lease_seconds: float | None
-        if new.mode is RunMode.INTERACTIVE:
-            state, epoch = TRANSITIONS[Event.START_INTERACTIVE][1], 1
-            lease_seconds = new.lease_seconds or 0.0
-        else:
-            # No lease: NULL seconds make a NULL expiry.
-            state, epoch, lease_seconds = TRANSITIONS[Event.SUBMIT][1], 0, None
-        async with self._executor.transaction():
-            row = await self._executor.fetch_one(
-                self._queries["insert_run"],
-                {
-                    "id": new.id,
-                    "agent": new.agent,
-                    "mode": new.mode.value,
-                    "state": state.value,
-                    "input_json": new.input_json,
-                    "epoch": epoch,
-                    "lease_owner": new.lease_owner,
-                    "lease_seconds": lease_seconds,
-                    "idempotency_key": new.idempotency_key,
-                    "request_digest": new.request_digest,
-                    "now": self._now(),
-                },
-            )
-            if row is None and new.idempotency_key is not None:
-                # Never check-then-insert: the insert itself, through the unique
-                # index, decides which of two racing submits creates the run.
-                existing = await self._executor.fetch_one(
-                    self._queries["get_run_by_key"], {"idempotency_key": new.idempotency_key}
-                )
-                if existing is None:
-                    raise StoreError(
-                        f"the run with idempotency key {new.idempotency_key!r} "
-                        "was not returned by the store"
-                    )
-                return _same_request(existing, new)
-            if state is RunState.QUEUED:
-                await self._executor.notify(WORK_CHANNEL)
-        if row is None:
-            raise StoreError("the new run was not returned by the store")
-        return run_from_row(row)
+        [result] = (await self.commit(WriteBatch(new_runs=(new,)))).new_runs
+        return _raised(result)
 
     async def claim_runs(
         self,
@@ -345,74 +378,195 @@ class SQLStore:
         agents: Sequence[str],
         exclude: Sequence[str] = (),
     ) -> list[RunRecord]:
-        source, target = TRANSITIONS[Event.CLAIM]
-        assert source is not None
-        async with self._executor.transaction():
-            rows = await self._executor.fetch_all(
-                self._queries["claim_runs"],
-                {
-                    "source": source.value,
-                    "target": target.value,
-                    "worker_id": worker_id,
-                    "lease_seconds": lease_seconds,
-                    "limit": limit,
-                    "agents": list(agents),
-                    "exclude": list(exclude),
-                    "now": self._now(),
-                },
-            )
-        return sorted((run_from_row(r) for r in rows), key=lambda r: (r.available_at, r.created_at))
+        claim = ClaimRequest(worker_id, limit, lease_seconds, tuple(agents), tuple(exclude))
+        [result] = (await self.commit(WriteBatch(claims=(claim,)))).claims
+        return list(_raised(result))
 
     async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
-        if not items:
-            return []
+        return list((await self.commit(WriteBatch(items=tuple(items)))).items)
+
+    async def request_cancel(self, run_id: str) -> CancelOutcome:
+        [result] = (await self.commit(WriteBatch(cancels=(run_id,)))).cancels
+        return _raised(result)
+
+    async def reap(self, expired: ExpiredRun, settlement: Settlement) -> bool:
+        [result] = (await self.commit(WriteBatch(reaps=(Reap(expired, settlement),)))).reaps
+        return _raised(result)
+
+    async def commit(self, batch: WriteBatch) -> WriteResults:
+        if not len(batch):
+            return WriteResults()
         try:
             async with self._executor.transaction():
                 # Read once the transaction holds SQLite's write lock: a "now" taken
                 # before waiting for it would date the renewed leases in the past.
                 now = self._now()
-                outcomes = await self._write_items(items, now)
-                await self._after_write(items, outcomes)
-            return outcomes
+                results = await self._write(batch, now)
+                await self._after_write(batch, results)
+            return results
         except _ItemRefused:
             pass
         except StoreError as exc:
             if not exc.data_error:
                 raise
-        # Some item's data was refused, and a set statement cannot say whose: the
-        # batch is written again, each item alone, so that only that item fails.
-        return await self._commit_each(items)
+        # Some request's data was refused, and a set statement cannot say whose: the
+        # batch is written again, each request alone, so that only that one fails.
+        return await self._commit_each(batch)
 
-    async def _commit_each(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
-        outcomes: list[BatchOutcome] = []
+    async def _commit_each(self, batch: WriteBatch) -> WriteResults:
+        parts: list[WriteResults] = []
         async with self._executor.transaction():
             now = self._now()
-            for item in items:
+            for single in _singles(batch):
                 try:
-                    async with self._executor.savepoint("item"):
-                        [outcome] = await self._write_items([item], now)
+                    async with self._executor.savepoint("request"):
+                        parts.append(await self._write(single, now))
                 except _ItemRefused as refused:
-                    outcome = refused.outcome
+                    parts.append(WriteResults(items=(refused.outcome,)))
                 except StoreError as exc:
-                    outcome = BatchOutcome(
-                        persisted=False,
-                        lease_held=True,
-                        error=exc.message,
-                        data_error=exc.data_error,
-                    )
-                outcomes.append(outcome)
-            await self._after_write(items, outcomes)
-        return outcomes
+                    parts.append(_failed(single, exc))
+            results = WriteResults(
+                new_runs=tuple(r for part in parts for r in part.new_runs),
+                cancels=tuple(r for part in parts for r in part.cancels),
+                items=tuple(r for part in parts for r in part.items),
+                reaps=tuple(r for part in parts for r in part.reaps),
+                claims=tuple(r for part in parts for r in part.claims),
+            )
+            await self._after_write(batch, results)
+        return results
 
-    async def _after_write(self, items: Sequence[BatchItem], outcomes: list[BatchOutcome]) -> None:
+    async def _write(self, batch: WriteBatch, now: float) -> WriteResults:
+        """Every request of ``batch``, with one statement per kind of change."""
+        return WriteResults(
+            new_runs=await self._insert_runs(batch.new_runs, now) if batch.new_runs else (),
+            cancels=await self._cancel_runs(batch.cancels, now) if batch.cancels else (),
+            items=tuple(await self._write_items(batch.items, now)) if batch.items else (),
+            reaps=await self._reap_runs(batch.reaps, now) if batch.reaps else (),
+            claims=tuple([await self._claim(claim, now) for claim in batch.claims]),
+        )
+
+    async def _after_write(self, batch: WriteBatch, results: WriteResults) -> None:
         """What a batch does last, inside its transaction."""
-        if any(
-            outcome.persisted and _makes_claimable(item.settlement)
-            for item, outcome in zip(items, outcomes, strict=True)
-        ):
+        claimable = (
+            any(
+                isinstance(run, RunRecord) and run.state is RunState.QUEUED and run.id == new.id
+                for new, run in zip(batch.new_runs, results.new_runs, strict=True)
+            )
+            or any(
+                outcome.persisted and _makes_claimable(item.settlement)
+                for item, outcome in zip(batch.items, results.items, strict=True)
+            )
+            or any(
+                reaped is True and _makes_claimable(reap.settlement)
+                for reap, reaped in zip(batch.reaps, results.reaps, strict=True)
+            )
+        )
+        if claimable:
             await self._executor.notify(WORK_CHANNEL)
-        if ARMED and carries_outcome(step for item in items for step in item.steps):
+        if ARMED and carries_outcome(step for item in batch.items for step in item.steps):
             crash_point("outcome_commit")
+
+    async def _insert_runs(
+        self, runs: Sequence[NewRun], now: float
+    ) -> tuple[RunRecord | LeasewardError, ...]:
+        rows = await self._executor.fetch_all(
+            self._queries["insert_runs"],
+            {"runs": _json_set(_run_row(new) for new in runs), "now": now},
+        )
+        inserted = {row["id"]: run_from_row(row) for row in rows}
+        results: list[RunRecord | LeasewardError] = []
+        for new in runs:
+            run = inserted.get(new.id)
+            if run is not None:
+                results.append(run)
+            elif new.idempotency_key is None:
+                raise StoreError("the new run was not returned by the store")
+            else:
+                results.append(await self._keyed_run(new))
+        return tuple(results)
+
+    async def _keyed_run(self, new: NewRun) -> RunRecord | LeasewardError:
+        """The run that holds ``new``'s key: the insert itself, through the unique index,
+        decided which of two racing submits creates it (never check, then insert)."""
+        existing = await self._executor.fetch_one(
+            self._queries["get_run_by_key"], {"idempotency_key": new.idempotency_key}
+        )
+        if existing is None:
+            raise StoreError(
+                f"the run with idempotency key {new.idempotency_key!r} "
+                "was not returned by the store"
+            )
+        try:
+            return _same_request(existing, new)
+        except IdempotencyKeyConflict as conflict:
+            return conflict
+
+    async def _cancel_runs(
+        self, run_ids: Sequence[str], now: float
+    ) -> tuple[CancelOutcome | LeasewardError, ...]:
+        q = self._queries
+        states = {
+            row["id"]: RunState(row["state"])
+            for row in await self._executor.fetch_all(q["lock_runs"], {"ids": list(run_ids)})
+        }
+        running = [run_id for run_id, state in states.items() if state is RunState.RUNNING]
+        waiting = [run_id for run_id, state in states.items() if state in _CANCEL_EVENTS]
+        if running:
+            await self._executor.execute(
+                q["request_cancels"],
+                {"ids": running, "source": RunState.RUNNING.value, "now": now},
+            )
+        if waiting:
+            await self._executor.execute(
+                q["cancel_runs"],
+                {
+                    "ids": waiting,
+                    "sources": [source_state(event).value for event in _CANCEL_EVENTS.values()],
+                    "target": _CANCELLED.value,
+                    "reason": Reason.CANCELLED.value,
+                    "now": now,
+                },
+            )
+        results: list[CancelOutcome | LeasewardError] = []
+        for run_id in run_ids:
+            state = states.get(run_id)
+            if state is None:
+                results.append(RunNotFound(f"no run with id {run_id!r}"))
+            elif state.terminal:
+                results.append(CancelOutcome.ALREADY_FINISHED)
+            elif state is RunState.RUNNING:
+                results.append(CancelOutcome.REQUESTED)
+            else:
+                results.append(CancelOutcome.CANCELLED)
+        return tuple(results)
+
+    async def _reap_runs(self, reaps: Sequence[Reap], now: float) -> tuple[bool, ...]:
+        settled = await self._settle_runs(
+            [(r.expired.run.id, r.expired.run.epoch, r.settlement) for r in reaps],
+            now,
+            check_expired=True,
+        )
+        return tuple((r.expired.run.id, r.expired.run.epoch) in settled for r in reaps)
+
+    async def _claim(self, claim: ClaimRequest, now: float) -> tuple[RunRecord, ...]:
+        source, target = TRANSITIONS[Event.CLAIM]
+        assert source is not None
+        rows = await self._executor.fetch_all(
+            self._queries["claim_runs"],
+            {
+                "source": source.value,
+                "target": target.value,
+                "worker_id": claim.worker_id,
+                "lease_seconds": claim.lease_seconds,
+                "limit": claim.limit,
+                "agents": list(claim.agents),
+                "exclude": list(claim.exclude),
+                "now": now,
+            },
+        )
+        return tuple(
+            sorted((run_from_row(r) for r in rows), key=lambda r: (r.available_at, r.created_at))
+        )
 
     async def _write_items(self, items: Sequence[BatchItem], now: float) -> list[BatchOutcome]:
         """Write the items with one statement per kind of change, whatever their number.
@@ -663,34 +817,6 @@ class SQLStore:
             rows = await self._executor.fetch_all(self._queries["list_steps"], {"run_id": run_id})
         return [step_from_row(r) for r in rows]
 
-    async def request_cancel(self, run_id: str) -> CancelOutcome:
-        q = self._queries
-        now = self._now()
-        async with self._executor.transaction():
-            row = await self._executor.fetch_one(q["lock_run"], {"run_id": run_id})
-            if row is None:
-                raise RunNotFound(f"no run with id {run_id!r}")
-            state = RunState(row["state"])
-            if state.terminal:
-                return CancelOutcome.ALREADY_FINISHED
-            if state is RunState.RUNNING:
-                await self._executor.execute(
-                    q["request_cancel"], {"run_id": run_id, "source": state.value, "now": now}
-                )
-                return CancelOutcome.REQUESTED
-            event = _CANCEL_EVENTS[state]
-            await self._executor.execute(
-                q["cancel_run"],
-                {
-                    "run_id": run_id,
-                    "source": source_state(event).value,
-                    "target": TRANSITIONS[event][1].value,
-                    "reason": Reason.CANCELLED.value,
-                    "now": now,
-                },
-            )
-            return CancelOutcome.CANCELLED
-
     async def expired_runs(self, limit: int) -> list[ExpiredRun]:
         q = self._queries
         found: list[ExpiredRun] = []
@@ -709,17 +835,6 @@ class SQLStore:
                     )
                 )
         return found
-
-    async def reap(self, expired: ExpiredRun, settlement: Settlement) -> bool:
-        async with self._executor.transaction():
-            run = expired.run
-            settled = await self._settle_runs(
-                [(run.id, run.epoch, settlement)], self._now(), check_expired=True
-            )
-            changed = bool(settled)
-            if changed and _makes_claimable(settlement):
-                await self._executor.notify(WORK_CHANNEL)
-        return changed
 
     async def _dead_letter(self, run_id: str) -> RunRecord:
         row = await self._executor.fetch_one(self._queries["lock_run"], {"run_id": run_id})

@@ -6,19 +6,24 @@
 -- Casts (::text, ::boolean, ...) tell the server the type of a parameter it
 -- could not infer from where it stands.
 
--- name: insert_run
--- A key some run already has inserts nothing and returns no row: the caller then
--- reads that run (get_run_by_key). The conflict target is the partial unique index;
--- an insert racing another with the same key waits for it, then does nothing if
--- it committed, so the row get_run_by_key reads next is already visible.
+-- name: insert_runs
+-- New runs, from a JSON array of objects. One whose key some run already has is
+-- not inserted and not returned: the caller then reads that run (get_run_by_key).
+-- The conflict target is the partial unique index; an insert racing another with
+-- the same key waits for it, then does nothing if it committed, so the row
+-- get_run_by_key reads next is already visible.
 INSERT INTO runs (
     id, agent, mode, state, input_json, epoch, requeues, lease_owner,
     lease_expires_at, available_at, cancel_requested, created_at, updated_at,
     idempotency_key, request_digest
-) VALUES (
-    :id, :agent, :mode, :state, :input_json, :epoch, 0, :lease_owner,
-    leaseward_clock() + :lease_seconds::double precision, leaseward_now(), FALSE,
-    leaseward_now(), leaseward_now(), :idempotency_key::text, :request_digest::text
+)
+SELECT new.id, new.agent, new.mode, new.state, new.input_json, new.epoch, 0,
+       new.lease_owner, leaseward_clock() + new.lease_seconds, leaseward_now(), FALSE,
+       leaseward_now(), leaseward_now(), new.idempotency_key, new.request_digest
+FROM jsonb_to_recordset(:runs::jsonb) AS new (
+    id text, agent text, mode text, state text, input_json text, epoch integer,
+    lease_owner text, lease_seconds double precision, idempotency_key text,
+    request_digest text
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
@@ -137,6 +142,9 @@ SELECT * FROM runs WHERE idempotency_key = :idempotency_key;
 -- Held until the transaction ends: the decision taken on this row stays true.
 SELECT * FROM runs WHERE id = :run_id FOR UPDATE;
 
+-- name: lock_runs
+SELECT id, state FROM runs WHERE id = ANY(:ids::text[]) ORDER BY id FOR UPDATE;
+
 -- name: list_runs
 SELECT * FROM runs
 WHERE (:state::text IS NULL OR state = :state)
@@ -160,15 +168,15 @@ WHERE state = :source AND lease_expires_at < leaseward_now()
 ORDER BY lease_expires_at
 LIMIT :limit;
 
--- name: cancel_run
+-- name: cancel_runs
 UPDATE runs
 SET state = :target, reason = :reason, lease_owner = NULL, lease_expires_at = NULL,
     updated_at = leaseward_now(), finished_at = leaseward_now()
-WHERE id = :run_id AND state = :source;
+WHERE id = ANY(:ids::text[]) AND state = ANY(:sources::text[]);
 
--- name: request_cancel
+-- name: request_cancels
 UPDATE runs SET cancel_requested = TRUE, updated_at = leaseward_now()
-WHERE id = :run_id AND state = :source;
+WHERE id = ANY(:ids::text[]) AND state = :source;
 
 -- name: reopen_run
 UPDATE runs

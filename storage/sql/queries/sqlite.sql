@@ -4,18 +4,21 @@
 -- :now is the store's injected clock; the domain operations pass durations
 -- (:lease_seconds, :delay_seconds) and flags, never absolute times.
 
--- name: insert_run
--- A key some run already has inserts nothing and returns no row: the caller then
--- reads that run (get_run_by_key). The conflict target is the partial unique index.
+-- name: insert_runs
+-- New runs, from a JSON array of objects. One whose key some run already has is
+-- not inserted and not returned: the caller then reads that run (get_run_by_key).
+-- The conflict target is the partial unique index. ("WHERE true" tells SQLite's
+-- parser that ON CONFLICT belongs to the INSERT.)
 INSERT INTO runs (
     id, agent, mode, state, input_json, epoch, requeues, lease_owner,
     lease_expires_at, available_at, cancel_requested, created_at, updated_at,
     idempotency_key, request_digest
-) VALUES (
-    :id, :agent, :mode, :state, :input_json, :epoch, 0, :lease_owner,
-    :now + :lease_seconds, :now, 0, :now, :now,
-    :idempotency_key, :request_digest
 )
+SELECT value ->> 'id', value ->> 'agent', value ->> 'mode', value ->> 'state',
+       value ->> 'input_json', value ->> 'epoch', 0, value ->> 'lease_owner',
+       :now + (value ->> 'lease_seconds'), :now, 0, :now, :now,
+       value ->> 'idempotency_key', value ->> 'request_digest'
+FROM json_each(:runs) WHERE true
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 
@@ -122,6 +125,9 @@ SELECT * FROM runs WHERE idempotency_key = :idempotency_key;
 -- The transaction holds SQLite's write lock already: no other writer can interleave.
 SELECT * FROM runs WHERE id = :run_id;
 
+-- name: lock_runs
+SELECT id, state FROM runs WHERE id IN (SELECT value FROM json_each(:ids));
+
 -- name: list_runs
 SELECT * FROM runs
 WHERE (:state IS NULL OR state = :state) AND (:agent IS NULL OR agent = :agent)
@@ -144,15 +150,16 @@ WHERE state = :source AND lease_expires_at < :now
 ORDER BY lease_expires_at
 LIMIT :limit;
 
--- name: cancel_run
+-- name: cancel_runs
 UPDATE runs
 SET state = :target, reason = :reason, lease_owner = NULL, lease_expires_at = NULL,
     updated_at = :now, finished_at = :now
-WHERE id = :run_id AND state = :source;
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND state IN (SELECT value FROM json_each(:sources));
 
--- name: request_cancel
+-- name: request_cancels
 UPDATE runs SET cancel_requested = 1, updated_at = :now
-WHERE id = :run_id AND state = :source;
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :source;
 
 -- name: reopen_run
 UPDATE runs
