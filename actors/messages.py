@@ -5,9 +5,22 @@ from __future__ import annotations
 import attrs
 
 from leaseward.actors.mailbox import Reply
-from leaseward.storage.protocol import BatchItem, BatchOutcome
+from leaseward.runtime.errors import LeasewardError
+from leaseward.runtime.model import NewRun, RunRecord
+from leaseward.storage.protocol import BatchItem, BatchOutcome, CancelOutcome, ClaimRequest, Reap
 
-__all__ = ["LeasesReaped", "Persist", "RunEnded", "SupervisorMessage", "Wake"]
+__all__ = [
+    "Cancel",
+    "Claim",
+    "LeasesReaped",
+    "Persist",
+    "PersisterMessage",
+    "ReapRuns",
+    "RunEnded",
+    "Submit",
+    "SupervisorMessage",
+    "Wake",
+]
 
 
 @attrs.frozen
@@ -16,6 +29,41 @@ class Persist:
 
     item: BatchItem
     reply: Reply[BatchOutcome] = attrs.field(eq=False)
+
+
+@attrs.frozen
+class Submit:
+    """To the Persister: store these new runs; one result per run, in order."""
+
+    runs: tuple[NewRun, ...]
+    reply: Reply[tuple[RunRecord | LeasewardError, ...]] = attrs.field(eq=False)
+
+
+@attrs.frozen
+class Claim:
+    """To the Persister: lease ready runs (the result, or the error that refused it)."""
+
+    request: ClaimRequest
+    reply: Reply[tuple[RunRecord, ...] | LeasewardError] = attrs.field(eq=False)
+
+
+@attrs.frozen
+class Cancel:
+    """To the Persister: cancel a run, or ask its holder to stop."""
+
+    run_id: str
+    reply: Reply[CancelOutcome | LeasewardError] = attrs.field(eq=False)
+
+
+@attrs.frozen
+class ReapRuns:
+    """To the Persister: settle these expired runs; one result per reap, in order."""
+
+    reaps: tuple[Reap, ...]
+    reply: Reply[tuple[bool | LeasewardError, ...]] = attrs.field(eq=False)
+
+
+PersisterMessage = Persist | Submit | Claim | Cancel | ReapRuns
 
 
 @attrs.frozen

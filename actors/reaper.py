@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 import attrs
@@ -15,9 +15,12 @@ from leaseward.runtime.lifecycle import Event, RecoveryPolicy, decide_recovery
 from leaseward.runtime.logs import get_logger
 from leaseward.runtime.model import Settlement, WorkerRegistration, settlement_after
 from leaseward.storage.crash_points import crash_point
-from leaseward.storage.protocol import ExpiredRun, Store
+from leaseward.storage.protocol import ExpiredRun, Reap, Store, WriteBatch
 
-__all__ = ["REAP_BATCH", "LeaseReaper", "Reaped", "plan_reap"]
+__all__ = ["REAP_BATCH", "LeaseReaper", "ReapWriter", "Reaped", "plan_reap"]
+
+ReapWriter = Callable[[Sequence[Reap]], Awaitable[tuple[bool | LeasewardError, ...]]]
+"""Writes reaps, one result each: the Persister's, in a worker; the store's own alone."""
 
 REAP_BATCH = 100
 
@@ -61,8 +64,10 @@ class LeaseReaper:
         batch: int = REAP_BATCH,
         metrics: Metrics | None = None,
         worker: WorkerRegistration | None = None,
+        reap: ReapWriter | None = None,
     ) -> None:
         self._store = store
+        self._reap = reap or self._reap_alone
         self._metrics = metrics if metrics is not None else Metrics()
         self._interval = interval_seconds
         self._policy = policy
@@ -93,16 +98,26 @@ class LeaseReaper:
             # A missed beat costs nothing but a while shown as gone; reaping goes on.
             log.warning("worker.heartbeat_failed", error=exc.message)
 
+    async def _reap_alone(self, reaps: Sequence[Reap]) -> tuple[bool | LeasewardError, ...]:
+        return (await self._store.commit(WriteBatch(reaps=tuple(reaps)))).reaps
+
     async def reap_once(self) -> tuple[Reaped, ...]:
-        """One pass: every expired lease found (oldest first, one batch) is settled."""
+        """One pass: every expired lease found (oldest first, one batch) is settled,
+        all of them in one write."""
+        expired_runs = await self._store.expired_runs(self._batch)
+        if not expired_runs:
+            return ()
+        reaps = [Reap(expired, plan_reap(expired, self._policy)) for expired in expired_runs]
         done: list[Reaped] = []
-        for expired in await self._store.expired_runs(self._batch):
-            settlement = plan_reap(expired, self._policy)
-            if not await self._store.reap(expired, settlement):
+        for reap, result in zip(reaps, await self._reap(reaps), strict=True):
+            if isinstance(result, LeasewardError):
+                log.warning("reaper.reap_failed", run_id=reap.expired.run.id, error=result.message)
+                continue
+            if not result:
                 # Renewed or settled since the scan: the holder is alive after all.
                 continue
             crash_point("reap")
-            run = expired.run
+            run, settlement = reap.expired.run, reap.settlement
             fields = {
                 "run_id": run.id,
                 "epoch": run.epoch,

@@ -24,7 +24,7 @@ from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.logs import get_logger
 from leaseward.runtime.model import RunRecord, Settlement, WorkerRegistration
 from leaseward.storage.crash_points import crash_point
-from leaseward.storage.protocol import Store
+from leaseward.storage.protocol import ClaimRequest, Store
 
 __all__ = [
     "CLAIM_BATCH",
@@ -124,6 +124,7 @@ class Supervisor:
             on_reaped=self._reaped,
             metrics=self.metrics,
             worker=self.registration,
+            reap=self.persister.reap,
         )
         self._local: dict[_LocalKey, _Local] = {}
         self._run_ended = anyio.Event()
@@ -133,6 +134,7 @@ class Supervisor:
         self._claiming = True
         self._log = log.bind(worker_id=settings.worker_id)
         self.ended: Callable[[str, Settlement | None], None] | None = None
+        """Told of every run this process settled, by its actor or its reaper."""
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Supervisor]:
@@ -198,12 +200,16 @@ class Supervisor:
 
     async def _reaped(self, reaped: tuple[Reaped, ...]) -> None:
         await self.mailbox.send(LeasesReaped(tuple((r.run_id, r.epoch) for r in reaped)))
+        if self.ended is not None:
+            for run in reaped:
+                if run.settlement.target.terminal:
+                    self.ended(run.run_id, run.settlement)
 
     async def _claim_loop(self, runs: TaskGroup) -> None:
         settings = self.settings
         while self._claiming:
             room = settings.concurrency - len(self._local)
-            claimed: list[RunRecord] = []
+            claimed: tuple[RunRecord, ...] = ()
             if room > 0:
                 try:
                     # Shielded: a claim cut off by shutdown may have committed, and its
@@ -211,12 +217,14 @@ class Supervisor:
                     # started and, the scope being cancelled, released at once.
                     with anyio.CancelScope(shield=True):
                         sent_at = self._clock.monotonic()
-                        claimed = await self._store.claim_runs(
-                            settings.worker_id,
-                            min(room, CLAIM_BATCH),
-                            settings.lease_seconds,
-                            self._agents,
-                            exclude=sorted({run_id for run_id, _ in self._local}),
+                        claimed = await self.persister.claim(
+                            ClaimRequest(
+                                settings.worker_id,
+                                min(room, CLAIM_BATCH),
+                                settings.lease_seconds,
+                                self._agents,
+                                exclude=tuple(sorted({run_id for run_id, _ in self._local})),
+                            )
                         )
                 except LeasewardError as exc:
                     self._log.warning("claim.failed", error=exc.message)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -18,11 +18,11 @@ from leaseward.actors.supervisor import Supervisor, SupervisorSettings
 from leaseward.runtime.agents import App
 from leaseward.runtime.client import Client
 from leaseward.runtime.clock import Clock, SystemClock
-from leaseward.runtime.errors import ConfigurationError
+from leaseward.runtime.errors import ConfigurationError, LeasewardError
 from leaseward.runtime.lifecycle import RecoveryPolicy, RunMode
-from leaseward.runtime.model import RunInfo, Settlement
+from leaseward.runtime.model import NewRun, RunInfo, RunRecord, Settlement
 from leaseward.storage.connect import open_store
-from leaseward.storage.protocol import Store
+from leaseward.storage.protocol import CancelOutcome, Store, unwrap
 from leaseward.storage.url import pool_size_for
 
 __all__ = [
@@ -125,7 +125,14 @@ class Runtime(Client):
                     await opened.aclose()
 
     def _ended(self, run_id: str, settlement: Settlement | None) -> None:
-        self._notify_changed()
+        if settlement is not None and settlement.target.terminal:
+            self._settled(run_id)
+
+    async def _create_runs(self, runs: Sequence[NewRun]) -> tuple[RunRecord | LeasewardError, ...]:
+        return await self.supervisor.persister.submit(runs)
+
+    async def _cancel_run(self, run_id: str) -> CancelOutcome:
+        return await self.supervisor.persister.cancel(run_id)
 
     @property
     def worker_id(self) -> str:
@@ -155,7 +162,8 @@ class Runtime(Client):
             idempotency_key=idempotency_key,
         )
         sent_at = self._clock.monotonic()
-        record = await self._store.create_run(new)
+        [result] = await self._create_runs([new])
+        record = unwrap(result)
         if record.id != new.id:
             # Joined rather than refused: a retried request gets what the first one
             # gets. The wait ends even if that run's worker died: a reaper settles it.
@@ -172,7 +180,7 @@ class Runtime(Client):
             metrics=self.supervisor.metrics,
         )
         await actor.run()
-        self._notify_changed()
+        self._settled(record.id)
         return await self.get(record.id)
 
     async def reap_once(self) -> tuple[Reaped, ...]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import getpass
 import uuid
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -13,7 +14,13 @@ import anyio
 
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock
-from leaseward.runtime.errors import InvalidInput, RunNotFound, UnknownAgent, WaitTimeout
+from leaseward.runtime.errors import (
+    InvalidInput,
+    LeasewardError,
+    RunNotFound,
+    UnknownAgent,
+    WaitTimeout,
+)
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
 from leaseward.runtime.model import (
     MAX_INPUT_BYTES,
@@ -28,7 +35,7 @@ from leaseward.runtime.model import (
     request_digest,
 )
 from leaseward.storage.connect import open_store
-from leaseward.storage.protocol import CancelOutcome, Store
+from leaseward.storage.protocol import CancelOutcome, Store, WriteBatch, unwrap
 from leaseward.storage.sql_store import PURGE_BATCH_RUNS
 
 __all__ = ["WAIT_POLL_SECONDS", "Client"]
@@ -58,7 +65,10 @@ class Client:
     def __init__(self, store: Store, *, app: App | None = None) -> None:
         self._store = store
         self._app = app
-        self._changed = anyio.Event()
+        # Per run waited for: the event its settlement in this process sets, and how
+        # many wait on it. A run settled elsewhere is seen by polling instead.
+        self._settle_events: dict[str, anyio.Event] = {}
+        self._waiters: Counter[str] = Counter()
 
     @classmethod
     @asynccontextmanager
@@ -76,9 +86,17 @@ class Client:
     def store(self) -> Store:
         return self._store
 
-    def _notify_changed(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+    def _settled(self, run_id: str) -> None:
+        """The run reached a terminal state in this process: its waiters look now."""
+        event = self._settle_events.pop(run_id, None)
+        if event is not None:
+            event.set()
+
+    async def _create_runs(self, runs: Sequence[NewRun]) -> tuple[RunRecord | LeasewardError, ...]:
+        return (await self._store.commit(WriteBatch(new_runs=tuple(runs)))).new_runs
+
+    async def _cancel_run(self, run_id: str) -> CancelOutcome:
+        return await self._store.request_cancel(run_id)
 
     def _new_run(
         self,
@@ -116,10 +134,24 @@ class Client:
         used for another agent or input raises IdempotencyKeyConflict.
         """
         new = self._new_run(agent, input, RunMode.QUEUED, idempotency_key=idempotency_key)
-        record = await self._store.create_run(new)
+        [result] = await self._create_runs([new])
+        record = unwrap(result)
         if record.id == new.id:
             self._on_queued()
         return record.id
+
+    async def submit_many(self, agent: str, inputs: Iterable[Any]) -> list[str]:
+        """Queue one run of ``agent`` per input, all in one write; returns their ids in order.
+
+        Every input is checked before anything is stored: one that is not JSON (or
+        too large) raises InvalidInput and queues nothing.
+        """
+        runs = [self._new_run(agent, input, RunMode.QUEUED) for input in inputs]
+        if not runs:
+            return []
+        ids = [unwrap(result).id for result in await self._create_runs(runs)]
+        self._on_queued()
+        return ids
 
     def _on_queued(self) -> None:
         """A run became claimable; a Client has nobody to tell, a Runtime wakes its Supervisor."""
@@ -175,15 +207,27 @@ class Client:
         return await self._store.list_steps(run_id)
 
     async def wait(self, run_id: str, timeout: float | None = None) -> RunInfo:
-        """Wait until the run is terminal; raises WaitTimeout after ``timeout`` seconds."""
-        with anyio.move_on_after(timeout) as scope:
-            while True:
-                info = await self.get(run_id)
-                if info.state.terminal:
-                    return info
-                changed = self._changed
-                with anyio.move_on_after(WAIT_POLL_SECONDS):
-                    await changed.wait()
+        """Wait until the run is terminal; raises WaitTimeout after ``timeout`` seconds.
+
+        A run that settles in this process wakes its waiters at once; one that
+        settles in another is seen within WAIT_POLL_SECONDS.
+        """
+        self._waiters[run_id] += 1
+        try:
+            with anyio.move_on_after(timeout) as scope:
+                while True:
+                    # Before the read: a settlement landing between the two still wakes us.
+                    settled = self._settle_events.setdefault(run_id, anyio.Event())
+                    info = await self.get(run_id)
+                    if info.state.terminal:
+                        return info
+                    with anyio.move_on_after(WAIT_POLL_SECONDS):
+                        await settled.wait()
+        finally:
+            self._waiters[run_id] -= 1
+            if not self._waiters[run_id]:
+                del self._waiters[run_id]
+                self._settle_events.pop(run_id, None)
         assert scope.cancelled_caught
         raise WaitTimeout(f"run {run_id} did not finish within {timeout} seconds")
 
@@ -242,6 +286,7 @@ class Client:
 
         Returns False when the run had already finished.
         """
-        outcome = await self._store.request_cancel(run_id)
-        self._notify_changed()
+        outcome = await self._cancel_run(run_id)
+        if outcome is CancelOutcome.CANCELLED:
+            self._settled(run_id)
         return outcome is not CancelOutcome.ALREADY_FINISHED

@@ -7,7 +7,18 @@ The PostgreSQL executor lives in ``storage.postgres``, imported only when a
 from __future__ import annotations
 
 from leaseward.storage.connect import open_store
-from leaseward.storage.protocol import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun, Store
+from leaseward.storage.protocol import (
+    BatchItem,
+    BatchOutcome,
+    CancelOutcome,
+    ClaimRequest,
+    ExpiredRun,
+    Reap,
+    Store,
+    WriteBatch,
+    WriteResults,
+    unwrap,
+)
 from leaseward.storage.sql_store import PURGE_BATCH_RUNS, WORK_CHANNEL, SQLStore
 from leaseward.storage.sqlite import SQLiteExecutor, SQLiteOptions
 from leaseward.storage.url import PostgresOptions, StoreURL, parse_store_url, pool_size_for
@@ -18,14 +29,19 @@ __all__ = [
     "BatchItem",
     "BatchOutcome",
     "CancelOutcome",
+    "ClaimRequest",
     "ExpiredRun",
     "PostgresOptions",
+    "Reap",
     "SQLStore",
     "SQLiteExecutor",
     "SQLiteOptions",
     "Store",
     "StoreURL",
+    "WriteBatch",
+    "WriteResults",
     "open_store",
     "parse_store_url",
     "pool_size_for",
+    "unwrap",
 ]

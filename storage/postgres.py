@@ -71,6 +71,13 @@ _DATA_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.DataError,
     asyncpg.IntegrityConstraintViolationError,
 )
+# Errors that say the server session is gone (a restart, a terminated backend): the
+# pool's other idle connections most likely went with it.
+_SESSION_LOST: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,
+    OSError,
+)
 # Errors that say the URL is wrong, not that the server is unwell: retrying won't help.
 _CONFIGURATION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.InvalidCatalogNameError,
@@ -190,6 +197,10 @@ class PostgresExecutor:
         try:
             return await operation(*args)
         except _DRIVER_ERRORS as exc:
+            if isinstance(exc, _SESSION_LOST):
+                # Replaced at their next acquire, instead of each failing one write
+                # when it is next used: every write of a worker shares one Persister.
+                await self._pool.expire_connections()
             raise StoreError(_describe(exc), data_error=isinstance(exc, _DATA_ERRORS)) from exc
 
     @asynccontextmanager
@@ -211,8 +222,7 @@ class PostgresExecutor:
     async def transaction(self) -> AsyncIterator[None]:
         if self._bound() is not None:
             raise StoreError("postgresql: a transaction is already open here; use savepoint()")
-        async with self._hold() as connection:
-            transaction = await self._call(self._begin, connection)
+        async with self._begun() as transaction:
             try:
                 yield
             except BaseException:
@@ -230,6 +240,25 @@ class PostgresExecutor:
                     # error after committing): only a read of the database can tell.
                     raise CommitOutcomeUnknown(_describe(exc)) from exc
                 raise
+
+    @asynccontextmanager
+    async def _begun(self) -> AsyncIterator[Transaction]:
+        """A transaction begun on a pooled connection bound to this task.
+
+        A connection whose server session ended (a restart, a terminated backend)
+        stays in the pool until it is used: when BEGIN finds one, nothing has been
+        sent yet, so a second connection is tried before the caller is failed.
+        """
+        for attempt in range(2):
+            async with self._hold() as connection:
+                try:
+                    transaction = await self._call(self._begin, connection)
+                except StoreError:
+                    if attempt or not connection.is_closed():
+                        raise
+                    continue
+                yield transaction
+                return
 
     async def _begin(self, connection: Connection) -> Transaction:
         transaction = connection.transaction()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import attrs
 
@@ -32,7 +32,17 @@ __all__ = [
     "Store",
     "WriteBatch",
     "WriteResults",
+    "unwrap",
 ]
+
+T = TypeVar("T")
+
+
+def unwrap(result: T | LeasewardError) -> T:
+    """A request's result from WriteResults, its error raised as a direct call would."""
+    if isinstance(result, LeasewardError):
+        raise result
+    return result
 
 
 @attrs.frozen

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 
@@ -53,6 +53,7 @@ from leaseward.storage.protocol import (
     Reap,
     WriteBatch,
     WriteResults,
+    unwrap,
 )
 from leaseward.storage.queries import load_queries
 
@@ -186,15 +187,6 @@ def _same_request(existing: Row, new: NewRun) -> RunRecord:
 
 
 _CANCELLED = TRANSITIONS[Event.CANCEL_QUEUED][1]
-
-R = TypeVar("R")
-
-
-def _raised(result: R | LeasewardError) -> R:
-    """A single request's result, its error raised as a direct call would."""
-    if isinstance(result, LeasewardError):
-        raise result
-    return result
 
 
 def _run_row(new: NewRun) -> dict[str, Any]:
@@ -368,7 +360,7 @@ class SQLStore:
 
     async def create_run(self, new: NewRun) -> RunRecord:
         [result] = (await self.commit(WriteBatch(new_runs=(new,)))).new_runs
-        return _raised(result)
+        return unwrap(result)
 
     async def claim_runs(
         self,
@@ -380,18 +372,18 @@ class SQLStore:
     ) -> list[RunRecord]:
         claim = ClaimRequest(worker_id, limit, lease_seconds, tuple(agents), tuple(exclude))
         [result] = (await self.commit(WriteBatch(claims=(claim,)))).claims
-        return list(_raised(result))
+        return list(unwrap(result))
 
     async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
         return list((await self.commit(WriteBatch(items=tuple(items)))).items)
 
     async def request_cancel(self, run_id: str) -> CancelOutcome:
         [result] = (await self.commit(WriteBatch(cancels=(run_id,)))).cancels
-        return _raised(result)
+        return unwrap(result)
 
     async def reap(self, expired: ExpiredRun, settlement: Settlement) -> bool:
         [result] = (await self.commit(WriteBatch(reaps=(Reap(expired, settlement),)))).reaps
-        return _raised(result)
+        return unwrap(result)
 
     async def commit(self, batch: WriteBatch) -> WriteResults:
         if not len(batch):

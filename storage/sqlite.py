@@ -1,13 +1,20 @@
-"""The SQLite executor: one aiosqlite connection, WAL, fsync on commit by default."""
+"""The SQLite executor: a writing and a reading aiosqlite connection, WAL, fsync on commit.
+
+Transactions go to the writing connection, one at a time; ``reading()`` blocks
+go to the reading one, so that WAL lets them read the last commit while the
+next batch is being written, instead of queueing behind it.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import aiosqlite
@@ -124,7 +131,8 @@ async def _enter_wal(connection: aiosqlite.Connection, timeout: float) -> None:
         if [str(value).lower() for value in mode] == ["wal"]:
             return
         try:
-            await connection.execute("PRAGMA journal_mode = WAL")
+            # Fetched to the end: an open cursor on this pragma would keep the lock.
+            await connection.execute_fetchall("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
             busy = "locked" in str(exc) or "busy" in str(exc)
@@ -133,15 +141,52 @@ async def _enter_wal(connection: aiosqlite.Connection, timeout: float) -> None:
         await anyio.sleep(_WAL_RETRY_SECONDS)
 
 
+# The connection each executor's block holds in this context, by executor id.
+_BOUND: ContextVar[Mapping[int, aiosqlite.Connection]] = ContextVar(
+    "leaseward_sqlite_bound", default=MappingProxyType({})
+)
+
+
+async def _connect(
+    options: SQLiteOptions, *, read_only: bool, timeout: float
+) -> aiosqlite.Connection:
+    # The file is opened here, not by aiosqlite.connect: when that fails, aiosqlite's
+    # thread answers after the error has gone up, and if the event loop has closed
+    # by then it prints a traceback under our one-line error. A connection that is
+    # already open cannot fail to connect. Shielded, so that a cancel cannot drop it.
+    with anyio.CancelScope(shield=True):
+        try:
+            raw = await anyio.to_thread.run_sync(_open, options.path, read_only, timeout)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{_describe(exc)} ({options.path})") from exc
+        connection = await aiosqlite.Connection(lambda: raw, _ITER_CHUNK_SIZE)
+    connection.row_factory = sqlite3.Row
+    return connection
+
+
+async def _configure(connection: aiosqlite.Connection, options: SQLiteOptions) -> None:
+    # Exact, where the connect timeout in seconds may round a millisecond off.
+    await connection.execute_fetchall(f"PRAGMA busy_timeout = {int(options.busy_timeout_ms)}")
+    await connection.execute_fetchall(f"PRAGMA synchronous = {options.synchronous}")
+    await connection.execute_fetchall("PRAGMA foreign_keys = ON")
+
+
 class SQLiteExecutor:
     dialect = "sqlite"
 
-    def __init__(self, connection: aiosqlite.Connection, options: SQLiteOptions) -> None:
+    def __init__(
+        self,
+        connection: aiosqlite.Connection,
+        options: SQLiteOptions,
+        reader: aiosqlite.Connection | None = None,
+    ) -> None:
         self._connection = connection
+        self._reader = reader or connection
         self._options = options
         # One connection serves one statement sequence at a time: a transaction or
         # a read must not interleave with another task's statements.
         self._lock = anyio.Lock()
+        self._read_lock = self._lock if reader is None else anyio.Lock()
         self._savepoints = 0
 
     @classmethod
@@ -158,57 +203,60 @@ class SQLiteExecutor:
             if not await parent.is_dir():
                 raise StoreError(f"sqlite: the directory {str(parent)!r} does not exist")
         timeout = options.busy_timeout_ms / 1000
-        # The file is opened here, not by aiosqlite.connect: when that fails, aiosqlite's
-        # thread answers after the error has gone up, and if the event loop has closed
-        # by then it prints a traceback under our one-line error. A connection that is
-        # already open cannot fail to connect. Shielded, so that a cancel cannot drop it.
-        with anyio.CancelScope(shield=True):
-            try:
-                raw = await anyio.to_thread.run_sync(_open, options.path, read_only, timeout)
-            except sqlite3.Error as exc:
-                raise StoreError(f"{_describe(exc)} ({options.path})") from exc
-            connection = await aiosqlite.Connection(lambda: raw, _ITER_CHUNK_SIZE)
-        connection.row_factory = sqlite3.Row
-        executor = cls(connection, options)
+        connection = await _connect(options, read_only=read_only, timeout=timeout)
+        reader: aiosqlite.Connection | None = None
         try:
-            # Exact, where the connect timeout in seconds may round a millisecond off.
-            await connection.execute(f"PRAGMA busy_timeout = {int(options.busy_timeout_ms)}")
+            await _configure(connection, options)
             if not read_only:
                 await _enter_wal(connection, timeout)
-            await connection.execute(f"PRAGMA synchronous = {options.synchronous}")
-            await connection.execute("PRAGMA foreign_keys = ON")
+                if options.path != ":memory:":
+                    # Opened once the file is in WAL mode: a reader of a WAL file
+                    # never waits for a writer, nor a writer for it.
+                    reader = await _connect(options, read_only=True, timeout=timeout)
+                    await _configure(reader, options)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
-                await connection.close()
+                for opened in (connection, reader):
+                    if opened is not None:
+                        await opened.close()
             if isinstance(exc, sqlite3.Error):
                 raise StoreError(f"{_describe(exc)} ({options.path})") from exc
             raise
-        return executor
+        return cls(connection, options, reader)
+
+    @contextmanager
+    def _bound_to(self, connection: aiosqlite.Connection) -> Iterator[None]:
+        token = _BOUND.set({**_BOUND.get(), id(self): connection})
+        try:
+            yield
+        finally:
+            _BOUND.reset(token)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
         async with self._lock:
-            # IMMEDIATE takes the write lock up front, so two processes queue on
-            # the busy timeout instead of deadlocking on a read-to-write upgrade.
-            try:
-                await self._run("BEGIN IMMEDIATE")
-            except BaseException:
-                # Cancelled while the connection's thread ran BEGIN: it may have begun.
-                with anyio.CancelScope(shield=True):
-                    await self._rollback()
-                raise
-            try:
-                yield
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await self._rollback()
-                raise
-            try:
-                await self._run("COMMIT")
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await self._rollback()
-                raise
+            with self._bound_to(self._connection):
+                # IMMEDIATE takes the write lock up front, so two processes queue on
+                # the busy timeout instead of deadlocking on a read-to-write upgrade.
+                try:
+                    await self._run("BEGIN IMMEDIATE")
+                except BaseException:
+                    # Cancelled while the connection's thread ran BEGIN: it may have begun.
+                    with anyio.CancelScope(shield=True):
+                        await self._rollback()
+                    raise
+                try:
+                    yield
+                except BaseException:
+                    with anyio.CancelScope(shield=True):
+                        await self._rollback()
+                    raise
+                try:
+                    await self._run("COMMIT")
+                except BaseException:
+                    with anyio.CancelScope(shield=True):
+                        await self._rollback()
+                    raise
 
     async def _rollback(self) -> None:
         # SQLite may already have rolled back on its own (disk full, I/O error).
@@ -230,14 +278,16 @@ class SQLiteExecutor:
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[None]:
-        async with self._lock:
-            yield
+        async with self._read_lock:
+            with self._bound_to(self._reader):
+                yield
 
     async def _run(self, sql: str, params: Params | None = None) -> list[Any]:
+        connection = _BOUND.get().get(id(self), self._connection)
         # execute_fetchall is one trip to the connection's thread; a cursor costs
         # two more (fetch, close), and the Persister's batches are made of these.
         try:
-            return list(await self._connection.execute_fetchall(sql, _bindable(params)))
+            return list(await connection.execute_fetchall(sql, _bindable(params)))
         except _TRANSLATED as exc:
             raise StoreError(_describe(exc), data_error=isinstance(exc, _DATA_ERRORS)) from exc
 
@@ -259,6 +309,8 @@ class SQLiteExecutor:
 
     async def aclose(self) -> None:
         try:
+            if self._reader is not self._connection:
+                await self._reader.close()
             await self._connection.close()
         except sqlite3.Error as exc:
             raise StoreError(_describe(exc)) from exc

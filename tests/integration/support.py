@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -21,6 +21,7 @@ from leaseward import (
 )
 from leaseward.runtime.client import new_run_id
 from leaseward.runtime.conversation import normalize_reply, reply_to_json
+from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.lifecycle import StepKind, StepStatus
 from leaseward.runtime.model import (
     NewRun,
@@ -32,10 +33,28 @@ from leaseward.runtime.model import (
     WorkerRegistration,
     dump_json,
 )
-from leaseward.storage import BatchItem, BatchOutcome, CancelOutcome, ExpiredRun, SQLStore
+from leaseward.storage import (
+    BatchItem,
+    BatchOutcome,
+    CancelOutcome,
+    ExpiredRun,
+    SQLStore,
+    WriteBatch,
+    WriteResults,
+)
 from leaseward.storage.protocol import Settlement
 
 Fault = Callable[[BatchItem], bool]
+
+
+T = TypeVar("T")
+
+
+async def _result(request: Awaitable[T]) -> T | LeasewardError:
+    try:
+        return await request
+    except LeasewardError as exc:
+        return exc
 
 
 class FaultyStore:
@@ -66,6 +85,25 @@ class FaultyStore:
         exclude: Sequence[str] = (),
     ) -> list[RunRecord]:
         return await self.inner.claim_runs(worker_id, limit, lease_seconds, agents, exclude)
+
+    async def commit(self, batch: WriteBatch) -> WriteResults:
+        """Each request of the batch goes through this wrapper's own method for its kind,
+        where the faults are (and where subclasses add theirs): journal items through
+        commit_batch, claims through claim_runs, and so on."""
+        return WriteResults(
+            new_runs=tuple([await _result(self.create_run(new)) for new in batch.new_runs]),
+            cancels=tuple([await _result(self.request_cancel(run_id)) for run_id in batch.cancels]),
+            items=tuple(await self.commit_batch(batch.items) if batch.items else ()),
+            reaps=tuple([await _result(self.reap(r.expired, r.settlement)) for r in batch.reaps]),
+            claims=tuple(
+                [
+                    await _result(
+                        self.claim_runs(c.worker_id, c.limit, c.lease_seconds, c.agents, c.exclude)
+                    )
+                    for c in batch.claims
+                ]
+            ),
+        )
 
     async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
         if self.crash_next_batch:
