@@ -104,6 +104,7 @@ class Metrics:
             "Write tools that ran but whose outcome could not be recorded.",
             registry=on,
         )
+        self._step_counters: dict[tuple[StepKind, ToolEffect | None], Counter] = {}
         self.runs_settled = Counter(
             "leaseward_runs_settled",
             "Settlements a RunActor stored, by the state they moved the run to "
@@ -125,8 +126,13 @@ class Metrics:
             self.runs.labels(state=state.value).set(values.get(state, 0))
 
     def step_recorded(self, kind: StepKind, effect: ToolEffect | None) -> None:
-        effect_label = effect.value if effect is not None else NO_EFFECT
-        self.steps_recorded.labels(kind=kind.value, effect=effect_label).inc()
+        # Once per journal row: the labelled child is looked up once per label pair.
+        counter = self._step_counters.get((kind, effect))
+        if counter is None:
+            effect_label = effect.value if effect is not None else NO_EFFECT
+            counter = self.steps_recorded.labels(kind=kind.value, effect=effect_label)
+            self._step_counters[(kind, effect)] = counter
+        counter.inc()
 
     def batch_committed(self, items: int, seconds: float) -> None:
         self.persister_batch_items.observe(items)

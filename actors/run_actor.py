@@ -183,7 +183,8 @@ class RunActor:
     # -- the loop -------------------------------------------------------------------
 
     async def _execute(self) -> Settlement:
-        steps = await self._load_steps(self.run_id)
+        # Epoch 1 is a run's first lease: nobody can have written its journal yet.
+        steps = [] if self.epoch == 1 else await self._load_steps(self.run_id)
         self._remember_newest(steps)
         conversation = rebuild(self.run_id, self._agent.instructions, self._run.input, steps)
         messages = list(conversation.messages)

@@ -36,7 +36,9 @@ __all__ = [
     "stale_after_seconds",
 ]
 
-CLAIM_BATCH = 32
+CLAIM_BATCH = 256
+"""Runs one claim leases at most, within the room the worker has: a large worker fills
+in a few batches, and no worker empties a shared queue at a stroke."""
 RESTART_DELAY_SECONDS = 0.5
 WORKER_GONE_AFTER_BEATS = 3
 """Heartbeats a worker may miss before it is shown as gone."""

@@ -1,0 +1,296 @@
+"""Group commit: a batch costs a constant number of statements, every write of a worker
+goes through it, reads do not wait behind it, and waiters are woken by the settlement."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from leaseward import (
+    Agent,
+    App,
+    Client,
+    InvalidInput,
+    ProviderReply,
+    ProviderRequest,
+    Role,
+    RunState,
+    Runtime,
+    ScriptedProvider,
+    StepKind,
+    StepStatus,
+    ToolCall,
+    ToolContext,
+    tool,
+)
+from leaseward.runtime.clock import SystemClock
+from leaseward.runtime.lifecycle import RunMode
+from leaseward.runtime.model import NewRun, StepWrite, dump_json
+from leaseward.storage import (
+    BatchItem,
+    ClaimRequest,
+    SQLiteExecutor,
+    SQLiteOptions,
+    SQLStore,
+    WriteBatch,
+    open_store,
+)
+from leaseward.storage.executor import Params, Row
+
+pytestmark = pytest.mark.anyio
+
+FAST: dict[str, Any] = {"poll_interval_seconds": 0.02, "reap_interval_seconds": 0.05}
+
+
+@tool
+async def look(ctx: ToolContext, key: str) -> str:
+    return key
+
+
+def echo_app() -> App:
+    """One agent, "echo": a read-only tool call, then an answer."""
+
+    def reply(request: ProviderRequest) -> ProviderReply:
+        if any(message.role is Role.TOOL for message in request.messages):
+            return ProviderReply(text="done")
+        return ProviderReply(tool_calls=(ToolCall("look", {"key": "k"}, "c1"),))
+
+    return App([Agent("echo", ScriptedProvider(reply), tools=[look])])
+
+
+class CountingExecutor:
+    """The real SQLite executor, counting the statements sent to the database."""
+
+    def __init__(self, inner: SQLiteExecutor) -> None:
+        self.inner = inner
+        self.dialect = inner.dialect
+        self.statements = 0
+
+    def transaction(self) -> Any:
+        return self.inner.transaction()
+
+    def savepoint(self, name: str) -> Any:
+        return self.inner.savepoint(name)
+
+    def reading(self) -> Any:
+        return self.inner.reading()
+
+    async def execute(self, sql: str, params: Params | None = None) -> None:
+        self.statements += 1
+        await self.inner.execute(sql, params)
+
+    async def fetch_all(self, sql: str, params: Params | None = None) -> Sequence[Row]:
+        self.statements += 1
+        return await self.inner.fetch_all(sql, params)
+
+    async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
+        self.statements += 1
+        return await self.inner.fetch_one(sql, params)
+
+    async def notify(self, channel: str) -> None:
+        await self.inner.notify(channel)
+
+    async def wait_for_notification(self, channel: str, timeout: float) -> None:
+        await self.inner.wait_for_notification(channel, timeout)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.fixture
+async def counted(tmp_path: Path) -> AsyncIterator[tuple[SQLStore, CountingExecutor]]:
+    executor = CountingExecutor(
+        await SQLiteExecutor.connect(SQLiteOptions(str(tmp_path / "runs.db")))
+    )
+    store = SQLStore(executor, SystemClock())  # type: ignore[arg-type]
+    await store.migrate()
+    try:
+        yield store, executor
+    finally:
+        await store.aclose()
+
+
+def queued(agent: str = "a") -> NewRun:
+    return NewRun(id=str(uuid.uuid4()), agent=agent, mode=RunMode.QUEUED, input_json='"x"')
+
+
+def read_step(seq: int) -> StepWrite:
+    return StepWrite(
+        seq=seq,
+        kind=StepKind.PROVIDER,
+        status=StepStatus.SUCCEEDED,
+        output_json=dump_json({"text": f"turn {seq}"}),
+    )
+
+
+async def statements_for(store: SQLStore, executor: CountingExecutor, runs: int) -> int:
+    """Statements one batch of ``runs`` items costs: a step each, and a settlement each."""
+    await store.commit(WriteBatch(new_runs=tuple(queued() for _ in range(runs))))
+    [claimed] = (
+        await store.commit(WriteBatch(claims=(ClaimRequest("w", runs, 30.0, ("a",)),)))
+    ).claims
+    assert not isinstance(claimed, Exception) and len(claimed) == runs
+    before = executor.statements
+    results = await store.commit(
+        WriteBatch(
+            items=tuple(
+                BatchItem(run.id, run.epoch, steps=(read_step(0), read_step(1)), lease_seconds=30.0)
+                for run in claimed
+            )
+        )
+    )
+    assert all(outcome.persisted for outcome in results.items)
+    return executor.statements - before
+
+
+async def test_a_batch_costs_the_same_statements_for_one_item_or_two_hundred(
+    counted: tuple[SQLStore, CountingExecutor],
+) -> None:
+    store, executor = counted
+    one = await statements_for(store, executor, 1)
+    many = await statements_for(store, executor, 200)
+    assert one == many
+    # The fence, and one insert of every row; BEGIN and COMMIT are the executor's own.
+    assert many == 2
+
+
+async def test_a_claim_in_a_batch_leases_a_run_submitted_in_the_same_batch(
+    store_url: str,
+) -> None:
+    store = await open_store(store_url)
+    try:
+        new = queued()
+        results = await store.commit(
+            WriteBatch(new_runs=(new,), claims=(ClaimRequest("w", 10, 30.0, ("a",)),))
+        )
+    finally:
+        await store.aclose()
+    [created], [claimed] = results.new_runs, results.claims
+    assert not isinstance(created, Exception) and created.id == new.id
+    assert not isinstance(claimed, Exception)
+    assert [(run.id, run.state, run.epoch) for run in claimed] == [(new.id, RunState.RUNNING, 1)]
+
+
+async def test_a_refused_request_is_answered_alone_and_the_rest_of_its_batch_commits(
+    store_url: str,
+) -> None:
+    store = await open_store(store_url)
+    try:
+        good = queued()
+        # An id no database can hold as text: the insert of every run fails with it.
+        bad = NewRun(id="\ud83d", agent="a", mode=RunMode.QUEUED, input_json='"x"')
+        results = await store.commit(WriteBatch(new_runs=(good, bad), cancels=("nobody",)))
+        stored = await store.get_run(good.id)
+    finally:
+        await store.aclose()
+    created, refused = results.new_runs
+    assert not isinstance(created, Exception) and created.id == good.id
+    assert isinstance(refused, Exception)
+    assert isinstance(results.cancels[0], Exception) and "nobody" in str(results.cancels[0])
+    assert stored is not None and stored.state is RunState.QUEUED
+
+
+async def test_concurrent_submits_share_a_few_transactions(db_url: str) -> None:
+    async with Runtime.open(db_url, echo_app(), concurrency=1, **FAST) as rt:
+        stats = rt.supervisor.persister.stats
+        batches, requests = stats.batches, stats.items
+        async with anyio.create_task_group() as submits:
+            for n in range(300):
+                submits.start_soon(rt.submit, "echo", n)
+        batches, requests = stats.batches - batches, stats.items - requests
+        queued_runs = await rt.runs(limit=1000)
+    assert len(queued_runs) == 300
+    # Every submit went through the Persister, and each batch took what queued
+    # while the one before it committed: a few transactions, not one per submit.
+    assert requests >= 300
+    assert batches <= 10
+
+
+async def test_submit_many_queues_every_run_or_none(db_url: str) -> None:
+    async with Client.open(db_url, app=echo_app()) as client:
+        ids = await client.submit_many("echo", [{"n": n} for n in range(50)])
+        with pytest.raises(InvalidInput):
+            await client.submit_many("echo", [1, 2, {3: "not json"}])
+        runs = await client.runs(limit=1000)
+    assert len(set(ids)) == 50
+    assert sorted(run.id for run in runs) == sorted(ids)
+    assert all(run.state is RunState.QUEUED for run in runs)
+
+
+class CountingGets:
+    """Counts the reads of one run's row, as every waiter polling would make them."""
+
+    def __init__(self, inner: SQLStore) -> None:
+        self.inner = inner
+        self.gets = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def get_run(self, run_id: str) -> Any:
+        self.gets += 1
+        return await self.inner.get_run(run_id)
+
+
+async def test_a_waiter_is_woken_by_its_own_run_not_by_every_settlement(db_url: str) -> None:
+    store = CountingGets(await open_store(db_url))
+    try:
+        async with Runtime.open(store, echo_app(), concurrency=40, **FAST) as rt:  # type: ignore[arg-type]
+            ids = [await rt.submit("echo", n) for n in range(40)]
+            async with anyio.create_task_group() as waits:
+                for run_id in ids:
+                    waits.start_soon(rt.wait, run_id, 30)
+            infos = [await rt.get(run_id) for run_id in ids]
+    finally:
+        await store.aclose()
+    assert all(info.state is RunState.COMPLETED for info in infos)
+    # One read before waiting and one after the wake-up per waiter (plus the final
+    # gets): a settlement waking every waiter would make about 40 x 40.
+    assert store.gets <= 3 * len(ids) + len(ids)
+
+
+def hold_write_lock(path: str, locked: threading.Event, release: threading.Event) -> None:
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        locked.set()
+        release.wait(10)
+        connection.execute("ROLLBACK")
+    finally:
+        connection.close()
+
+
+async def test_sqlite_reads_go_on_while_a_batch_waits_for_the_write_lock(tmp_path: Path) -> None:
+    path = str(tmp_path / "runs.db")
+    async with Runtime.open(f"sqlite:///{path}", echo_app(), concurrency=1, **FAST) as rt:
+        done = await rt.submit("echo", "first")
+        await rt.wait(done, timeout=10)
+        locked, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=hold_write_lock, args=(path, locked, release))
+        holder.start()
+        try:
+            await anyio.to_thread.run_sync(locked.wait)
+            async with anyio.create_task_group() as blocked:
+                # This submit's batch waits on the busy timeout, holding the writer.
+                blocked.start_soon(rt.submit, "echo", "second")
+                await anyio.sleep(0.1)
+                started = time.monotonic()
+                with anyio.fail_after(2):
+                    info = await rt.get(done)
+                    journal = await rt.steps(done)
+                    listed = await rt.runs()
+                read_seconds = time.monotonic() - started
+                release.set()
+        finally:
+            release.set()
+            await anyio.to_thread.run_sync(holder.join)
+    assert info.state is RunState.COMPLETED and journal and listed
+    assert read_seconds < 2
