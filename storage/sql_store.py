@@ -237,7 +237,7 @@ def _failed(single: WriteBatch, exc: StoreError) -> WriteResults:
     )
 
 
-def _json_set(rows: Iterable[dict[str, Any]]) -> str:
+def _json_set(rows: Iterable[dict[str, Any] | list[Any]]) -> str:
     """A set of rows as the one JSON parameter a set statement reads them from.
 
     Not ASCII-escaped: text a database cannot store (a lone surrogate) stays
@@ -637,23 +637,24 @@ class SQLStore:
         rows = await self._executor.fetch_all(
             self._queries["insert_steps"],
             {
+                # In the positions insert_steps reads them from.
                 "steps": _json_set(
-                    {
-                        "run_id": items[position].run_id,
-                        "seq": step.seq,
-                        "epoch": items[position].epoch,
-                        "kind": step.kind.value,
-                        "tool": step.tool,
-                        "call_id": step.call_id,
-                        "effect": None if step.effect is None else step.effect.value,
-                        "status": step.status.value,
-                        "idempotency_key": step.idempotency_key,
-                        "arguments_json": step.arguments_json,
-                        "output_json": step.output_json,
-                        "error": step.error,
-                        "started_at": step.started_at,
-                        "finished": step.status is not StepStatus.STARTED,
-                    }
+                    [
+                        items[position].run_id,
+                        step.seq,
+                        items[position].epoch,
+                        step.kind.value,
+                        step.tool,
+                        step.call_id,
+                        None if step.effect is None else step.effect.value,
+                        step.status.value,
+                        step.idempotency_key,
+                        step.arguments_json,
+                        step.output_json,
+                        step.error,
+                        step.started_at,
+                        step.status is not StepStatus.STARTED,
+                    ]
                     for position, step in steps.values()
                 ),
                 "now": now,

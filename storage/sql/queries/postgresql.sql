@@ -71,22 +71,22 @@ WHERE runs.id = wanted.run_id AND runs.epoch = wanted.epoch AND runs.state = :so
 RETURNING runs.id AS run_id, runs.epoch, runs.cancel_requested, runs.lease_expires_at;
 
 -- name: insert_steps
--- Every new journal row of a batch. A record sent again after its commit's
--- answer was lost is already here and is not returned: the domain operation
--- compares it with the stored row.
+-- Every new journal row of a batch. :steps is a JSON array of arrays, each
+-- [run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,
+-- arguments_json, output_json, error, started_at, finished] (positions, not keys:
+-- this is the statement that carries every row). A record sent again after its
+-- commit's answer was lost is already here and is not returned: the domain
+-- operation compares it with the stored row.
 INSERT INTO steps (
     run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,
     arguments_json, output_json, error, started_at, finished_at
 )
-SELECT new.run_id, new.seq, new.epoch, new.kind, new.tool, new.call_id, new.effect,
-       new.status, new.idempotency_key, new.arguments_json, new.output_json, new.error,
-       COALESCE(new.started_at, leaseward_now()),
-       CASE WHEN new.finished THEN leaseward_now() END
-FROM jsonb_to_recordset(:steps::jsonb) AS new (
-    run_id text, seq integer, epoch integer, kind text, tool text, call_id text,
-    effect text, status text, idempotency_key text, arguments_json text,
-    output_json text, error text, started_at double precision, finished boolean
-)
+SELECT new.step ->> 0, (new.step ->> 1)::integer, (new.step ->> 2)::integer,
+       new.step ->> 3, new.step ->> 4, new.step ->> 5, new.step ->> 6, new.step ->> 7,
+       new.step ->> 8, new.step ->> 9, new.step ->> 10, new.step ->> 11,
+       COALESCE((new.step ->> 12)::double precision, leaseward_now()),
+       CASE WHEN (new.step ->> 13)::boolean THEN leaseward_now() END
+FROM jsonb_array_elements(:steps::jsonb) AS new (step)
 ON CONFLICT (run_id, seq) DO NOTHING
 RETURNING run_id, seq;
 
