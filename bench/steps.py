@@ -43,6 +43,10 @@ With ``--store postgresql://user@host/maintenance_db`` the same is measured on
 PostgreSQL: each sample runs in a fresh database created on that server (and
 dropped after), so the URL names a database to create them from, not one to fill.
 
+A sample that raises (a store fault, such as a shared PostgreSQL server being
+restarted) is reported and tried again, at most twice per cell; failures are
+listed under the tables and make the script exit 1.
+
 The tables are printed, and the results are written as JSON to
 ``bench/results/steps-<UTC timestamp>.json`` and copied to ``steps-latest.json``
 (``--results-dir`` elsewhere). This is a benchmark, not a test: it asserts
@@ -103,6 +107,8 @@ RUNTIME = "runtime"
 END_TO_END = "end-to-end"
 HEADLINE_RUNS = 1000
 WAIT_TIMEOUT_SECONDS = 300.0
+MAX_FAILED_SAMPLES = 2
+"""Samples of one cell that may fail (a store fault, a timeout) before the cell is given up."""
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "bench" / "results"
 
@@ -510,10 +516,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def wanting(taken: Sequence[Measurement], args: argparse.Namespace) -> bool:
-    """Whether a cell needs another sample."""
+def wanting(taken: Sequence[Measurement], args: argparse.Namespace, failed: int = 0) -> bool:
+    """Whether a cell needs another sample (and has not failed too often to get one)."""
     repeat: int = args.repeat
     min_seconds: float = args.min_seconds
+    if failed >= MAX_FAILED_SAMPLES:
+        return False
     return len(taken) < repeat or sum(m.seconds for m in taken) < min_seconds
 
 
@@ -529,45 +537,86 @@ async def store_for(args: argparse.Namespace, db_path: Path) -> AsyncIterator[st
         yield url
 
 
-async def run_all(args: argparse.Namespace, store_dir: Path) -> list[Measurement]:
+@attrs.frozen
+class Failure:
+    """A sample that raised instead of measuring: its cell, and what went wrong."""
+
+    window: str
+    variant: str
+    group_commit: bool
+    concurrency: int
+    error: str
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def describe(exc: BaseException) -> str:
+    """The first leaf of an exception (group), as ``Type: message``."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def run_all(
+    args: argparse.Namespace, store_dir: Path
+) -> tuple[list[Measurement], list[Failure]]:
     counter = 0
     windows = (RUNTIME, END_TO_END) if args.end_to_end else (RUNTIME,)
+    failures: list[Failure] = []
 
     async def sample(
         window: str, variant: str, group_commit: bool, concurrency: int
-    ) -> Measurement:
+    ) -> Measurement | None:
+        """One measurement in a fresh store; None (and a failure noted) if it raised."""
         nonlocal counter
         counter += 1
         name = f"{counter:04d}-{window}-{variant}-{mode(group_commit)}-c{concurrency}.db"
-        async with store_for(args, store_dir / name) as url:
-            return await measure(
-                window=window,
-                variant=variant,
-                group_commit=group_commit,
-                concurrency=concurrency,
-                steps_per_run=args.steps_per_run,
-                url=url,
-                poll_interval=args.poll_interval,
+        try:
+            async with store_for(args, store_dir / name) as url:
+                return await measure(
+                    window=window,
+                    variant=variant,
+                    group_commit=group_commit,
+                    concurrency=concurrency,
+                    steps_per_run=args.steps_per_run,
+                    url=url,
+                    poll_interval=args.poll_interval,
+                )
+        except Exception as exc:
+            # A shared server may restart under the benchmark: say so, and go on.
+            failure = Failure(window, variant, group_commit, concurrency, describe(exc))
+            failures.append(failure)
+            print(
+                f"sample failed ({window} {variant} {mode(group_commit)} N={concurrency}): "
+                f"{failure.error}",
+                file=sys.stderr,
+                flush=True,
             )
+            return None
 
     # Warm up (imports, query files, first connection), and throw the result away.
     await sample(windows[-1], args.variants[0], True, 1)
+    failures.clear()
 
     results: list[Measurement] = []
     for variant in args.variants:
         for concurrency in args.concurrency:
             cells = [(window, group) for window in windows for group in (True, False)]
             samples: dict[tuple[str, bool], list[Measurement]] = {cell: [] for cell in cells}
+            failed: dict[tuple[str, bool], int] = dict.fromkeys(cells, 0)
 
             # Alternate the modes (and windows), so drift on the machine affects all alike.
-            while any(wanting(taken, args) for taken in samples.values()):
-                for window, group_commit in cells:
-                    if wanting(samples[window, group_commit], args):
-                        samples[window, group_commit].append(
-                            await sample(window, variant, group_commit, concurrency)
-                        )
-            results.extend(combine(samples[cell]) for cell in cells)
-    return results
+            while any(wanting(samples[cell], args, failed[cell]) for cell in cells):
+                for cell in cells:
+                    if wanting(samples[cell], args, failed[cell]):
+                        taken = await sample(cell[0], variant, cell[1], concurrency)
+                        if taken is None:
+                            failed[cell] += 1
+                        else:
+                            samples[cell].append(taken)
+            results.extend(combine(samples[cell]) for cell in cells if samples[cell])
+    return results, failures
 
 
 def git_revision() -> str:
@@ -637,11 +686,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     started = time.perf_counter()
     if args.store_dir is None:
         with tempfile.TemporaryDirectory(prefix="leaseward-bench-") as tmp:
-            results = anyio.run(run_all, args, Path(tmp))
+            results, failures = anyio.run(run_all, args, Path(tmp))
             where = f"{tmp} (removed)"
     else:
         args.store_dir.mkdir(parents=True, exist_ok=True)
-        results = anyio.run(run_all, args, args.store_dir)
+        results, failures = anyio.run(run_all, args, args.store_dir)
         where = str(args.store_dir.resolve())
     total = time.perf_counter() - started
 
@@ -679,6 +728,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     incomplete = [m for m in results if m.completed != m.runs]
     if incomplete:
         print(f"WARNING: {len(incomplete)} measurement(s) had runs that did not complete")
+    for f in failures:
+        print(
+            f"FAILED sample ({f.window} {f.variant} {mode(f.group_commit)} N={f.concurrency}), "
+            f"left out of the tables: {f.error}"
+        )
     print(f"total {total:.1f} s")
 
     document = {
@@ -701,6 +755,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "environment": environment(),
         "total_seconds": round(total, 3),
         "measurements": [m.to_json() for m in results],
+        "failed_samples": [f.to_json() for f in failures],
         "group_vs_single": [
             {
                 "window": group.window,
@@ -715,6 +770,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     path = write_results(args.results_dir, "steps", document)
     print(f"results: {shown(path)} (and steps-latest.json)")
+    if failures:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
