@@ -1,0 +1,374 @@
+"""Memory per concurrent run parked in a long tool call.
+
+A Runtime with ``concurrency=N`` is opened on a fresh SQLite file (WAL,
+``synchronous=FULL``) with one agent whose provider asks for one call of a
+read-only tool, ``park``, and then answers. ``park`` counts itself in and waits
+on an ``anyio.Event``. N runs are submitted with ``rt.submit_many`` in chunks
+(``--chunk``), and once all N are inside the tool (counted by the tool itself)
+the process's resident set size is sampled:
+
+* ``current``: the resident pages of ``/proc/self/statm`` times the page size;
+* ``peak``: ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` (KB on Linux).
+
+Both are sampled twice: before the Runtime is opened (after the imports and the
+app are built) and while all N runs are parked. The difference, divided by N, is
+the memory one parked run costs: its RunActor and task, its conversation so far,
+its lease and the store's share, plus the run id the benchmark keeps. Then the
+event is set, every run finishes (one ``rt.wait`` per run, all at once in a
+task group), and the time from the release until the last wait returned is
+reported, with the time it took to get all N parked.
+
+Each size is measured in a subprocess of its own (this script, with
+``--child N``), so that one measurement's peak cannot hide in the next one's
+baseline. By default N=10,000, and N=1,000 first for scale; ``--quick`` measures
+N=1,000 only. The target the figures are compared with: under 50 KB per parked
+run at 10,000 runs.
+
+If not every run gets parked within ``--park-timeout`` seconds, the script
+says how far it got (runs parked, runs the Supervisor holds, runs by state in
+the store) instead of a figure per run.
+
+Results are printed and written as JSON to ``bench/results/memory-<UTC
+timestamp>.json`` (copied to ``memory-latest.json``). A benchmark, not a test:
+it asserts nothing.
+
+    .venv/bin/python bench/memory.py                  # N = 1,000 and 10,000
+    .venv/bin/python bench/memory.py --quick          # N = 1,000
+    .venv/bin/python bench/memory.py --runs 20000 --scale 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+from steps import RESULTS_DIR, environment, shown, write_results
+
+from leaseward import (
+    Agent,
+    App,
+    ProviderReply,
+    ProviderRequest,
+    Role,
+    RunState,
+    Runtime,
+    ScriptedProvider,
+    ToolCall,
+    ToolContext,
+    tool,
+)
+
+AGENT = "parker"
+RUNS = 10_000
+SCALE_RUNS = 1_000
+QUICK_RUNS = 1_000
+TARGET_KB_PER_RUN = 50.0
+TOOL_TIMEOUT_SECONDS = 3600.0
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+class Parking:
+    """Where the ``park`` tool counts its callers and waits for the release."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.parked = 0
+        self.all_parked = anyio.Event()
+        self.release = anyio.Event()
+
+    async def park(self) -> None:
+        self.parked += 1
+        if self.parked >= self.expected:
+            self.all_parked.set()
+        await self.release.wait()
+
+
+def make_app(parking: Parking) -> App:
+    @tool(timeout_seconds=TOOL_TIMEOUT_SECONDS)
+    async def park(ctx: ToolContext) -> str:
+        """A read-only tool that waits until the benchmark releases it."""
+        await parking.park()
+        return "released"
+
+    def reply(request: ProviderRequest) -> ProviderReply:
+        if not any(message.role is Role.ASSISTANT for message in request.messages):
+            return ProviderReply(tool_calls=(ToolCall(park.name, {}, "park-0"),))
+        return ProviderReply(text="done")
+
+    return App(agents=[Agent(AGENT, ScriptedProvider(reply), tools=[park], max_steps=2)])
+
+
+def current_rss_kb() -> float:
+    """Resident set size now, from /proc/self/statm (pages) in KB."""
+    with open("/proc/self/statm") as statm:
+        resident_pages = int(statm.read().split()[1])
+    return resident_pages * PAGE_SIZE / 1024
+
+
+def peak_rss_kb() -> float:
+    """The process's peak resident set size so far; ru_maxrss is in KB on Linux."""
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def rss() -> dict[str, float]:
+    return {"current_kb": current_rss_kb(), "peak_kb": peak_rss_kb()}
+
+
+async def store_states(rt: Runtime, runs: int) -> dict[str, int]:
+    """How many runs the store has in each state (read back, for a report)."""
+    found = await rt.runs(limit=runs + 100)
+    return dict(Counter(info.state.value for info in found))
+
+
+async def measure(runs: int, chunk: int, db: Path, park_timeout: float) -> dict[str, Any]:
+    parking = Parking(runs)
+    app = make_app(parking)
+    url = f"sqlite:///{db.resolve()}?synchronous=full"
+    before = rss()
+    result: dict[str, Any] = {"runs": runs, "chunk": chunk, "rss_before": before}
+
+    opened = time.perf_counter()
+    async with Runtime.open(url, app, concurrency=runs, poll_interval_seconds=0.05) as rt:
+        result["open_seconds"] = time.perf_counter() - opened
+        started = time.perf_counter()
+        run_ids: list[str] = []
+        for offset in range(0, runs, chunk):
+            inputs = [{"n": n} for n in range(offset, min(runs, offset + chunk))]
+            run_ids.extend(await rt.submit_many(AGENT, inputs))
+        result["submit_seconds"] = time.perf_counter() - started
+        with anyio.move_on_after(park_timeout):
+            await parking.all_parked.wait()
+        result["park_seconds"] = time.perf_counter() - started
+        result["parked"] = parking.parked
+        result["active_runs"] = rt.supervisor.active_runs
+        if parking.parked < runs:
+            # Not all of them got in: say how far it got instead of a figure per run.
+            result["rss_parked"] = rss()
+            result["store_states"] = await store_states(rt, runs)
+            result["all_parked"] = False
+            parking.release.set()
+            return result
+        result["all_parked"] = True
+        parked = rss()
+        result["rss_parked"] = parked
+        result["kb_per_run_current"] = (parked["current_kb"] - before["current_kb"]) / runs
+        result["kb_per_run_peak"] = (parked["peak_kb"] - before["peak_kb"]) / runs
+
+        infos: list[Any] = []
+
+        async def wait(run_id: str) -> None:
+            infos.append(await rt.wait(run_id, timeout=park_timeout))
+
+        released = time.perf_counter()
+        parking.release.set()
+        async with anyio.create_task_group() as waits:
+            for run_id in run_ids:
+                waits.start_soon(wait, run_id)
+        result["release_seconds"] = time.perf_counter() - released
+        result["completed"] = sum(1 for info in infos if info.state is RunState.COMPLETED)
+        stats = rt.supervisor.persister.stats
+        result["persister"] = {
+            "items": stats.items,
+            "batches": stats.batches,
+            "largest_batch": stats.largest_batch,
+            "commit_seconds": round(stats.commit_seconds, 6),
+        }
+    result["rss_after"] = rss()
+    return result
+
+
+def child(args: argparse.Namespace) -> None:
+    """One measurement in this process; prints one JSON line."""
+    with tempfile.TemporaryDirectory(prefix="leaseward-memory-") as tmp:
+        result = anyio.run(
+            measure, args.child, args.chunk, Path(tmp) / "runs.db", args.park_timeout
+        )
+    result["fd_limit"] = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    print(json.dumps(result))
+
+
+def run_child(args: argparse.Namespace, runs: int) -> dict[str, Any]:
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        str(runs),
+        "--chunk",
+        str(args.chunk),
+        "--park-timeout",
+        str(args.park_timeout),
+    ]
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0 or not done.stdout.strip():
+        return {
+            "runs": runs,
+            "failed": True,
+            "returncode": done.returncode,
+            "stderr": done.stderr[-4000:],
+            "process_seconds": seconds,
+        }
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["process_seconds"] = seconds
+    if done.stderr.strip():
+        result["stderr"] = done.stderr[-4000:]
+    return result
+
+
+def mb(kb: float) -> str:
+    return f"{kb / 1024:.1f}"
+
+
+def print_table(results: Sequence[dict[str, Any]]) -> None:
+    header = (
+        f"{'N':>6} {'parked':>6} {'before MB':>9} {'parked MB':>9} {'diff MB':>8} "
+        f"{'KB/run':>7} {'peak before':>11} {'peak parked':>11} {'peak KB/run':>11} "
+        f"{'to park s':>9} {'release s':>9} {'done':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        if r.get("failed"):
+            print(f"{r['runs']:>6} FAILED (exit {r['returncode']}): see stderr below")
+            continue
+        before, parked = r["rss_before"], r["rss_parked"]
+        if not r["all_parked"]:
+            print(
+                f"{r['runs']:>6} {r['parked']:>6} {mb(before['current_kb']):>9} "
+                f"{mb(parked['current_kb']):>9}   NOT ALL PARKED within the timeout: "
+                f"Supervisor holds {r['active_runs']}, store {r['store_states']}"
+            )
+            continue
+        diff = parked["current_kb"] - before["current_kb"]
+        print(
+            f"{r['runs']:>6} {r['parked']:>6} {mb(before['current_kb']):>9} "
+            f"{mb(parked['current_kb']):>9} {mb(diff):>8} {r['kb_per_run_current']:>7.1f} "
+            f"{mb(before['peak_kb']):>11} {mb(parked['peak_kb']):>11} "
+            f"{r['kb_per_run_peak']:>11.1f} {r['park_seconds']:>9.2f} "
+            f"{r['release_seconds']:>9.2f} {r['completed']:>6}"
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Memory (RSS) per concurrent run parked in a long tool call, and the "
+        "time to release and finish them all; SQLite, one process per size; results as JSON."
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=RUNS,
+        metavar="N",
+        help="runs parked at once, with concurrency=N (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--scale",
+        type=int,
+        default=SCALE_RUNS,
+        metavar="N",
+        help="also measure this many runs first, for scale; 0 skips it (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"measure {QUICK_RUNS} runs only (--runs {QUICK_RUNS} --scale 0)",
+    )
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=1000,
+        help="runs per rt.submit_many call (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--park-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long to wait for all runs to be parked, and for each to finish "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=RESULTS_DIR,
+        help="where memory-<UTC timestamp>.json and memory-latest.json go (default: bench/results)",
+    )
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.chunk < 1 or args.park_timeout <= 0:
+        raise SystemExit("--chunk must be >= 1 and --park-timeout > 0")
+    if args.child is not None:
+        child(args)
+        return
+    if args.quick:
+        args.runs, args.scale = QUICK_RUNS, 0
+    if args.runs < 1 or args.scale < 0:
+        raise SystemExit("--runs must be >= 1 and --scale >= 0")
+    sizes = [args.scale, args.runs] if args.scale and args.scale != args.runs else [args.runs]
+
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    started = time.perf_counter()
+    results = []
+    for runs in sizes:
+        print(f"measuring N={runs} ...", file=sys.stderr, flush=True)
+        results.append(run_child(args, runs))
+    total = time.perf_counter() - started
+
+    print(
+        "leaseward memory per parked run: N runs inside a read-only tool at once "
+        "(concurrency=N), SQLite WAL synchronous=full, one process per N"
+    )
+    print()
+    print_table(results)
+    print()
+    print(
+        "before = RSS after the imports, before Runtime.open; parked = RSS with all N runs "
+        "inside the tool;\ndiff and KB/run from the current RSS (/proc/self/statm); peak = "
+        "ru_maxrss; to park s = from the first\nsubmit until all N were inside the tool; "
+        "release s = from the release until N concurrent rt.wait returned;\n"
+        f"done = runs completed. Target: under {TARGET_KB_PER_RUN:g} KB per parked run at "
+        f"{RUNS:,} runs."
+    )
+    for r in results:
+        if r.get("stderr"):
+            print(f"\nstderr of N={r['runs']}:\n{r['stderr']}")
+    print(f"total {total:.1f} s")
+
+    document = {
+        "benchmark": "memory",
+        "started_utc": stamp,
+        "command": [Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)],
+        "settings": {
+            "sizes": sizes,
+            "chunk": args.chunk,
+            "park_timeout_seconds": args.park_timeout,
+            "tool_timeout_seconds": TOOL_TIMEOUT_SECONDS,
+            "target_kb_per_run": TARGET_KB_PER_RUN,
+        },
+        "environment": environment(),
+        "total_seconds": round(total, 3),
+        "measurements": results,
+    }
+    path = write_results(args.results_dir, "memory", document)
+    print(f"results: {shown(path)} (and memory-latest.json)")
+
+
+if __name__ == "__main__":
+    main()
