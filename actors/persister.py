@@ -32,7 +32,8 @@ from leaseward.storage.protocol import (
 __all__ = ["MAX_BATCH_ITEMS", "Persister", "PersisterStats"]
 
 MAX_BATCH_ITEMS = 512
-"""Requests a transaction takes at most (a submit of many runs counts each run)."""
+"""Requests after which a batch takes no more (a submit of many runs counts each run,
+and is never split: one larger than this is a batch of its own, or ends one)."""
 
 log = get_logger("leaseward.persister")
 

@@ -76,6 +76,8 @@ _DATA_ERRORS: tuple[type[BaseException], ...] = (
 _SESSION_LOST: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
     asyncpg.OperatorInterventionError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
     OSError,
 )
 # Errors that say the URL is wrong, not that the server is unwell: retrying won't help.
@@ -253,8 +255,8 @@ class PostgresExecutor:
             async with self._hold() as connection:
                 try:
                     transaction = await self._call(self._begin, connection)
-                except StoreError:
-                    if attempt or not connection.is_closed():
+                except StoreError as exc:
+                    if attempt or not isinstance(exc.__cause__, _SESSION_LOST):
                         raise
                     continue
                 yield transaction

@@ -100,9 +100,9 @@ async def main() -> None:
             for index in range(args.concurrency):
                 tg.start_soon(submit, index)
         submitted = time.perf_counter() - started
-        # One waiter at a time, as bench/steps.py: each rt.wait is woken whenever
-        # any run ends, and N waiters reading the store at once would compete with
-        # the runs for it. The last run to finish ends the timed window either way.
+        # One waiter at a time: a waiter also reads its run every half second (for
+        # settlements made elsewhere), and N of them reading the store at once would
+        # compete with the runs for it. The last run to finish ends the window anyway.
         infos = [await rt.wait(run_id, timeout=WAIT_TIMEOUT_SECONDS) for run_id in run_ids]
         seconds = time.perf_counter() - started
 
