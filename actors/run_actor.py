@@ -62,9 +62,6 @@ __all__ = ["DEADLINE_MARGIN_SECONDS", "RunActor", "RunSettings"]
 
 DEADLINE_MARGIN_SECONDS = 5.0
 SETTLE_TIMEOUT_SECONDS = 10.0
-SETTLE_RETRY_SECONDS = (0.05, 0.25, 1.0)
-"""Pauses before sending a settlement again after a store fault: a blip of the store
-must not leave a finished run to wait out its lease for the reaper."""
 
 log = get_logger("leaseward.run")
 
@@ -622,19 +619,11 @@ class RunActor:
 
     async def _settle(self, settlement: Settlement, withdrawn: Sequence[StepWrite] = ()) -> None:
         crash_point("settle")
-        for pause in (*SETTLE_RETRY_SECONDS, None):
-            try:
-                outcome = await self._send(withdrawn, 0.0, settlement)
-            except LeaseLost:
-                self._log.warning("lease.lost", during="settle")
-                return
-            if outcome.persisted or outcome.data_error or pause is None:
-                break
-            if self._lease_remaining() <= pause:
-                break
-            # Fenced on the epoch, a settlement sent again applies once at most.
-            self._log.warning("run.settle_retried", error=outcome.error)
-            await anyio.sleep(pause)
+        try:
+            outcome = await self._send(withdrawn, 0.0, settlement)
+        except LeaseLost:
+            self._log.warning("lease.lost", during="settle")
+            return
         if not outcome.persisted:
             # The lease will expire and the reaper applies recovery from the journal.
             # ("event" is the log line's own name: the transition goes under another key.)
