@@ -247,6 +247,9 @@ def _json_set(rows: Iterable[dict[str, Any] | list[Any]]) -> str:
     return json.dumps(list(rows), ensure_ascii=False, separators=(",", ":"))
 
 
+_StepsByKey = dict[tuple[str, int], tuple[int, StepWrite]]
+"""A batch's steps of one kind by (run id, seq), each with its item's position."""
+
 _INTEGER_RANGE = range(-(2**63), 2**63)
 
 
@@ -586,9 +589,9 @@ class SQLStore:
             },
         )
         held = {(row["run_id"], row["epoch"]): row for row in fences}
-        inserts: dict[tuple[str, int], tuple[int, StepWrite]] = {}
-        settles: dict[tuple[str, int], tuple[int, StepWrite]] = {}
-        withdrawals: dict[tuple[str, int], tuple[int, StepWrite]] = {}
+        inserts: _StepsByKey = {}
+        settles: _StepsByKey = {}
+        withdrawals: _StepsByKey = {}
         settlements: dict[tuple[str, int], tuple[int, Settlement]] = {}
         for position, item in enumerate(items):
             if (item.run_id, item.epoch) not in held:
@@ -631,7 +634,7 @@ class SQLStore:
     async def _insert_steps(
         self,
         items: Sequence[BatchItem],
-        steps: dict[tuple[str, int], tuple[int, StepWrite]],
+        steps: _StepsByKey,
         now: float,
     ) -> None:
         rows = await self._executor.fetch_all(
@@ -665,7 +668,7 @@ class SQLStore:
     async def _settle_steps(
         self,
         items: Sequence[BatchItem],
-        steps: dict[tuple[str, int], tuple[int, StepWrite]],
+        steps: _StepsByKey,
         now: float,
     ) -> None:
         rows = await self._executor.fetch_all(
@@ -688,9 +691,7 @@ class SQLStore:
         )
         await self._check_unwritten(items, steps, rows, "has no open intent")
 
-    async def _withdraw_steps(
-        self, items: Sequence[BatchItem], steps: dict[tuple[str, int], tuple[int, StepWrite]]
-    ) -> None:
+    async def _withdraw_steps(self, items: Sequence[BatchItem], steps: _StepsByKey) -> None:
         rows = await self._executor.fetch_all(
             self._queries["withdraw_steps"],
             {
@@ -713,7 +714,7 @@ class SQLStore:
     async def _check_unwritten(
         self,
         items: Sequence[BatchItem],
-        steps: dict[tuple[str, int], tuple[int, StepWrite]],
+        steps: _StepsByKey,
         written_rows: Sequence[Row],
         problem: str,
     ) -> None:
