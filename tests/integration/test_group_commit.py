@@ -32,8 +32,8 @@ from leaseward import (
     tool,
 )
 from leaseward.runtime.clock import SystemClock
-from leaseward.runtime.lifecycle import RunMode
-from leaseward.runtime.model import NewRun, StepWrite, dump_json
+from leaseward.runtime.lifecycle import Event, RunMode
+from leaseward.runtime.model import NewRun, Settlement, StepWrite, dump_json
 from leaseward.storage import (
     BatchItem,
     ClaimRequest,
@@ -294,3 +294,41 @@ async def test_sqlite_reads_go_on_while_a_batch_waits_for_the_write_lock(tmp_pat
             await anyio.to_thread.run_sync(holder.join)
     assert info.state is RunState.COMPLETED and journal and listed
     assert read_seconds < 2
+
+
+async def test_a_stale_item_in_a_set_writes_nothing_beside_live_items_of_the_same_run(
+    store_url: str,
+) -> None:
+    """G: a stale worker changes nothing, even when its item shares one fenced set
+    statement with the new owner's item for the same run and with another run's."""
+    store = await open_store(store_url)
+    try:
+        await store.create_run(queued())
+        [first] = await store.claim_runs("old", 1, 30.0, ["a"])
+        release = Settlement(Event.RELEASE)
+        [released] = await store.commit_batch([BatchItem(first.id, 1, settlement=release)])
+        assert released.persisted
+        [again] = await store.claim_runs("new", 1, 30.0, ["a"])
+        assert (again.id, again.epoch) == (first.id, 2)
+        await store.create_run(queued())
+        [held] = await store.claim_runs("other", 1, 30.0, ["a"])
+        stale, live, beside = await store.commit_batch(
+            [
+                BatchItem(first.id, 1, steps=(read_step(0), read_step(1)), settlement=release),
+                BatchItem(first.id, 2, steps=(read_step(0),), lease_seconds=30.0),
+                BatchItem(held.id, 1, steps=(read_step(0),), settlement=release),
+            ]
+        )
+        journal = await store.list_steps(first.id)
+        run = await store.get_run(first.id)
+    finally:
+        await store.aclose()
+    assert (stale.persisted, stale.lease_held) == (False, False)
+    assert (live.persisted, live.lease_held) == (True, True)
+    assert (beside.persisted, beside.lease_held) == (True, False)
+    assert [(step.seq, step.epoch) for step in journal] == [(0, 2)]
+    assert run is not None and (run.state, run.epoch, run.lease_owner) == (
+        RunState.RUNNING,
+        2,
+        "new",
+    )
