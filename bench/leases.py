@@ -146,6 +146,8 @@ STOP_DRAIN_SECONDS = 1.0
 WORKER_OPEN_TIMEOUT_SECONDS = 60.0
 WORKER_STOP_TIMEOUT_SECONDS = 20.0
 POLL_SECONDS = 0.05
+PG_POOL_SIZE = 6
+"""Connections per process on PostgreSQL: the server is shared, and runs mostly wait."""
 LEASEWARD = "leaseward"
 STEP_BOUNDARY = "step-boundary"
 POLICIES = (LEASEWARD, STEP_BOUNDARY)
@@ -429,7 +431,7 @@ async def fresh_store(
 
     assert pg_url is not None
     async with fresh_database(pg_url, label) as url:
-        yield url
+        yield f"{url}{'&' if '?' in url else '?'}pool_size={PG_POOL_SIZE}"
 
 
 async def wait_until(
@@ -765,13 +767,16 @@ class LiveScenario:
         return f"live {self.policy} {self.scenario} lease={self.lease_seconds:g}"
 
 
-def hold_write_lock(path: Path, seconds: float) -> None:
-    """Hold SQLite's write lock from a connection of our own, as a stuck writer would."""
+def hold_write_lock(path: Path, seconds: float) -> tuple[float, float]:
+    """Hold SQLite's write lock from a connection of our own, as a stuck writer would;
+    returns when it was taken and when it was let go."""
     connection = sqlite3.connect(path, isolation_level=None, timeout=30)
     try:
         connection.execute("BEGIN IMMEDIATE")
+        taken = time.time()
         time.sleep(seconds)
         connection.execute("ROLLBACK")
+        return taken, time.time()
     finally:
         connection.close()
 
@@ -811,13 +816,15 @@ async def measure_live(scenario: LiveScenario, work: Path) -> dict[str, Any]:
             ):
                 raise RuntimeError("the live worker did not start every call")
             await watcher.opened()
-            began = time.time()
+            began = disrupted = resumed = time.time()
             if scenario.scenario == PAUSED:
                 live.signal(signal.SIGSTOP)
+                disrupted = time.time()
                 await anyio.sleep(scenario.disruption_seconds)
                 live.signal(signal.SIGCONT)
+                resumed = time.time()
             elif scenario.scenario == BLOCKED:
-                await anyio.to_thread.run_sync(
+                disrupted, resumed = await anyio.to_thread.run_sync(
                     hold_write_lock, work / "runs.db", scenario.disruption_seconds
                 )
 
@@ -849,9 +856,14 @@ async def measure_live(scenario: LiveScenario, work: Path) -> dict[str, Any]:
             }
         )
     workers = list(stats.values())
+    cut_off = [x for x in found if x.pid == live.pid and x.status == "cancelled"]
     return {
         **attrs.asdict(scenario),
         "disruption_seconds": None if scenario.scenario == CALLS else scenario.disruption_seconds,
+        # When the live worker's own calls ended cancelled, from the pause or block's
+        # start and from its end (negative: cut off before the block was lifted).
+        "cancelled_after_start": spread([x.end - disrupted for x in cut_off]),
+        "cancelled_after_end": spread([x.end - resumed for x in cut_off]),
         "per_ratio": per_ratio,
         "live_reaps": sum(s["reaps"] for s in workers),
         "guard_cancels": sum(s["keeper"]["guard_cancels"] for s in workers),
@@ -907,6 +919,17 @@ def print_live(results: Sequence[dict[str, Any]]) -> None:
         "carried by step records;\ntransactions = the workers' Persister transactions; "
         "unfinished = runs not terminal when the wait gave up."
     )
+    for r in results:
+        start, end = r["cancelled_after_start"], r["cancelled_after_end"]
+        if r["scenario"] == CALLS or start["max"] is None:
+            continue
+        what = "SIGSTOP" if r["scenario"] == PAUSED else "the lock was taken"
+        back = "SIGCONT" if r["scenario"] == PAUSED else "it was let go"
+        print(
+            f"{r['policy']} {r['scenario']} (lease {r['lease_seconds']:g} s): the live worker's "
+            f"calls ended cancelled {seconds(start['p50'])} s (max {seconds(start['max'])}) after "
+            f"{what}, {seconds(end['p50'])} s (max {seconds(end['max'])}) after {back}"
+        )
 
 
 # -- part 5: many workers on PostgreSQL ---------------------------------------------------------
@@ -1026,6 +1049,7 @@ async def measure_many_workers(
     done = [r for r in records if r.finished_at is not None]
     latencies = [r.finished_at - r.created_at for r in done if r.finished_at is not None]
     last = max((r.finished_at for r in done if r.finished_at is not None), default=finished_at)
+    in_window = sum(1 for r in done if r.finished_at is not None and r.finished_at < end_at)
     measured = [d for d in detection if d is not None]
     return {
         **attrs.asdict(setup),
@@ -1033,7 +1057,8 @@ async def measure_many_workers(
         "submitted": len(submitted),
         "finished": len(done),
         "final_states": count_states(records),
-        "runs_per_second": round(len(done) / (last - began), 2) if last > began else 0.0,
+        "runs_per_second": round(in_window / setup.seconds, 2),
+        "last_finished_after_seconds": round(last - began, 3),
         "latency": spread(latencies),
         "kills": len(kills),
         "held_at_kills": len(detection),
@@ -1062,7 +1087,8 @@ def print_many_workers(r: dict[str, Any]) -> None:
     latency, detection = r["latency"], r["detection"]
     print(
         f"  submitted {r['submitted']}, finished {r['finished']} "
-        f"({r['runs_per_second']:g} runs/s); "
+        f"({r['runs_per_second']:g} runs/s while submitting; the last "
+        f"{r['last_finished_after_seconds']:.1f} s after the first submit); "
         f"final states {r['final_states']}\n"
         f"  submit to finish: p50 {seconds(latency['p50'])} s, p99 {seconds(latency['p99'])} s, "
         f"max {seconds(latency['max'])} s\n"
@@ -1149,6 +1175,8 @@ def plot_detection(plt: Any, cells: Sequence[dict[str, Any]], path: Path) -> Pat
             ax.set_xlabel("kill to call running again (s)")
             ax.set_ylabel("fraction of runs")
             ax.set_ylim(0, 1.02)
+            # From the kill: how the time splits between the lease and the reaper shows.
+            ax.set_xlim(left=0)
             ax.legend(fontsize="small", loc="lower right")
     figure.suptitle(
         "SIGKILLed worker: time until its runs run again (dotted: lease + reap interval)"
