@@ -37,7 +37,9 @@ max of ``reaped`` and ``rerun`` beside the bound lease_seconds + reap_interval_s
 and counts the runs whose rerun came later than the bound and later than the bound +
 0.5 s (the target is a p99 within the bound + 0.5 s). ``--grid cross`` (the default)
 measures every lease with every reap interval at the middle K and every lease with
-every K at the middle reap interval; ``--grid full`` every combination.
+every K at the middle reap interval; ``--grid full`` every combination. Except with
+``--quick``, the Runtime's own default lease and reap interval are measured too, at the
+middle K.
 
 **Live workers are never reaped** (``live``, SQLite). A live worker claims runs whose
 calls last 0.5, 1, 5 and 20 times lease_seconds; then a second worker (the watcher)
@@ -129,6 +131,7 @@ from leaseward import (
 )
 from leaseward.actors.persister import Persister
 from leaseward.actors.reaper import LeaseReaper, Reaped
+from leaseward.runtime.app import LEASE_SECONDS, REAP_INTERVAL_SECONDS
 from leaseward.runtime.model import RunRecord
 from leaseward.storage.protocol import ClaimRequest
 
@@ -593,18 +596,29 @@ def median_of(values: Sequence[Any]) -> Any:
 
 
 def detection_cells(
-    store: str, leases: Sequence[float], reaps: Sequence[float], ks: Sequence[int], grid: str
+    store: str,
+    leases: Sequence[float],
+    reaps: Sequence[float],
+    ks: Sequence[int],
+    grid: str,
+    *,
+    runtime_defaults: bool,
 ) -> list[Cell]:
     """Every lease with every reap interval at the middle K and with every K at the middle
-    reap interval (``cross``), or every combination (``full``)."""
+    reap interval (``cross``), or every combination (``full``); with ``runtime_defaults``,
+    the Runtime's own lease and reap interval at the middle K as well."""
     mid_reap, mid_k = median_of(reaps), median_of(ks)
-    return [
+    cells = [
         Cell(store, lease, reap, k)
         for lease in leases
         for reap in reaps
         for k in ks
         if grid == "full" or k == mid_k or reap == mid_reap
     ]
+    own = Cell(store, LEASE_SECONDS, REAP_INTERVAL_SECONDS, mid_k)
+    if runtime_defaults and own not in cells:
+        cells.append(own)
+    return cells
 
 
 async def measure_detection(
@@ -1262,8 +1276,8 @@ def plot_many_workers(plt: Any, r: dict[str, Any], path: Path) -> Path:
 
 
 class Progress:
-    """``[#####.....] 12/40 label`` on stderr: redrawn in place on a terminal, a line per
-    unit otherwise."""
+    """``[#####.....] 12/40 label`` on stderr: redrawn in place on a terminal; otherwise a
+    line as each unit starts, and one at the end."""
 
     def __init__(self, total: int, width: int = 30) -> None:
         self.total = max(total, 1)
@@ -1283,7 +1297,8 @@ class Progress:
 
     def tick(self, label: str) -> None:
         self.done += 1
-        self.show(label)
+        if self._tty or self.done >= self.total:
+            self.show(label)
 
     def close(self) -> None:
         if self._tty:
@@ -1307,9 +1322,14 @@ def plan(args: argparse.Namespace, pg_url: str | None) -> Plan:
     parts = set(args.parts)
     cells: list[Cell] = []
     if "detection" in parts:
-        cells += detection_cells(SQLITE, args.leases, args.reaps, args.ks, args.grid)
+        own = not args.quick
+        cells += detection_cells(
+            SQLITE, args.leases, args.reaps, args.ks, args.grid, runtime_defaults=own
+        )
         if pg_url is not None:
-            cells += detection_cells(POSTGRESQL, args.pg_leases, args.pg_reaps, args.ks, args.grid)
+            cells += detection_cells(
+                POSTGRESQL, args.pg_leases, args.pg_reaps, args.ks, args.grid, runtime_defaults=own
+            )
     live: list[LiveScenario] = []
     if "live" in parts:
         for scenario in args.scenarios:
