@@ -1100,7 +1100,9 @@ async def measure_many_workers(
         "timeline": {
             "began": began,
             "kills": [k["t"] - began for k in kills],
-            "finished": sorted(r.finished_at - began for r in done if r.finished_at is not None),
+            "finished": sorted(
+                round(r.finished_at - began, 3) for r in done if r.finished_at is not None
+            ),
             "detection": [round(d, 3) for d in measured],
         },
         "worker_stats": stats,
@@ -1227,8 +1229,10 @@ def plot_live(plt: Any, results: Sequence[dict[str, Any]], path: Path) -> Path:
             live.append(row["live_reaps"])
             double.append(row["repeats"]["overlapping"])
     positions = range(len(labels))
-    reaps_ax.bar([p - 0.2 for p in positions], live, width=0.4, label="live reaps")
-    reaps_ax.bar([p + 0.2 for p in positions], double, width=0.4, label="double executions")
+    for offset, values, label in ((-0.2, live, "live reaps"), (0.2, double, "double executions")):
+        bars = reaps_ax.bar([p + offset for p in positions], values, width=0.4, label=label)
+        # A zero is the result here, so it is written out rather than left as no bar.
+        reaps_ax.bar_label(bars, fontsize="x-small")
     reaps_ax.set_xticks(list(positions), labels, fontsize="x-small", rotation=60, ha="right")
     reaps_ax.set_ylabel("count")
     reaps_ax.set_ylim(0, max([1, *live, *double]) * 1.15)
@@ -1236,18 +1240,14 @@ def plot_live(plt: Any, results: Sequence[dict[str, Any]], path: Path) -> Path:
     reaps_ax.legend()
     names = [f"{r['policy']}\n{r['scenario']}" for r in results]
     positions = range(len(names))
-    cost_ax.bar(
-        [p - 0.2 for p in positions],
-        [r["renewal_batches"] for r in results],
-        width=0.4,
-        label="keeper renewal batches",
-    )
-    cost_ax.bar(
-        [p + 0.2 for p in positions],
-        [r["step_renewals"] for r in results],
-        width=0.4,
-        label="renewals on step records",
-    )
+    for offset, key, label in (
+        (-0.2, "renewal_batches", "keeper renewal batches"),
+        (0.2, "step_renewals", "renewals on step records"),
+    ):
+        bars = cost_ax.bar(
+            [p + offset for p in positions], [r[key] for r in results], width=0.4, label=label
+        )
+        cost_ax.bar_label(bars, fontsize="x-small")
     cost_ax.set_xticks(list(positions), names, fontsize="x-small")
     cost_ax.set_title("renewal commits spent")
     cost_ax.legend()
