@@ -76,7 +76,7 @@ LEASES_FLAGS ?=
 
 # Leases and reaping with real worker processes (bench/leases.py): how soon a
 # SIGKILLed worker's runs run again, whether live workers are ever reaped, and four
-# PostgreSQL workers with one killed over and over. About 12 minutes;
+# PostgreSQL workers with one killed over and over. About 11 minutes;
 # LEASES_FLAGS=--quick for a pass under 2 minutes.
 bench-leases: $(STAMP)
 	$(BIN)/python bench/leases.py $(LEASES_FLAGS)

@@ -56,7 +56,10 @@ IMMEDIATE``, ``blocked``) for lease_seconds + reap_interval_seconds + 1 s. Count
   the first ended), and ``done twice``: calls whose tool ran to the end twice;
 * ``guard cancels``: calls the lease keeper cancelled because the lease could not be
   renewed; ``renewal commits``: the keeper's grouped renewal statements, and the lease
-  renewals the runs' own step records carried (the metrics counter).
+  renewals the runs' own step records carried (the metrics counter less the keeper's).
+
+The wait ends once every call has ended and every run is finished or waits out a retry
+backoff, or after the longest call and two more rounds of reaping.
 
 **Many workers on PostgreSQL** (``many_workers``). Four worker processes on one fresh
 database, a steady stream of short runs (a 1 s call each) submitted at ``--rate``,
@@ -67,12 +70,15 @@ store right after the kill, being claimed by another worker), and double claims:
 (run, epoch) claimed twice, or two executions of one call overlapping in time (an
 execution of a killed worker ends at its kill). Both must be 0.
 
+On PostgreSQL every process uses a pool of ``PG_POOL_SIZE`` connections: the server is
+shared, and the runs mostly wait in their calls.
+
 Results go to ``bench/results/leases-<UTC timestamp>.json`` (copied to
 ``leases-latest.json``) with the git revision and the machine, and the plots to
 ``leases-detection.png``, ``leases-live.png`` and ``leases-many-workers.png``. This is a
 benchmark, not a test: it asserts nothing about time.
 
-    .venv/bin/python bench/leases.py                 # the defaults; about 12 minutes
+    .venv/bin/python bench/leases.py                 # the defaults; about 11 minutes
     .venv/bin/python bench/leases.py --quick         # SQLite only unless --pg-url; < 2 min
     .venv/bin/python bench/leases.py --grid full --leases 2,5,15,30
     .venv/bin/python bench/leases.py --parts live --live-lease 5 --ratios 0.5,1,5,20
