@@ -48,6 +48,7 @@ import datetime as dt
 import json
 import logging
 import math
+import os
 import re
 import sqlite3
 import statistics
@@ -753,6 +754,7 @@ SHORT_LOOPS = 16
 SUBMIT_CHUNK = 1000
 PARK_TIMEOUT_SECONDS = 60.0
 SHORT_RUN_TIMEOUT_SECONDS = 60.0
+CELL_TIMEOUT_SECONDS = PARK_TIMEOUT_SECONDS + 120.0
 BASELINE_LEASE_SECONDS = 30.0
 WINDOW_TARGET_SECONDS = 3.0
 WINDOW_MAX_SECONDS = 5.0
@@ -900,53 +902,19 @@ async def fleet_window(rt: Runtime, seconds: float) -> tuple[int, list[float]]:
     return completed, lags
 
 
-async def fleet_cell(
-    kind: str, pg_url: str | None, parked: int, lease_seconds: float, quick: bool
-) -> dict[str, Any]:
-    parking = Parking(parked)
-    metrics = Metrics()
-    window = window_for(lease_seconds, quick)
-    cell: dict[str, Any] = {
-        "store": kind,
-        "parked": parked,
-        "lease_seconds": lease_seconds,
-        "renew_interval_seconds": round(renew_interval(lease_seconds), 3),
-        "reap_interval_seconds": reap_interval(lease_seconds),
-        "concurrency": parked + SHORT_LOOPS,
-        "window_seconds": round(window, 3),
-    }
-    async with (
-        fresh_store_url(kind, pg_url, "costs_fleet") as url,
-        Runtime.open(
-            url,
-            fleet_app(parking),
-            concurrency=parked + SHORT_LOOPS,
-            lease_seconds=lease_seconds,
-            reap_interval_seconds=reap_interval(lease_seconds),
-            poll_interval_seconds=POLL_INTERVAL_SECONDS,
-            # Leaving cancels the parked calls at once instead of waiting for them.
-            drain_seconds=0.0,
-            metrics=metrics,
-        ) as rt,
-    ):
-        started = time.perf_counter()
-        for offset in range(0, parked, SUBMIT_CHUNK):
-            count = min(SUBMIT_CHUNK, parked - offset)
-            await rt.submit_many(PARKER, [{"n": offset + i} for i in range(count)])
-        if parked:
-            with anyio.move_on_after(PARK_TIMEOUT_SECONDS):
-                await parking.all_inside.wait()
-        cell["park_seconds"] = round(time.perf_counter() - started, 3)
-        cell["all_parked"] = parking.inside >= parked
-        before = counters(rt, metrics)
-        completed, lags = await fleet_window(rt, window)
-        after = counters(rt, metrics)
-        cell["parked_at_end"] = parking.inside
-        cell["park_entries"] = parking.entered
+def summarise(
+    cell: dict[str, Any],
+    before: dict[str, Any],
+    after: dict[str, Any],
+    completed: int,
+    lags: Sequence[float],
+) -> None:
+    """The window's figures, from the counters at its start and end, added to ``cell``."""
     elapsed = after["at"] - before["at"]
+    interval = renew_interval(cell["lease_seconds"])
     cell["measured_seconds"] = round(elapsed, 3)
-    cell["intervals_in_window"] = round(elapsed / renew_interval(lease_seconds), 2)
-    cell["expected_renewal_rows_per_second"] = round(parked / renew_interval(lease_seconds), 1)
+    cell["intervals_in_window"] = round(elapsed / interval, 2)
+    cell["expected_renewal_rows_per_second"] = round(cell["parked"] / interval, 1)
     keeper: dict[str, Any] | None = None
     if before["keeper"] is not None and after["keeper"] is not None:
         keeper = {key: after["keeper"][key] - before["keeper"][key] for key in before["keeper"]}
@@ -954,13 +922,15 @@ async def fleet_cell(
         keeper["renewals_per_second"] = round(keeper["renewals"] / elapsed, 1)
     cell["keeper"] = keeper
     batches = after["batches"] - before["batches"]
+    items = after["items"] - before["items"]
+    committing = after["commit_seconds"] - before["commit_seconds"]
     cell["persister"] = {
         "batches": batches,
-        "items": after["items"] - before["items"],
+        "items": items,
         "batches_per_second": round(batches / elapsed, 1),
-        "items_per_second": round((after["items"] - before["items"]) / elapsed, 1),
-        "commit_seconds": round(after["commit_seconds"] - before["commit_seconds"], 4),
-        "busy_share": round((after["commit_seconds"] - before["commit_seconds"]) / elapsed, 3),
+        "items_per_second": round(items / elapsed, 1),
+        "commit_seconds": round(committing, 4),
+        "busy_share": round(committing / elapsed, 3),
     }
     cell["renewed_at_step_boundaries"] = int(after["renewed_at_steps"] - before["renewed_at_steps"])
     cell["reaped_in_window"] = int(after["reaped"] - before["reaped"])
@@ -974,6 +944,80 @@ async def fleet_cell(
         "p99": round(percentile(lags, 99) * 1000, 2),
         "max": round(max(lags, default=0.0) * 1000, 2),
     }
+
+
+async def measure_cell(spec: dict[str, Any]) -> None:
+    """One fleet cell, in a process of its own (``--fleet-cell``) on a store made for it:
+    prints the cell as a JSON line and ends the process at once."""
+    parked: int = spec["parked"]
+    lease_seconds: float = spec["lease_seconds"]
+    parking = Parking(parked)
+    metrics = Metrics()
+    window = window_for(lease_seconds, spec["quick"])
+    cell: dict[str, Any] = {
+        "store": spec["store"],
+        "parked": parked,
+        "lease_seconds": lease_seconds,
+        "renew_interval_seconds": round(renew_interval(lease_seconds), 3),
+        "reap_interval_seconds": reap_interval(lease_seconds),
+        "concurrency": parked + SHORT_LOOPS,
+        "window_seconds": round(window, 3),
+    }
+    with quiet_runtime():
+        async with Runtime.open(
+            spec["url"],
+            fleet_app(parking),
+            concurrency=parked + SHORT_LOOPS,
+            lease_seconds=lease_seconds,
+            reap_interval_seconds=reap_interval(lease_seconds),
+            poll_interval_seconds=POLL_INTERVAL_SECONDS,
+            metrics=metrics,
+        ) as rt:
+            started = time.perf_counter()
+            for offset in range(0, parked, SUBMIT_CHUNK):
+                count = min(SUBMIT_CHUNK, parked - offset)
+                await rt.submit_many(PARKER, [{"n": offset + i} for i in range(count)])
+            if parked:
+                with anyio.move_on_after(PARK_TIMEOUT_SECONDS):
+                    await parking.all_inside.wait()
+            cell["park_seconds"] = round(time.perf_counter() - started, 3)
+            cell["all_parked"] = parking.inside >= parked
+            before = counters(rt, metrics)
+            completed, lags = await fleet_window(rt, window)
+            after = counters(rt, metrics)
+            cell["parked_at_end"] = parking.inside
+            cell["park_entries"] = parking.entered
+            summarise(cell, before, after, completed, lags)
+            print(json.dumps(cell), flush=True)
+            # Leaving the Runtime would drain it: thousands of interrupted calls settled
+            # one by one, seconds longer than the measurement, on a store that is dropped
+            # next anyway. Ending here is a crash the store is built to survive.
+            os._exit(0)
+
+
+async def fleet_cell(
+    kind: str, pg_url: str | None, parked: int, lease_seconds: float, quick: bool
+) -> dict[str, Any]:
+    """One cell measured in a child process, on a fresh store; each cell starts from a
+    clean heap, and the parked runs end with the child instead of being drained."""
+    async with fresh_store_url(kind, pg_url, "costs_fleet") as url:
+        spec = {
+            "url": url,
+            "store": kind,
+            "parked": parked,
+            "lease_seconds": lease_seconds,
+            "quick": quick,
+        }
+        command = [sys.executable, str(Path(__file__).resolve()), "--fleet-cell", json.dumps(spec)]
+        with anyio.fail_after(CELL_TIMEOUT_SECONDS):
+            done = await anyio.run_process(command, check=False)
+    out = done.stdout.decode().strip()
+    if done.returncode != 0 or not out:
+        raise RuntimeError(
+            f"the cell's process exited with {done.returncode}: "
+            f"{done.stderr.decode().strip()[-2000:]}"
+        )
+    cell: dict[str, Any] = json.loads(out.splitlines()[-1])
     return cell
 
 
@@ -989,18 +1033,17 @@ async def fleet_section(
     started = time.perf_counter()
     cells = []
     failures: list[dict[str, str]] = []
-    with quiet_runtime():
-        for kind in stores_for(pg_url):
-            plan = [(0, BASELINE_LEASE_SECONDS)]
-            plan += [(parked, lease) for parked in chosen.parked for lease in chosen.leases]
-            for parked, lease in plan:
-                label = f"fleet {STORE_NAMES[kind]}: {parked:,} parked, lease {lease:g} s"
-                try:
-                    cells.append(await fleet_cell(kind, pg_url, parked, lease, quick))
-                except Exception as exc:
-                    failures.append({"unit": label, "error": describe(exc)})
-                    label += ", failed"
-                tick(label)
+    for kind in stores_for(pg_url):
+        plan = [(0, BASELINE_LEASE_SECONDS)]
+        plan += [(parked, lease) for parked in chosen.parked for lease in chosen.leases]
+        for parked, lease in plan:
+            label = f"fleet {STORE_NAMES[kind]}: {parked:,} parked, lease {lease:g} s"
+            try:
+                cells.append(await fleet_cell(kind, pg_url, parked, lease, quick))
+            except Exception as exc:
+                failures.append({"unit": label, "error": describe(exc)})
+                label += ", failed"
+            tick(label)
     for cell in cells:
         baseline = next((c for c in cells if c["store"] == cell["store"] and not c["parked"]), None)
         cell["short_runs_vs_no_parked"] = (
@@ -1170,11 +1213,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="where lease-costs-<UTC timestamp>.json and lease-costs-latest.json go "
         "(default: bench/results)",
     )
+    parser.add_argument("--fleet-cell", default=None, help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if args.fleet_cell is not None:
+        anyio.run(measure_cell, json.loads(args.fleet_cell))
+        return
     if args.pg_url is not None and not args.pg_url.startswith(("postgresql://", "postgres://")):
         raise SystemExit("--pg-url takes a postgresql:// URL")
     base = sizes_for(args.quick)
