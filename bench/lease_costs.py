@@ -317,6 +317,17 @@ def renewal_json() -> str:
     return json.dumps([{"run_id": "expired-000001", "epoch": 1, "lease_seconds": 30.0}])
 
 
+# The values the plans are asked for, as the store would bind them.
+PLAN_PARAMETERS: dict[str, Any] = {
+    "target": "running",
+    "worker_id": CLAIMER,
+    "lease_seconds": CLAIM_LEASE_SECONDS,
+    "run_id": "expired-000001",
+    "settlements": settlement_json(),
+    "items": renewal_json(),
+}
+
+
 def full_scans(store: str, plan: Sequence[str]) -> list[str]:
     """The lines of a plan that read every row of runs or steps (or of an index over all)."""
     if store == SQLITE:
@@ -371,17 +382,9 @@ class SQLiteFiller:
 
     async def plans(self) -> dict[str, list[str]]:
         queries = load_queries("sqlite")
-        params: dict[str, Any] = {
-            "target": "running",
-            "worker_id": CLAIMER,
-            "lease_seconds": CLAIM_LEASE_SECONDS,
-            "agents": json.dumps([AGENT]),
-            "exclude": "[]",
-            "now": time.time(),
-            "run_id": "expired-000001",
-            "settlements": settlement_json(),
-            "items": renewal_json(),
-        }
+        # SQLite has no arrays: the store binds lists as JSON text.
+        params = {**PLAN_PARAMETERS, "agents": json.dumps([AGENT]), "exclude": "[]"}
+        params["now"] = time.time()
 
         def explain() -> dict[str, list[str]]:
             connection = sqlite3.connect(self.path)
@@ -453,16 +456,7 @@ class PostgresFiller:
         from leaseward.storage.postgres import translate_params
 
         queries = load_queries("postgresql")
-        params: dict[str, Any] = {
-            "target": "running",
-            "worker_id": CLAIMER,
-            "lease_seconds": CLAIM_LEASE_SECONDS,
-            "agents": [AGENT],
-            "exclude": [],
-            "run_id": "expired-000001",
-            "settlements": settlement_json(),
-            "items": renewal_json(),
-        }
+        params = {**PLAN_PARAMETERS, "agents": [AGENT], "exclude": []}
         connection = await asyncpg.connect(self.url)
         try:
             found = {}
@@ -474,6 +468,46 @@ class PostgresFiller:
             return found
         finally:
             await connection.close()
+
+    async def generic_plans(self) -> dict[str, list[str]]:
+        """The plan each query gets as a generic plan, planned once for any parameters.
+
+        The store's statements are prepared. PostgreSQL plans a prepared statement for
+        its values at first, and may switch to one plan for all values (always, under
+        ``plan_cache_mode = force_generic_plan``). A partial index whose predicate
+        matches a parameter (``state = $1``) can serve only the plans made for values.
+        """
+        import asyncpg
+
+        from leaseward.storage.postgres import translate_params
+
+        queries = load_queries("postgresql")
+        params = {**PLAN_PARAMETERS, "agents": [AGENT], "exclude": []}
+        connection = await asyncpg.connect(self.url)
+        try:
+            found = {}
+            for label, name, own in PLANNED_QUERIES:
+                text, names = translate_params(queries[name])
+                given = {**params, **own}
+                # EXECUTE takes no bound parameters: the values go in as literals.
+                values = ", ".join(sql_literal(given[n]) for n in names)
+                async with connection.transaction():
+                    await connection.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                    await connection.execute(f"PREPARE generic AS {text}")
+                    rows = await connection.fetch(f"EXPLAIN EXECUTE generic({values})")
+                    await connection.execute("DEALLOCATE generic")
+                found[label] = [row[0] for row in rows]
+            return found
+        finally:
+            await connection.close()
+
+
+def sql_literal(value: Any) -> str:
+    if isinstance(value, list):
+        return "ARRAY[" + ", ".join(sql_literal(v) for v in value) + "]::text[]"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return repr(value)
 
 
 Filler = SQLiteFiller | PostgresFiller
@@ -560,6 +594,9 @@ async def history_series(
                 operations = await measure_operations(store, filler, queued)
                 await filler.expire(EXPIRED_PER_PASS)
                 plans = await filler.plans()
+                generic: dict[str, list[str]] | None = None
+                if isinstance(filler, PostgresFiller):
+                    generic = await filler.generic_plans()
                 await filler.clear_expired()
                 points.append(
                     {
@@ -574,6 +611,12 @@ async def history_series(
                         "full_scans": {
                             label: scans
                             for label, plan in plans.items()
+                            if (scans := full_scans(kind, plan))
+                        },
+                        "generic_plans": generic,
+                        "generic_full_scans": {
+                            label: scans
+                            for label, plan in (generic or {}).items()
                             if (scans := full_scans(kind, plan))
                         },
                     }
@@ -662,6 +705,12 @@ async def history_section(
             for p in points
             for label in p["full_scans"]
         ],
+        "generic_full_scans_at_largest_size": [
+            {"store": p["store"], "series": p["series"], "size": p["size"], "query": label}
+            for p in points
+            for label in p["generic_full_scans"]
+            if p["size"] == max(sizes_of(points, p["store"], p["series"]))
+        ],
         "failures": failures,
         "seconds": round(time.perf_counter() - started, 3),
     }
@@ -736,6 +785,19 @@ def print_history(result: dict[str, Any]) -> None:
             f"Whole-table reads at smaller sizes only (PostgreSQL costs a small table's "
             f"sequential scan below an index; the ratios above show what they cost): {listed}."
         )
+    last = {(p["store"], p["series"]): p for p in result["points"]}
+    generic = [p for p in last.values() if p["generic_full_scans"]]
+    if generic:
+        print(
+            "PostgreSQL's generic plans (one plan for any parameters: what a prepared "
+            "statement runs under plan_cache_mode = force_generic_plan, or once the planner "
+            "prices it below the plans made for the values) that read the whole table at "
+            "the largest size:"
+        )
+        for p in generic:
+            for label, lines in p["generic_full_scans"].items():
+                scans = "; ".join(line.strip().removeprefix("->  ") for line in lines)
+                print(f"  {label} ({p['series']} {p['size']:,}): {scans}")
     print_failures(result)
 
 

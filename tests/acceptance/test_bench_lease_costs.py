@@ -79,10 +79,11 @@ def test_quick_run_writes_both_sections_with_counts_that_add_up(tmp_path: Path) 
         assert len(operations["claim_1"]["samples_ms"]) == samples
         assert set(point["plans"]) == PLANNED
         assert all(point["plans"][label] for label in PLANNED)
+        assert point["generic_plans"] is None and point["generic_full_scans"] == {}
     first = history["points"][0]
     assert first["ratio_to_first"] == dict.fromkeys(OPERATIONS, 1.0)
     # The partial indexes keep SQLite's claim and reap scan off the whole table.
-    assert history["full_scans"] == []
+    assert history["full_scans"] == [] == history["generic_full_scans_at_largest_size"]
     assert any("runs_claimable" in line for line in first["plans"]["claim"])
     assert any("runs_leased" in line for line in first["plans"]["reap scan"])
 
