@@ -1,11 +1,19 @@
 """The actors: mailboxes, messages, Supervisor, RunActor, Persister, LeaseReaper, metrics."""
 
+from leaseward.actors.lease_keeper import KeeperStats, Lease, LeaseKeeper, default_margin
 from leaseward.actors.mailbox import Mailbox, Reply
-from leaseward.actors.messages import LeasesReaped, Persist, RunEnded, SupervisorMessage, Wake
+from leaseward.actors.messages import (
+    LeasesReaped,
+    Persist,
+    Renew,
+    RunEnded,
+    SupervisorMessage,
+    Wake,
+)
 from leaseward.actors.metrics import Metrics
 from leaseward.actors.persister import MAX_BATCH_ITEMS, Persister, PersisterStats
 from leaseward.actors.reaper import REAP_BATCH, LeaseReaper, Reaped, plan_reap
-from leaseward.actors.run_actor import DEADLINE_MARGIN_SECONDS, RunActor, RunSettings
+from leaseward.actors.run_actor import RunActor, RunSettings
 from leaseward.actors.supervisor import (
     CLAIM_BATCH,
     WORKER_GONE_AFTER_BEATS,
@@ -17,11 +25,13 @@ from leaseward.actors.supervisor import (
 
 __all__ = [
     "CLAIM_BATCH",
-    "DEADLINE_MARGIN_SECONDS",
     "MAX_BATCH_ITEMS",
     "REAP_BATCH",
     "WORKER_GONE_AFTER_BEATS",
     "WORKER_GONE_AFTER_MIN_SECONDS",
+    "KeeperStats",
+    "Lease",
+    "LeaseKeeper",
     "LeaseReaper",
     "LeasesReaped",
     "Mailbox",
@@ -30,6 +40,7 @@ __all__ = [
     "Persister",
     "PersisterStats",
     "Reaped",
+    "Renew",
     "Reply",
     "RunActor",
     "RunEnded",
@@ -38,6 +49,7 @@ __all__ = [
     "SupervisorMessage",
     "SupervisorSettings",
     "Wake",
+    "default_margin",
     "plan_reap",
     "stale_after_seconds",
 ]

@@ -16,6 +16,7 @@ __all__ = [
     "Persist",
     "PersisterMessage",
     "ReapRuns",
+    "Renew",
     "RunEnded",
     "Submit",
     "SupervisorMessage",
@@ -29,6 +30,14 @@ class Persist:
 
     item: BatchItem
     reply: Reply[BatchOutcome] = attrs.field(eq=False)
+
+
+@attrs.frozen
+class Renew:
+    """To the Persister: renew these leases together; one outcome each, in order."""
+
+    items: tuple[BatchItem, ...]
+    reply: Reply[tuple[BatchOutcome, ...]] = attrs.field(eq=False)
 
 
 @attrs.frozen
@@ -63,7 +72,7 @@ class ReapRuns:
     reply: Reply[tuple[bool | LeasewardError, ...]] = attrs.field(eq=False)
 
 
-PersisterMessage = Persist | Submit | Claim | Cancel | ReapRuns
+PersisterMessage = Persist | Renew | Submit | Claim | Cancel | ReapRuns
 
 
 @attrs.frozen

@@ -85,7 +85,12 @@ class Metrics:
         )
         self.leases_renewed = Counter(
             "leaseward_leases_renewed",
-            "Lease renewals a RunActor saw persisted.",
+            "Lease renewals persisted, by a RunActor's records or the LeaseKeeper.",
+            registry=on,
+        )
+        self.calls_cut_off = Counter(
+            "leaseward_calls_cut_off",
+            "Calls the lease guard cancelled because their lease could not be renewed.",
             registry=on,
         )
         self.leases_reaped = Counter(
@@ -140,6 +145,9 @@ class Metrics:
 
     def lease_renewed(self) -> None:
         self.leases_renewed.inc()
+
+    def call_cut_off(self) -> None:
+        self.calls_cut_off.inc()
 
     def lease_reaped(self) -> None:
         self.leases_reaped.inc()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import anyio
 import anyio.lowlevel
@@ -11,7 +11,15 @@ import attrs
 from anyio.abc import TaskStatus
 
 from leaseward.actors.mailbox import Mailbox, Reply
-from leaseward.actors.messages import Cancel, Claim, Persist, PersisterMessage, ReapRuns, Submit
+from leaseward.actors.messages import (
+    Cancel,
+    Claim,
+    Persist,
+    PersisterMessage,
+    ReapRuns,
+    Renew,
+    Submit,
+)
 from leaseward.actors.metrics import Metrics
 from leaseward.runtime.errors import CommitOutcomeUnknown, LeasewardError, StoreError
 from leaseward.runtime.logs import get_logger
@@ -51,14 +59,16 @@ def _size(message: PersisterMessage) -> int:
         return len(message.runs)
     if isinstance(message, ReapRuns):
         return len(message.reaps)
+    if isinstance(message, Renew):
+        return len(message.items)
     return 1
 
 
 class Persister:
     """Drains its mailbox and commits what it found in one transaction (group commit).
 
-    Every write of the process comes here: journal items, submits, claims,
-    cancels and reaps. While one batch commits, new requests queue in the
+    Every write of the process comes here: journal items, lease renewals,
+    submits, claims, cancels and reaps. While one batch commits, new requests queue in the
     mailbox and form the next batch, so the cost of an fsync is shared by
     every request that waited on it. ``group_commit=False`` commits one
     request a transaction (for comparison).
@@ -83,6 +93,11 @@ class Persister:
     async def persist(self, item: BatchItem) -> BatchOutcome:
         reply: Reply[BatchOutcome] = Reply()
         self.mailbox.send_nowait(Persist(item, reply))
+        return await reply.wait()
+
+    async def renew(self, items: Sequence[BatchItem]) -> tuple[BatchOutcome, ...]:
+        reply: Reply[tuple[BatchOutcome, ...]] = Reply()
+        self.mailbox.send_nowait(Renew(tuple(items), reply))
         return await reply.wait()
 
     async def submit(self, runs: Sequence[NewRun]) -> tuple[RunRecord | LeasewardError, ...]:
@@ -128,7 +143,7 @@ class Persister:
         writes = WriteBatch(
             new_runs=tuple(run for m in batch if isinstance(m, Submit) for run in m.runs),
             cancels=tuple(m.run_id for m in batch if isinstance(m, Cancel)),
-            items=tuple(m.item for m in batch if isinstance(m, Persist)),
+            items=tuple(_items(batch)),
             reaps=tuple(reap for m in batch if isinstance(m, ReapRuns) for reap in m.reaps),
             claims=tuple(m.request for m in batch if isinstance(m, Claim)),
         )
@@ -158,6 +173,14 @@ class Persister:
         _answer(batch, results)
 
 
+def _items(batch: list[PersisterMessage]) -> Iterator[BatchItem]:
+    for message in batch:
+        if isinstance(message, Persist):
+            yield message.item
+        elif isinstance(message, Renew):
+            yield from message.items
+
+
 def _answer(batch: list[PersisterMessage], results: WriteResults) -> None:
     """Hand each asker its share of the results, which come kind by kind, in order."""
     new_runs, cancels = iter(results.new_runs), iter(results.cancels)
@@ -165,6 +188,8 @@ def _answer(batch: list[PersisterMessage], results: WriteResults) -> None:
     for message in batch:
         if isinstance(message, Persist):
             message.reply.answer(next(items))
+        elif isinstance(message, Renew):
+            message.reply.answer(tuple(next(items) for _ in message.items))
         elif isinstance(message, Submit):
             message.reply.answer(tuple(next(new_runs) for _ in message.runs))
         elif isinstance(message, Claim):
@@ -183,6 +208,8 @@ def _answer_all(batch: list[PersisterMessage], error: LeasewardError, *, unknown
     for message in batch:
         if isinstance(message, Persist):
             message.reply.answer(failed)
+        elif isinstance(message, Renew):
+            message.reply.answer((failed,) * len(message.items))
         elif isinstance(message, Submit):
             message.reply.answer((error,) * len(message.runs))
         elif isinstance(message, Claim | Cancel):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import attrs
 
+from leaseward.actors.lease_keeper import Lease, LeaseKeeper, default_margin
 from leaseward.actors.metrics import Metrics
 from leaseward.runtime.agents import Agent
 from leaseward.runtime.clock import Clock
@@ -58,12 +59,13 @@ from leaseward.runtime.tools import BoundTool, ToolContext
 from leaseward.storage.crash_points import crash_point
 from leaseward.storage.protocol import BatchItem, BatchOutcome
 
-__all__ = ["DEADLINE_MARGIN_SECONDS", "RunActor", "RunSettings"]
+__all__ = ["RunActor", "RunSettings"]
 
-DEADLINE_MARGIN_SECONDS = 5.0
 SETTLE_TIMEOUT_SECONDS = 10.0
 
 log = get_logger("leaseward.run")
+
+_T = TypeVar("_T")
 
 PersistFn = Callable[[BatchItem], Awaitable[BatchOutcome]]
 StepsFn = Callable[[str], Awaitable[list[StepInfo]]]
@@ -72,12 +74,19 @@ StepsFn = Callable[[str], Awaitable[list[StepInfo]]]
 @attrs.frozen
 class RunSettings:
     lease_seconds: float
-    deadline_margin_seconds: float = DEADLINE_MARGIN_SECONDS
+    deadline_margin_seconds: float = attrs.field(
+        default=attrs.Factory(lambda self: default_margin(self.lease_seconds), takes_self=True)
+    )
+    """How close to its end a lease may come while a call runs before the call is cut off."""
     policy: RecoveryPolicy = attrs.Factory(RecoveryPolicy)
 
 
 class _CallNotAdmitted(Exception):
-    """The lease could not be made to cover the next call, so the call did not start."""
+    """The lease could not be made to last until its next renewal, so the call did not start."""
+
+
+class _CallCutOff(Exception):
+    """The lease guard cancelled a call whose lease could not be renewed."""
 
 
 class _Stop(Exception):
@@ -114,6 +123,7 @@ class RunActor:
         clock: Clock,
         worker_id: str,
         lease_deadline: float,
+        keeper: LeaseKeeper,
         draining: anyio.Event | None = None,
         metrics: Metrics | None = None,
     ) -> None:
@@ -137,13 +147,15 @@ class RunActor:
         self._last_status: StepStatus | None = None
         # On the monotonic clock, from when the claim was sent: never the database's
         # lease_expires_at, which a worker's clock may be far from.
-        self._lease_deadline = lease_deadline
+        self._lease = Lease(
+            run.id, run.epoch, deadline=lease_deadline, cancel_requested=run.cancel_requested
+        )
+        self._keeper = keeper
         # A write's intent that is durable but whose call has not started: if the
         # attempt ends here, the intent is withdrawn, so nobody takes the call for
         # one that may have run.
         self._unstarted_intent: StepWrite | None = None
         self._before_intent: tuple[ToolEffect | None, StepStatus | None] = (None, None)
-        self._cancel_requested = run.cancel_requested
         self._worker_id = worker_id
         self._log = log.bind(run_id=run.id, epoch=run.epoch, worker_id=worker_id, agent=agent.name)
         self.settlement: Settlement | None = None
@@ -160,10 +172,14 @@ class RunActor:
             self._log.warning("call.not_admitted", error=str(exc))
             withdrawn = self._withdraw_unstarted()
             settlement = Settlement(Event.RELEASE)
+        except _CallCutOff as exc:
+            # Settled as the reaper would have, but before the lease ran out: if the
+            # store takes it in time, the reason says what happened.
+            settlement = self._recovered_from_interruption(str(exc))
         except anyio.get_cancelled_exc_class():
             withdrawn = self._withdraw_unstarted()
             with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS, shield=True):
-                await self._settle(self._interrupted(), withdrawn)
+                await self._settle(self._stopped(), withdrawn)
             raise
         except Exception as exc:
             withdrawn = self._withdraw_unstarted()
@@ -205,7 +221,7 @@ class RunActor:
                 self._at_boundary()
                 if pending:
                     call = pending.pop(0)
-                    output = await self._tool_step(call, pending)
+                    output = await self._tool_step(call)
                     messages.append(tool_message(call.call, output))
                     continue
                 if turns >= self._agent.max_steps:
@@ -225,7 +241,7 @@ class RunActor:
             return stop.settlement
 
     def _at_boundary(self) -> None:
-        if self._cancel_requested:
+        if self._lease.cancel_requested:
             raise _Stop(Settlement(Event.CANCEL_RUNNING, Reason.CANCELLED))
         if self._draining is not None and self._draining.is_set():
             raise _Stop(Settlement(Event.RELEASE))
@@ -235,18 +251,11 @@ class RunActor:
         self._next_seq += 1
         return seq
 
-    def _timeout_of_next(self, pending: Sequence[PendingCall]) -> float:
-        if pending:
-            bound = self._agent.tools.get(pending[0].call.name)
-            if bound is not None:
-                return bound.timeout_seconds
-        return self._agent.provider_timeout_seconds
-
     # -- steps ------------------------------------------------------------------------
 
     async def _provider_step(self, messages: list[Message]) -> tuple[int, ProviderReply]:
         timeout = self._agent.provider_timeout_seconds
-        await self._extend_lease_for(timeout)
+        await self._renew_before_call()
         request = ProviderRequest(
             run_id=self.run_id,
             agent=self._agent.name,
@@ -254,9 +263,8 @@ class RunActor:
             tools=self._agent.tool_specs,
         )
         started_at = self._clock.now()
-        self._admit(timeout)
-        with anyio.fail_after(timeout):
-            reply = await self._agent.provider.complete(request)
+        self._admit()
+        reply = await self._guarded(lambda: self._agent.provider.complete(request), timeout)
         if not isinstance(reply, ProviderReply):
             raise InvalidInput(f"the provider returned {type(reply).__name__}, not ProviderReply")
         seq = self._take_seq()
@@ -268,11 +276,10 @@ class RunActor:
             output_json=dump_json(reply_to_json(reply), what="the provider reply"),
             started_at=started_at,
         )
-        upcoming = pending_calls(self.run_id, seq, reply)
-        await self._record_soft(step, self._timeout_of_next(upcoming))
+        await self._record_soft(step)
         return seq, reply
 
-    async def _tool_step(self, pending: PendingCall, after: Sequence[PendingCall]) -> Any:
+    async def _tool_step(self, pending: PendingCall) -> Any:
         call = pending.call
         open_attempt = pending.open_attempt
         if open_attempt is not None and open_attempt.effect is ToolEffect.NON_IDEMPOTENT_WRITE:
@@ -304,7 +311,7 @@ class RunActor:
                 output_json=dump_json(output),
                 error=rejection,
             )
-            await self._record_soft(step, self._timeout_of_next(after))
+            await self._record_soft(step)
             return output
         seq = self._take_seq()
         base = StepWrite(
@@ -327,13 +334,13 @@ class RunActor:
                     "could not be recorded, so neither can the call's intent"
                 )
             self._before_intent = (self._last_effect, self._last_status)
-            await self._record_intent(base, bound.timeout_seconds)
+            await self._record_intent(base)
             self._unstarted_intent = base
         else:
             # A read has no intent row, so its record carries when the call began.
             base = attrs.evolve(base, started_at=self._clock.now())
         crash_point("after_intent")
-        await self._extend_lease_for(bound.timeout_seconds)
+        await self._renew_before_call()
         status, output, error = await self._call(bound, pending, dict(call.arguments))
         crash_point("after_call")
         try:
@@ -345,9 +352,9 @@ class RunActor:
             output_json = dump_json(output)
         outcome = attrs.evolve(base, status=status, output_json=output_json, error=error)
         if effect.is_write:
-            await self._record_outcome(attrs.evolve(outcome, settles=True), after)
+            await self._record_outcome(attrs.evolve(outcome, settles=True))
         else:
-            await self._record_soft(outcome, self._timeout_of_next(after))
+            await self._record_soft(outcome)
         return output
 
     def _check_arguments(
@@ -379,27 +386,31 @@ class RunActor:
             log=self._log.bind(tool=bound.name, call_id=pending.call.call_id),
             lease_remaining=self._lease_remaining,
         )
-        self._admit(bound.timeout_seconds)
+        self._admit()
         self._unstarted_intent = None
         try:
-            with anyio.fail_after(bound.timeout_seconds):
-                result = await bound.implementation(ctx, **arguments)
+            result = await self._guarded(
+                lambda: bound.implementation(ctx, **arguments), bound.timeout_seconds
+            )
         except ToolError as exc:
             return StepStatus.FAILED, {"error": exc.message}, exc.message
         return StepStatus.SUCCEEDED, result, None
 
-    # -- records --------------------------------------------------------------------
+    async def _guarded(self, call: Callable[[], Awaitable[_T]], timeout: float) -> _T:
+        """Make ``call``, bounded by its timeout, while the keeper renews the lease;
+        raise _CallCutOff if the keeper had to cancel it to stay inside the lease."""
+        with anyio.CancelScope() as guard, self._keeper.guarding(self._lease, guard):
+            with anyio.fail_after(timeout):
+                return await call()
+        if self._lease.lost:
+            raise LeaseLost(f"run {self.run_id} was taken from epoch {self.epoch} during a call")
+        raise _CallCutOff(self._lease.cut_off or "the lease could not be renewed")
 
-    def _lease_for(self, timeout: float) -> float:
-        # Twice the margin: admission asks for one margin past the call's deadline,
-        # and the other absorbs the time between this renewal and the call starting.
-        margin = self._settings.deadline_margin_seconds
-        return max(self._settings.lease_seconds, timeout + 2 * margin)
+    # -- records --------------------------------------------------------------------
 
     async def _send(
         self,
         steps: Sequence[StepWrite],
-        lease_seconds: float,
         settlement: Settlement | None = None,
         *,
         after_pending: bool = False,
@@ -411,13 +422,13 @@ class RunActor:
         the provider turn that asked for it. Otherwise a pending record that
         still cannot be stored stays pending and the rest goes ahead alone.
         """
-        outcome = await self._commit((*self._pending, *steps), lease_seconds, settlement)
+        outcome = await self._commit((*self._pending, *steps), settlement)
         if outcome.persisted:
             self._pending.clear()
         elif self._pending and not after_pending:
             self._log.warning("step.deferred", count=len(self._pending), error=outcome.error)
             refused = outcome
-            outcome = await self._commit(tuple(steps), lease_seconds, settlement)
+            outcome = await self._commit(tuple(steps), settlement)
             if outcome.persisted and refused.data_error:
                 # The rest went in without them, so the store refuses what the pending
                 # records hold: sent again, they would be refused again, forever.
@@ -426,8 +437,9 @@ class RunActor:
         return outcome
 
     async def _commit(
-        self, steps: tuple[StepWrite, ...], lease_seconds: float, settlement: Settlement | None
+        self, steps: tuple[StepWrite, ...], settlement: Settlement | None
     ) -> BatchOutcome:
+        lease_seconds = 0.0 if settlement is not None else self._settings.lease_seconds
         item = BatchItem(
             run_id=self.run_id,
             epoch=self.epoch,
@@ -461,8 +473,7 @@ class RunActor:
             self._last_effect = newest.effect
             self._last_status = newest.status if newest.kind is StepKind.TOOL else None
         if settlement is None:
-            self._lease_deadline = sent_at + lease_seconds
-            self._cancel_requested = outcome.cancel_requested
+            self._lease.renewed(sent_at, lease_seconds, cancel_requested=outcome.cancel_requested)
             self._log.debug("lease.renewed", seconds=lease_seconds)
             self._metrics.lease_renewed()
         return outcome
@@ -491,11 +502,11 @@ class RunActor:
         return BatchOutcome(
             persisted=True,
             lease_held=item.settlement is None,
-            cancel_requested=self._cancel_requested,
+            cancel_requested=self._lease.cancel_requested,
         )
 
-    async def _record_soft(self, step: StepWrite, next_timeout: float) -> None:
-        outcome = await self._send([step], self._lease_for(next_timeout))
+    async def _record_soft(self, step: StepWrite) -> None:
+        outcome = await self._send([step])
         if outcome.persisted:
             return
         if outcome.data_error:
@@ -513,8 +524,8 @@ class RunActor:
             "step.dropped", count=len(steps), seqs=[step.seq for step in steps], error=error
         )
 
-    async def _record_intent(self, step: StepWrite, timeout: float) -> None:
-        outcome = await self._send([step], self._lease_for(timeout), after_pending=True)
+    async def _record_intent(self, step: StepWrite) -> None:
+        outcome = await self._send([step], after_pending=True)
         if not outcome.persisted:
             # G3: without a durable intent the tool is not called.
             raise StoreError(
@@ -522,8 +533,8 @@ class RunActor:
                 f"{outcome.error}"
             )
 
-    async def _record_outcome(self, step: StepWrite, after: Sequence[PendingCall]) -> None:
-        outcome = await self._send([step], self._lease_for(self._timeout_of_next(after)))
+    async def _record_outcome(self, step: StepWrite) -> None:
+        outcome = await self._send([step])
         if not outcome.persisted:
             self._log.error("audit.failed", seq=step.seq, tool=step.tool, error=outcome.error)
             self._metrics.audit_failed()
@@ -532,35 +543,35 @@ class RunActor:
                 f"{outcome.error}"
             )
 
-    def _covers(self, timeout: float) -> bool:
-        needed = self._clock.monotonic() + timeout + self._settings.deadline_margin_seconds
-        return needed <= self._lease_deadline
+    def _admissible(self) -> bool:
+        return self._lease_remaining() >= self._keeper.admission_seconds
 
     def _lease_remaining(self) -> float:
-        return max(0.0, self._lease_deadline - self._clock.monotonic())
+        return self._lease.remaining(self._clock.monotonic())
 
-    async def _extend_lease_for(self, timeout: float) -> None:
-        """Renew the lease if it would not cover a call of ``timeout`` starting now."""
-        if self._covers(timeout):
+    async def _renew_before_call(self) -> None:
+        """Renew the lease if it would not last until the keeper's next renewal."""
+        if self._admissible():
             return
-        outcome = await self._send([], self._lease_for(timeout))
+        outcome = await self._send([])
         if not outcome.persisted:
             raise _CallNotAdmitted(
-                f"the lease could not be extended for the next call: {outcome.error}"
+                f"the lease could not be renewed for the next call: {outcome.error}"
             )
-        self._log.debug("lease.extended", seconds=self._lease_for(timeout))
 
-    def _admit(self, timeout: float) -> None:
+    def _admit(self) -> None:
         """G7: the last check before a call, with no await between it and the call.
 
-        A renewal that waited long for the store, or a pause of this process,
-        may have eaten the lease the renewal granted: then the call does not
-        start, and the run goes back to the queue without spending a retry.
+        The call needs a lease that lasts until the keeper renews it; the keeper
+        then renews it while the call runs. A renewal that waited long for the
+        store, or a pause of this process, may have eaten the lease: then the
+        call does not start, and the run goes back to the queue without
+        spending a retry.
         """
-        if not self._covers(timeout):
+        if not self._admissible():
             raise _CallNotAdmitted(
-                f"the lease has {self._lease_remaining():.1f} s left, too little for a call "
-                f"of up to {timeout} s"
+                f"the lease has {self._lease_remaining():.1f} s left, less than the "
+                f"{self._keeper.admission_seconds:.1f} s a call needs to be renewed in time"
             )
 
     def _remember_newest(self, steps: Sequence[StepInfo]) -> None:
@@ -593,13 +604,17 @@ class RunActor:
             recovery,
             failure_class=failure_class,
             error=_describe(exc),
-            cancel_requested=self._cancel_requested,
+            cancel_requested=self._lease.cancel_requested,
         )
 
-    def _interrupted(self) -> Settlement:
+    def _stopped(self) -> Settlement:
         """The settlement for an attempt cut off by this process shutting down."""
         if self._run.mode is RunMode.QUEUED and self._last_status is not StepStatus.STARTED:
             return Settlement(Event.RELEASE)
+        return self._recovered_from_interruption("the worker stopped during the call")
+
+    def _recovered_from_interruption(self, error: str) -> Settlement:
+        """What the reaper would decide for this attempt, had its lease expired now."""
         recovery = decide_recovery(
             mode=self._run.mode,
             requeues=self._run.requeues,
@@ -613,14 +628,14 @@ class RunActor:
         return settlement_after(
             recovery,
             failure_class=FailureClass.CONNECTION,
-            error="the worker stopped during the call",
-            cancel_requested=self._cancel_requested,
+            error=error,
+            cancel_requested=self._lease.cancel_requested,
         )
 
     async def _settle(self, settlement: Settlement, withdrawn: Sequence[StepWrite] = ()) -> None:
         crash_point("settle")
         try:
-            outcome = await self._send(withdrawn, 0.0, settlement)
+            outcome = await self._send(withdrawn, settlement)
         except LeaseLost:
             self._log.warning("lease.lost", during="settle")
             return

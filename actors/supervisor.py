@@ -12,6 +12,7 @@ import anyio.lowlevel
 import attrs
 from anyio.abc import TaskGroup, TaskStatus
 
+from leaseward.actors.lease_keeper import LeaseKeeper
 from leaseward.actors.mailbox import Mailbox
 from leaseward.actors.messages import LeasesReaped, RunEnded, SupervisorMessage, Wake
 from leaseward.actors.metrics import Metrics
@@ -111,6 +112,13 @@ class Supervisor:
             max_batch=settings.max_batch,
             metrics=self.metrics,
         )
+        self.keeper = LeaseKeeper(
+            self.persister.renew,
+            clock,
+            lease_seconds=settings.lease_seconds,
+            margin_seconds=settings.run.deadline_margin_seconds,
+            metrics=self.metrics,
+        )
         self._agents = tuple(agent.name for agent in app.agents)
         self.registration = WorkerRegistration(
             id=settings.worker_id,
@@ -146,6 +154,7 @@ class Supervisor:
         try:
             async with anyio.create_task_group() as helpers:
                 await helpers.start(self._keep_alive, "persister", self.persister.run)
+                await helpers.start(self._keep_alive, "keeper", self.keeper.run)
                 await helpers.start(self._keep_alive, "reaper", self.reaper.run)
                 async with anyio.create_task_group() as runs:
                     runs.start_soon(self._claim_loop, runs)
@@ -279,6 +288,7 @@ class Supervisor:
             clock=self._clock,
             worker_id=self.settings.worker_id,
             lease_deadline=lease_deadline,
+            keeper=self.keeper,
             draining=self._draining,
             metrics=self.metrics,
         )

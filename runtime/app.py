@@ -10,10 +10,11 @@ from typing import Any
 
 import anyio
 
+from leaseward.actors.lease_keeper import RENEWALS_PER_LEASE, default_margin
 from leaseward.actors.metrics import Metrics
 from leaseward.actors.persister import MAX_BATCH_ITEMS
 from leaseward.actors.reaper import Reaped
-from leaseward.actors.run_actor import DEADLINE_MARGIN_SECONDS, RunActor, RunSettings
+from leaseward.actors.run_actor import RunActor, RunSettings
 from leaseward.actors.supervisor import Supervisor, SupervisorSettings
 from leaseward.runtime.agents import App
 from leaseward.runtime.client import Client
@@ -36,8 +37,8 @@ __all__ = [
 ]
 
 CONCURRENCY = 16
-LEASE_SECONDS = 30.0
-REAP_INTERVAL_SECONDS = 5.0
+LEASE_SECONDS = 10.0
+REAP_INTERVAL_SECONDS = 2.0
 POLL_INTERVAL_SECONDS = 1.0
 DRAIN_SECONDS = 10.0
 
@@ -51,6 +52,19 @@ def _positive(name: str, value: Any, *, integer: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, number_type) or not value > 0:
         kind = "a positive integer" if integer else "a positive number"
         raise ConfigurationError(f"{name} must be {kind}, not {value!r}")
+
+
+def _margin(given: float | None, lease_seconds: float) -> float:
+    """The lease guard's margin: given, it must leave room for one failed renewal."""
+    if given is None:
+        return default_margin(lease_seconds)
+    interval = lease_seconds / RENEWALS_PER_LEASE
+    if isinstance(given, bool) or not isinstance(given, int | float) or not 0 <= given < interval:
+        raise ConfigurationError(
+            f"deadline_margin_seconds must be at least 0 and less than lease_seconds / "
+            f"{RENEWALS_PER_LEASE} ({interval:g}), not {given!r}"
+        )
+    return float(given)
 
 
 class Runtime(Client):
@@ -77,7 +91,7 @@ class Runtime(Client):
         clock: Clock | None = None,
         poll_interval_seconds: float = POLL_INTERVAL_SECONDS,
         drain_seconds: float = DRAIN_SECONDS,
-        deadline_margin_seconds: float = DEADLINE_MARGIN_SECONDS,
+        deadline_margin_seconds: float | None = None,
         recovery: RecoveryPolicy | None = None,
         group_commit: bool = True,
         max_batch: int = MAX_BATCH_ITEMS,
@@ -91,8 +105,9 @@ class Runtime(Client):
         _positive("lease_seconds", lease_seconds)
         _positive("reap_interval_seconds", reap_interval_seconds)
         _positive("poll_interval_seconds", poll_interval_seconds)
-        if deadline_margin_seconds < 0 or drain_seconds < 0:
-            raise ConfigurationError("deadline_margin_seconds and drain_seconds must be >= 0")
+        if drain_seconds < 0:
+            raise ConfigurationError(f"drain_seconds must be >= 0, not {drain_seconds!r}")
+        margin = _margin(deadline_margin_seconds, lease_seconds)
         clock = clock or SystemClock()
         settings = SupervisorSettings(
             worker_id=worker_id or default_worker_id(),
@@ -103,7 +118,7 @@ class Runtime(Client):
             drain_seconds=float(drain_seconds),
             run=RunSettings(
                 lease_seconds=float(lease_seconds),
-                deadline_margin_seconds=float(deadline_margin_seconds),
+                deadline_margin_seconds=margin,
                 policy=recovery or RecoveryPolicy(),
             ),
             group_commit=group_commit,
@@ -177,6 +192,7 @@ class Runtime(Client):
             clock=self._clock,
             worker_id=settings.worker_id,
             lease_deadline=sent_at + settings.lease_seconds,
+            keeper=self.supervisor.keeper,
             metrics=self.supervisor.metrics,
         )
         await actor.run()

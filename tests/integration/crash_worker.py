@@ -47,10 +47,11 @@ CALL_ID = "call-1"
 CALLS_FILE = "calls.jsonl"
 PROVIDER_FILE = "provider.jsonl"
 LOG_FILE = "worker.log"
-# Small, so that a killed worker's lease (extended to cover the call: the timeout
-# plus twice the margin, G7) expires a few seconds after the kill.
-TOOL_TIMEOUT_SECONDS = 3.0
-PROVIDER_TIMEOUT_SECONDS = 3.0
+# Far longer than the lease, and than the tests wait for recovery: a killed worker's
+# lease, renewed in the background while a call runs, expires a lease after the
+# kill, never a call's timeout after it.
+TOOL_TIMEOUT_SECONDS = 60.0
+PROVIDER_TIMEOUT_SECONDS = 60.0
 LEASE_SECONDS = 1.0
 DEADLINE_MARGIN_SECONDS = 0.2
 

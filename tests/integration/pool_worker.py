@@ -87,7 +87,6 @@ async def work(url: str, worker_id: str, calls_file: str) -> None:
         lease_seconds=2.0,
         reap_interval_seconds=0.2,
         poll_interval_seconds=0.02,
-        deadline_margin_seconds=1.0,
         worker_id=worker_id,
     ) as rt:
         while True:

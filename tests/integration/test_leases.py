@@ -43,7 +43,6 @@ pytestmark = pytest.mark.anyio
 FAST: dict[str, Any] = {
     "poll_interval_seconds": 0.02,
     "reap_interval_seconds": 0.05,
-    "deadline_margin_seconds": 1.0,
 }
 CHARGE = ProviderReply(tool_calls=[ToolCall("charge", {"amount": 5}, "call-1")])
 

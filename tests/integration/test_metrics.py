@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import Calls, FaultyStore, one_call_agent, settles_tool
 
 from leaseward import RunState, ToolEffect
-from leaseward.actors import LeaseReaper, Metrics, Persister, RunActor, RunSettings
+from leaseward.actors import LeaseKeeper, LeaseReaper, Metrics, Persister, RunActor, RunSettings
 from leaseward.runtime.client import new_run_id
 from leaseward.runtime.clock import SystemClock
 from leaseward.runtime.lifecycle import RecoveryPolicy
@@ -90,6 +90,9 @@ async def test_actor_metrics_are_served_over_http(db_url: str) -> None:
     assert reaped.settlement.target is RunState.DEAD_LETTERED
 
     persister = Persister(store, metrics=metrics)
+    keeper = LeaseKeeper(
+        persister.renew, SystemClock(), lease_seconds=5, margin_seconds=0.5, metrics=metrics
+    )
     actors = [
         RunActor(
             await claim(store, agent.name, 5.0, "w"),
@@ -100,6 +103,7 @@ async def test_actor_metrics_are_served_over_http(db_url: str) -> None:
             clock=SystemClock(),
             worker_id="w",
             lease_deadline=time.monotonic() + 5.0,
+            keeper=keeper,
             metrics=metrics,
         )
         for agent in (payer, charger)
@@ -112,6 +116,7 @@ async def test_actor_metrics_are_served_over_http(db_url: str) -> None:
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             await tg.start(persister.run)
+            await tg.start(keeper.run)
             async with anyio.create_task_group() as runs:
                 for actor in actors:
                     runs.start_soon(drive, actor)
@@ -219,6 +224,7 @@ async def test_actors_work_without_a_metrics(db_url: str) -> None:
         clock=SystemClock(),
         worker_id="w",
         lease_deadline=time.monotonic() + 5.0,
+        keeper=LeaseKeeper(persister.renew, SystemClock(), lease_seconds=5, margin_seconds=0.5),
     )
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:

@@ -358,7 +358,6 @@ async def test_a_statement_on_a_lost_connection_is_a_store_error_then_the_pool_r
 FAST: dict[str, Any] = {
     "poll_interval_seconds": 0.02,
     "reap_interval_seconds": 0.05,
-    "deadline_margin_seconds": 1.0,
     "lease_seconds": 0.5,
 }
 
@@ -469,7 +468,11 @@ async def test_during_an_outage_a_write_is_not_called_and_the_run_completes_afte
     assert calls.seen[0]["epoch"] == run.epoch >= 2
     charge_rows = [(s.status, s.epoch) for s in journal if s.tool == "charge"]
     assert charge_rows == [(StepStatus.SUCCEEDED, run.epoch)]
-    assert {"lease.reaped", "store.listen_lost"} <= set(events(logs))
+    seen = set(events(logs))
+    assert "lease.reaped" in seen
+    # The outage either cut the LISTEN connection or came before the claim loop had
+    # opened it, depending on which task got there first.
+    assert seen & {"store.listen_lost", "store.listen_failed"}
 
 
 # -- several worker processes on one database ---------------------------------------------

@@ -57,7 +57,6 @@ pytestmark = pytest.mark.anyio
 FAST: dict[str, Any] = {
     "poll_interval_seconds": 0.02,
     "reap_interval_seconds": 0.05,
-    "deadline_margin_seconds": 1.0,
     "lease_seconds": 2.0,
     "recovery": RecoveryPolicy(backoff_base_seconds=0.05, backoff_cap_seconds=0.2),
 }

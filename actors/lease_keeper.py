@@ -1,0 +1,220 @@
+"""The LeaseKeeper: renews the leases of runs inside a call, and stops a call its lease
+cannot cover any more.
+
+A lease is short (seconds), so that a dead worker's runs are found in seconds; a
+call may last minutes. While calls are in flight, the keeper renews every one of
+their leases every ``lease_seconds / 3``, all of them in one grouped write through
+the Persister. If the renewals fail for so long that a lease comes within the
+margin of its end, the keeper cancels that call: a live worker stops before the
+store may hand its run to anybody else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import anyio
+import attrs
+from anyio.abc import TaskStatus
+
+from leaseward.actors.metrics import Metrics
+from leaseward.runtime.clock import Clock
+from leaseward.runtime.errors import LeasewardError
+from leaseward.runtime.logs import get_logger
+from leaseward.storage.protocol import BatchItem, BatchOutcome
+
+__all__ = [
+    "GUARD_TICK_SECONDS",
+    "RENEWALS_PER_LEASE",
+    "KeeperStats",
+    "Lease",
+    "LeaseKeeper",
+    "RenewWriter",
+    "default_margin",
+]
+
+RENEWALS_PER_LEASE = 3
+"""Renewals a lease gets in its length: one may fail and the next still lands in time."""
+GUARD_TICK_SECONDS = 0.25
+"""The guard looks at least this often, so that a clock that jumped (the process was
+paused) or was moved by a test is noticed promptly, not at the next planned wakeup."""
+
+RenewWriter = Callable[[Sequence[BatchItem]], Awaitable[tuple[BatchOutcome, ...]]]
+"""Writes lease renewals together, one outcome each: the Persister's ``renew``."""
+
+log = get_logger("leaseward.leases")
+
+
+def default_margin(lease_seconds: float) -> float:
+    """The guard's margin when none is given: half a renewal interval, so one
+    renewal may fail and the call still goes on."""
+    return lease_seconds / (2 * RENEWALS_PER_LEASE)
+
+
+@attrs.define(eq=False)
+class Lease:
+    """One run's lease as its holder knows it, on the holder's monotonic clock.
+
+    The deadline is when the renewal that granted it was *sent*, plus its
+    seconds: the store dated it no earlier, so the store's expiry is never
+    before this one, whatever the two wall clocks say.
+    """
+
+    run_id: str
+    epoch: int
+    deadline: float
+    cancel_requested: bool = False
+    lost: bool = False
+    """The store no longer counts this worker as the holder."""
+    cut_off: str | None = None
+    """Why the keeper cancelled the call in flight, if it did."""
+
+    def renewed(self, sent_at: float, seconds: float, *, cancel_requested: bool) -> None:
+        # Renewals may be answered out of order; the later deadline stands.
+        self.deadline = max(self.deadline, sent_at + seconds)
+        self.cancel_requested = self.cancel_requested or cancel_requested
+
+    def remaining(self, now: float) -> float:
+        return max(0.0, self.deadline - now)
+
+
+@attrs.define
+class KeeperStats:
+    renewal_batches: int = 0
+    renewals: int = 0
+    renewals_failed: int = 0
+    guard_cancels: int = 0
+
+
+@attrs.define(eq=False)
+class _Held:
+    lease: Lease
+    scope: anyio.CancelScope
+
+
+class LeaseKeeper:
+    """Keeps the leases of the calls in flight in one process alive, or cuts the calls off."""
+
+    def __init__(
+        self,
+        renew: RenewWriter,
+        clock: Clock,
+        *,
+        lease_seconds: float,
+        margin_seconds: float,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._renew_writer = renew
+        self._clock = clock
+        self.lease_seconds = lease_seconds
+        self.margin_seconds = margin_seconds
+        self.renew_interval = lease_seconds / RENEWALS_PER_LEASE
+        self._metrics = metrics if metrics is not None else Metrics()
+        self._held: dict[Lease, _Held] = {}
+        self._renewing = False
+        self._last_error: str | None = None
+        self.stats = KeeperStats()
+
+    @property
+    def admission_seconds(self) -> float:
+        """What a lease must have left for a call to start: it lasts until the
+        keeper's next renewal, and the guard's margin beyond."""
+        return self.renew_interval + self.margin_seconds
+
+    @contextmanager
+    def guarding(self, lease: Lease, scope: anyio.CancelScope) -> Iterator[None]:
+        """While inside, ``lease`` is renewed with the others, and ``scope`` is
+        cancelled if the lease is lost or is about to run out unrenewed."""
+        held = _Held(lease, scope)
+        self._held[lease] = held
+        try:
+            yield
+        finally:
+            self._held.pop(lease, None)
+
+    @property
+    def calls_in_flight(self) -> int:
+        return len(self._held)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async with anyio.create_task_group() as renewals:
+            next_renewal = self._clock.monotonic() + self.renew_interval
+            while True:
+                now = self._clock.monotonic()
+                if now >= next_renewal:
+                    # One renewal at a time: a store slow enough to overlap them gains
+                    # nothing from a second, and the guard meanwhile keeps watching.
+                    if self._held and not self._renewing:
+                        self._renewing = True
+                        renewals.start_soon(self._renew_all)
+                    next_renewal = now + self.renew_interval
+                self._guard(now)
+                wake = next_renewal
+                for held in self._held.values():
+                    wake = min(wake, held.lease.deadline - self.margin_seconds)
+                await anyio.sleep(min(max(wake - now, 0.0), GUARD_TICK_SECONDS))
+
+    async def _renew_all(self) -> None:
+        try:
+            leases = list(self._held)
+            items = [
+                BatchItem(run_id=lease.run_id, epoch=lease.epoch, lease_seconds=self.lease_seconds)
+                for lease in leases
+            ]
+            sent_at = self._clock.monotonic()
+            try:
+                outcomes = await self._renew_writer(items)
+            except LeasewardError as exc:
+                outcomes = tuple(
+                    BatchOutcome(persisted=False, lease_held=True, error=exc.message) for _ in items
+                )
+            self.stats.renewal_batches += 1
+            failed: list[str | None] = []
+            for lease, outcome in zip(leases, outcomes, strict=True):
+                self._settle_renewal(lease, outcome, sent_at, failed)
+            self._last_error = failed[0] if failed else None
+            if failed:
+                self.stats.renewals_failed += len(failed)
+                log.warning("lease.renew_failed", runs=len(failed), error=failed[0])
+        finally:
+            self._renewing = False
+
+    def _settle_renewal(
+        self, lease: Lease, outcome: BatchOutcome, sent_at: float, failed: list[str | None]
+    ) -> None:
+        if outcome.persisted:
+            lease.renewed(sent_at, self.lease_seconds, cancel_requested=outcome.cancel_requested)
+            self.stats.renewals += 1
+            self._metrics.lease_renewed()
+            return
+        if not outcome.lease_held and not outcome.outcome_unknown:
+            lease.lost = True
+            held = self._held.pop(lease, None)
+            if held is not None:
+                # Reaped or taken over: nothing this call does can be recorded any more.
+                log.warning("lease.lost", run_id=lease.run_id, epoch=lease.epoch, by="renewal")
+                held.scope.cancel()
+            return
+        failed.append(outcome.error)
+
+    def _guard(self, now: float) -> None:
+        for lease, held in list(self._held.items()):
+            if now < lease.deadline - self.margin_seconds:
+                continue
+            del self._held[lease]
+            lease.cut_off = (
+                f"the lease could not be renewed: {lease.remaining(now):.1f} s were left "
+                f"(last renewal error: {self._last_error or 'none answered in time'})"
+            )
+            self.stats.guard_cancels += 1
+            self._metrics.call_cut_off()
+            log.error(
+                "call.cut_off",
+                run_id=lease.run_id,
+                epoch=lease.epoch,
+                lease_left_seconds=round(lease.remaining(now), 3),
+                error=self._last_error,
+            )
+            held.scope.cancel()

@@ -1,0 +1,248 @@
+"""Short leases renewed in the background while calls run, and the guard that stops a
+call whose lease cannot be renewed.
+
+Leases here are one second or less, so that what the defaults do in seconds
+happens in a fraction of one; processes are paused and killed for real, and a
+store is blocked by a real second connection holding SQLite's write lock.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from crash_worker import read_lines
+from paused_worker import CALLS_FILE, LEASE_SECONDS, LOG_FILE, build_app
+from support import Calls, FaultyStore, one_call_agent
+
+from leaseward import App, Reason, RunState, Runtime, StepInfo, ToolContext, ToolEffect
+from leaseward.storage import BatchItem, BatchOutcome, open_store
+
+pytestmark = pytest.mark.anyio
+
+WORKER = Path(__file__).resolve().with_name("paused_worker.py")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+REAPER: dict[str, Any] = {"reap_interval_seconds": 0.05, "poll_interval_seconds": 0.02}
+
+
+def _lease_expires_at(db_path: Path, run_id: str) -> float:
+    connection = sqlite3.connect(db_path)
+    try:
+        (expires,) = connection.execute(
+            "SELECT lease_expires_at FROM runs WHERE id = ?", (run_id,)
+        ).fetchone()
+    finally:
+        connection.close()
+    return float(expires)
+
+
+class CountingRenewals(FaultyStore):
+    """The real store; remembers how many lease renewals each write carried."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.renewals_per_write: list[int] = []
+
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+        renewals = sum(1 for item in items if not item.steps and item.settlement is None)
+        if renewals:
+            self.renewals_per_write.append(renewals)
+        return await super().commit_batch(items)
+
+
+async def test_calls_far_longer_than_the_lease_are_renewed_together_and_never_reaped(
+    store_url: str,
+) -> None:
+    """Five charges of 2 s each under a 0.6 s lease, with another worker reaping every
+    50 ms: none is reaped or run twice, and their renewals share writes."""
+    calls = Calls()
+
+    async def slow(ctx: ToolContext) -> None:
+        await anyio.sleep(2.0)
+
+    agent = one_call_agent(
+        "payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, timeout_seconds=30.0, body=slow
+    )
+    store = CountingRenewals(await open_store(store_url))
+    async with (
+        Runtime.open(store_url, App([]), worker_id="reaper", **REAPER) as reaper,
+        Runtime.open(store, App([agent]), lease_seconds=0.6, concurrency=5, **REAPER) as rt,
+    ):
+        run_ids = await rt.submit_many("payer", [None] * 5)
+        runs = [await rt.wait(run_id, timeout=30) for run_id in run_ids]
+        keeper = rt.supervisor.keeper.stats
+        reaped = reaper.supervisor.metrics.leases_reaped._value.get()
+    await store.inner.aclose()
+
+    assert [(run.state, run.epoch) for run in runs] == [(RunState.COMPLETED, 1)] * 5
+    assert len(calls) == 5
+    assert reaped == 0
+    assert keeper.guard_cancels == 0
+    # Every 0.2 s, one write renewed every call in flight.
+    assert keeper.renewal_batches >= 5
+    assert keeper.renewals >= 5 * keeper.renewal_batches - 5
+    assert max(store.renewals_per_write) == 5
+
+
+def _hold_write_lock(db_path: Path, seconds: float, held: threading.Event) -> None:
+    connection = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        held.set()
+        time.sleep(seconds)
+        connection.execute("ROLLBACK")
+    finally:
+        connection.close()
+
+
+async def test_a_worker_whose_store_is_blocked_cuts_its_call_off_before_the_lease_expires(
+    tmp_path: Path,
+) -> None:
+    """Another connection holds SQLite's write lock for 3 s while a charge runs under
+    a 1.2 s lease: no renewal can land, so the guard cancels the charge while the
+    store's lease still holds, and the run is dead-lettered for the lease."""
+    db_path = tmp_path / "runs.db"
+    url = f"sqlite:///{db_path}?busy_timeout_ms=20000"
+    cut_off: list[tuple[float, float]] = []
+    locker: list[threading.Thread] = []
+
+    async def charge(ctx: ToolContext) -> None:
+        held = threading.Event()
+        thread = threading.Thread(target=_hold_write_lock, args=(db_path, 3.0, held))
+        thread.start()
+        locker.append(thread)
+        await anyio.to_thread.run_sync(held.wait)
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            cut_off.append((time.time(), _lease_expires_at(db_path, ctx.run_id)))
+            raise
+
+    calls = Calls()
+    agent = one_call_agent(
+        "payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, timeout_seconds=60.0, body=charge
+    )
+    async with Runtime.open(
+        url, App([agent]), lease_seconds=1.2, reap_interval_seconds=3600.0
+    ) as rt:
+        run = await rt.wait(await rt.submit("payer", None), timeout=30)
+        guard_cancels = rt.supervisor.keeper.stats.guard_cancels
+        cut_off_metric = rt.supervisor.metrics.calls_cut_off._value.get()
+    await anyio.to_thread.run_sync(locker[0].join)
+
+    [(cut_at, expires_at)] = cut_off
+    assert cut_at < expires_at
+    assert (guard_cancels, cut_off_metric) == (1, 1)
+    assert (run.state, run.reason, run.epoch) == (
+        RunState.DEAD_LETTERED,
+        Reason.INTERRUPTED_WRITE,
+        1,
+    )
+    assert run.error is not None and "the lease could not be renewed" in run.error
+    assert len(calls) == 1
+
+
+def _started(marker_dir: Path) -> list[dict[str, Any]]:
+    return read_lines(marker_dir / CALLS_FILE)
+
+
+def _spawn(db_url: str, marker_dir: Path, lookup_seconds: float) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), db_url, str(marker_dir), str(lookup_seconds)],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+async def _until(check: Any, timeout: float = 20.0) -> None:
+    """Poll a file another process writes: nothing in this process can signal it."""
+    with anyio.fail_after(timeout):
+        while not check():  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+
+
+def _journal_at(journal: Sequence[StepInfo], epoch: int) -> list[tuple[int, str | None, str]]:
+    return [(s.seq, s.tool, s.status.value) for s in journal if s.epoch == epoch]
+
+
+async def test_a_paused_worker_resumed_after_its_lease_expired_starts_nothing_and_records_nothing(
+    db_url: str, tmp_path: Path
+) -> None:
+    """SIGSTOP a worker inside a lookup; another worker reaps the run and finishes it,
+    charge included; SIGCONT: the resumed worker neither charges nor records."""
+    worker = _spawn(db_url, tmp_path, lookup_seconds=1.5)
+    try:
+        await _until(lambda: any(c["pid"] == worker.pid for c in _started(tmp_path)))
+        os.kill(worker.pid, signal.SIGSTOP)
+        paused_at = time.monotonic()
+        assert worker.stdout is not None
+        run_id = worker.stdout.readline().strip().removeprefix("run_id=")
+        async with Runtime.open(
+            db_url, build_app(tmp_path, lookup_seconds=0.0), worker_id="taker", **REAPER
+        ) as rt:
+            run = await rt.wait(run_id, timeout=20)
+            before = await rt.steps(run_id)
+            # The pause outlasted the lease: the lease was taken, not renewed behind it.
+            assert time.monotonic() - paused_at > LEASE_SECONDS
+            os.kill(worker.pid, signal.SIGCONT)
+            log = tmp_path / LOG_FILE
+            await _until(lambda: "lease.lost" in log.read_text())
+            await anyio.sleep(0.3)
+            after = await rt.steps(run_id)
+    finally:
+        worker.kill()
+        worker.wait()
+        if worker.stdout is not None:
+            worker.stdout.close()
+
+    assert (run.state, run.epoch) == (RunState.COMPLETED, 2)
+    charges = [c for c in _started(tmp_path) if c["tool"] == "charge"]
+    assert [(c["epoch"], c["pid"]) for c in charges] == [(2, os.getpid())]
+    assert _journal_at(after, 1) == _journal_at(before, 1)
+    assert [s.seq for s in after] == [s.seq for s in before]
+
+
+async def test_a_killed_worker_inside_a_long_call_holds_its_runs_one_lease_at_most(
+    db_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL a worker inside a lookup whose timeout is 60 s: the store's lease ends at
+    most one lease after the kill, and another worker reaps and reruns the run long
+    before the call's timeout could have passed."""
+    worker = _spawn(db_url, tmp_path, lookup_seconds=3600.0)
+    try:
+        await _until(lambda: any(c["pid"] == worker.pid for c in _started(tmp_path)))
+        # Past two renewal intervals, so the lease seen below is a renewal's.
+        await anyio.sleep(LEASE_SECONDS)
+        os.kill(worker.pid, signal.SIGKILL)
+        killed_at = time.time()
+        worker.wait()
+        assert worker.stdout is not None
+        run_id = worker.stdout.readline().strip().removeprefix("run_id=")
+    finally:
+        worker.kill()
+        worker.wait()
+        if worker.stdout is not None:
+            worker.stdout.close()
+    expires_at = _lease_expires_at(Path(db_url.removeprefix("sqlite:///")), run_id)
+    assert expires_at <= killed_at + LEASE_SECONDS
+
+    async with Runtime.open(
+        db_url, build_app(tmp_path, lookup_seconds=0.0), worker_id="taker", **REAPER
+    ) as rt:
+        run = await rt.wait(run_id, timeout=20)
+    assert (run.state, run.epoch) == (RunState.COMPLETED, 2)
+    lookups = [(c["epoch"], c["pid"]) for c in _started(tmp_path) if c["tool"] == "lookup"]
+    assert lookups == [(1, worker.pid), (2, os.getpid())]
