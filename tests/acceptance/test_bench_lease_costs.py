@@ -94,7 +94,12 @@ def test_quick_run_writes_both_sections_with_counts_that_add_up(tmp_path: Path) 
     assert cell["all_parked"] and cell["parked_at_end"] == 50
     assert cell["concurrency"] == 50 + fleet["settings"]["short_loops"]
     assert cell["expected_renewal_rows_per_second"] == 75.0
+    # Nothing is in a call without parked runs, so the keeper has nothing to renew.
+    assert baseline["keeper"]["renewals"] == 0
     for c in (baseline, cell):
+        assert {"renewal_batches", "renewals", "renewals_failed", "guard_cancels"} <= set(
+            c["keeper"]
+        )
         assert c["short_runs_completed"] > 0
         assert c["persister"]["batches"] > 0
         assert set(c["loop_lag_ms"]) == {"p50", "p99", "max"}
