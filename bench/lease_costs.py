@@ -154,7 +154,7 @@ def quiet_runtime() -> Iterator[None]:
     the hundred, and counts what it needs; a line each would bury the progress display."""
     logger = logging.getLogger("leaseward")
     level = logger.level
-    logger.setLevel(logging.ERROR)
+    logger.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
@@ -815,6 +815,8 @@ PARK_TOOL_TIMEOUT_SECONDS = 7200.0
 SHORT_LOOPS = 16
 SUBMIT_CHUNK = 1000
 PARK_TIMEOUT_SECONDS = 60.0
+PARK_STALL_SECONDS = 10.0
+PARK_POLL_SECONDS = 0.25
 SHORT_RUN_TIMEOUT_SECONDS = 60.0
 CELL_TIMEOUT_SECONDS = PARK_TIMEOUT_SECONDS + 120.0
 BASELINE_LEASE_SECONDS = 30.0
@@ -859,17 +861,34 @@ class Parking:
         self.expected = expected
         self.inside = 0
         self.entered = 0
+        self.most_inside = 0
+        self.most_inside_at = time.monotonic()
         self.all_inside = anyio.Event()
 
     async def park(self) -> None:
         self.entered += 1
         self.inside += 1
+        if self.inside > self.most_inside:
+            self.most_inside, self.most_inside_at = self.inside, time.monotonic()
         if self.inside >= self.expected:
             self.all_inside.set()
         try:
             await anyio.sleep(PARK_SLEEP_SECONDS)
         finally:
             self.inside -= 1
+
+    async def wait(self) -> None:
+        """Until every run is inside; or until no new high of runs inside was reached for
+        a while (calls are cut off as fast as runs come in: they will not all get in),
+        or the timeout."""
+        deadline = time.monotonic() + PARK_TIMEOUT_SECONDS
+        self.most_inside_at = time.monotonic()
+        while not self.all_inside.is_set():
+            now = time.monotonic()
+            if now > deadline or now - self.most_inside_at > PARK_STALL_SECONDS:
+                return
+            with anyio.move_on_after(PARK_POLL_SECONDS):
+                await self.all_inside.wait()
 
 
 def fleet_app(parking: Parking) -> App:
@@ -1023,12 +1042,12 @@ async def measure_cell(spec: dict[str, Any]) -> None:
             metrics=metrics,
         ) as rt:
             started = time.perf_counter()
+            opened = counters(rt, metrics)
             for offset in range(0, parked, SUBMIT_CHUNK):
                 count = min(SUBMIT_CHUNK, parked - offset)
                 await rt.submit_many(PARKER, [{"n": offset + i} for i in range(count)])
             if parked:
-                with anyio.move_on_after(PARK_TIMEOUT_SECONDS):
-                    await parking.all_inside.wait()
+                await parking.wait()
             cell["park_seconds"] = round(time.perf_counter() - started, 3)
             cell["all_parked"] = parking.inside >= parked
             before = counters(rt, metrics)
@@ -1037,6 +1056,9 @@ async def measure_cell(spec: dict[str, Any]) -> None:
             cell["parked_at_end"] = parking.inside
             cell["park_entries"] = parking.entered
             summarise(cell, before, after, completed, lags)
+            cell["keeper_since_open"] = {
+                key: after["keeper"][key] - opened["keeper"][key] for key in opened["keeper"]
+            }
             print(json.dumps(cell), flush=True)
             # Leaving the Runtime would drain it: thousands of interrupted calls settled
             # one by one, seconds longer than the measurement, on a store that is dropped
@@ -1173,11 +1195,17 @@ def print_fleet(result: dict[str, Any]) -> None:
         "reaped = leases reaped in the window; parked = runs inside the call at the window's end.",
     ]
     print("\n".join(legend))
-    short = [c for c in result["cells"] if c["parked"] and not c["all_parked"]]
-    for c in short:
+    for c in result["cells"]:
+        since_open = c["keeper_since_open"]
+        if c["all_parked"] and not since_open["guard_cancels"]:
+            continue
         print(
-            f"NOT ALL PARKED: {STORE_NAMES[c['store']]} N={c['parked']:,} lease "
-            f"{c['lease_seconds']:g} s: {c['parked_at_end']} inside after {c['park_seconds']} s"
+            f"{'NOT ALL PARKED' if not c['all_parked'] else 'CALLS CUT OFF'}: "
+            f"{STORE_NAMES[c['store']]} N={c['parked']:,} lease {c['lease_seconds']:g} s: "
+            f"{c['parked_at_end']:,} inside at the end, {c['park_entries']:,} entries into the "
+            f"call, after {c['park_seconds']:.0f} s of parking; since the Runtime opened the "
+            f"keeper cut off {since_open['guard_cancels']:,} calls, "
+            f"{since_open['renewals_failed']:,} renewals failed, {c['reaped_total']:,} reaped"
         )
     print_failures(result)
 
