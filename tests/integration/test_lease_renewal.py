@@ -23,9 +23,12 @@ import anyio
 import pytest
 from crash_worker import read_lines
 from paused_worker import CALLS_FILE, LEASE_SECONDS, LOG_FILE, build_app
-from support import Calls, FaultyStore, one_call_agent
+from support import Calls, FaultyStore, one_call_agent, queued_run
 
 from leaseward import App, Reason, RunState, Runtime, StepInfo, ToolContext, ToolEffect
+from leaseward.actors import Lease, LeaseKeeper, Persister
+from leaseward.actors.lease_keeper import GUARD_TICK_SECONDS
+from leaseward.runtime.clock import ManualClock
 from leaseward.storage import BatchItem, BatchOutcome, open_store
 
 pytestmark = pytest.mark.anyio
@@ -92,6 +95,60 @@ async def test_calls_far_longer_than_the_lease_are_renewed_together_and_never_re
     assert keeper.renewal_batches >= 5
     assert keeper.renewals >= 5 * keeper.renewal_batches - 5
     assert max(store.renewals_per_write) == 5
+
+
+async def test_the_keeper_renews_on_its_clock_and_cuts_a_call_off_before_the_lease_ends(
+    db_url: str,
+) -> None:
+    """On a manual clock shared with the store: a 3 s lease is renewed after 1 s; then the
+    store refuses every renewal, and the call is cancelled at 0.5 s before the lease's
+    end, not a moment earlier, while the store's lease still holds."""
+    clock = ManualClock()
+    start = clock.monotonic()
+    store = FaultyStore(await open_store(db_url, clock=clock))
+    await store.create_run(queued_run("payer"))
+    [record] = await store.claim_runs("w", 1, 3.0, ["payer"])
+    persister = Persister(store)
+    keeper = LeaseKeeper(persister.renew, clock, lease_seconds=3.0, margin_seconds=0.5)
+    lease = Lease(record.id, record.epoch, deadline=start + 3.0)
+    cut_off_at: list[float] = []
+
+    async def call() -> None:
+        with anyio.CancelScope() as scope, keeper.guarding(lease, scope):
+            await anyio.sleep_forever()
+        cut_off_at.append(clock.monotonic())
+
+    async def noticed(check: Any) -> None:
+        with anyio.fail_after(10):
+            while not check():  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(persister.run)
+        await tg.start(keeper.run)
+        tg.start_soon(call)
+        clock.advance(1.0)
+        await noticed(lambda: keeper.stats.renewals == 1)
+        assert lease.deadline == start + 4.0
+        stored = await store.inner.get_run(record.id)
+        assert stored is not None and stored.lease_expires_at == start + 4.0
+
+        store.fault = lambda item: True
+        for failures in (1, 2):
+            clock.advance(1.0)
+            await noticed(lambda: keeper.stats.renewals_failed == failures)  # noqa: B023
+        clock.advance(0.4)
+        await anyio.sleep(2 * GUARD_TICK_SECONDS)
+        assert cut_off_at == []
+
+        clock.advance(0.1)
+        await noticed(lambda: cut_off_at)
+        tg.cancel_scope.cancel()
+    await store.inner.aclose()
+
+    assert cut_off_at == [start + 3.5]
+    assert keeper.stats.guard_cancels == 1
+    assert lease.cut_off is not None and "the lease could not be renewed" in lease.cut_off
 
 
 def _hold_write_lock(db_path: Path, seconds: float, held: threading.Event) -> None:
