@@ -66,7 +66,10 @@ class _ModelArguments:
     parameter may be called ``json`` or ``schema`` without shadowing the model's methods."""
 
     def parse(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        given = without_strict_nulls(dict(arguments), self.schema)
+        try:
+            given = without_strict_nulls(dict(arguments), self.schema)
+        except RecursionError:
+            raise InvalidInput(_TOO_DEEP) from None
         try:
             text = pydantic_core.to_json(given)
         except pydantic_core.PydanticSerializationError as exc:
@@ -226,8 +229,13 @@ class _SchemaArguments:
     validator: Draft202012Validator
 
     def parse(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        given = without_strict_nulls(dict(arguments), self.schema)
-        errors = [best_match([error]) for error in self.validator.iter_errors(given)]
+        try:
+            given = without_strict_nulls(dict(arguments), self.schema)
+            errors = [best_match([error]) for error in self.validator.iter_errors(given)]
+        except RecursionError:
+            # jsonschema takes a few Python frames per level of a recursive schema, so a value
+            # nested within the runtime's depth limit can come near the end of the stack.
+            raise InvalidInput(_TOO_DEEP) from None
         if errors:
             raise InvalidInput(
                 _problems((_path(error.absolute_path), error.message) for error in errors)
@@ -284,6 +292,7 @@ def _check_references(resource: Resource[Any], resolver: Resolver[Any]) -> None:
 
 # -- messages ------------------------------------------------------------------------------------
 
+_TOO_DEEP = "the arguments are nested too deeply to be checked"
 _MAX_PROBLEMS = 3
 _MAX_PROBLEM_CHARS = 160
 

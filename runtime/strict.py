@@ -41,7 +41,7 @@ _SCHEMAS = (
 )
 
 
-def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """``schema`` in the form OpenAI's strict mode takes: every object closed
     (``additionalProperties: false``) with all its properties required; a property that was
     optional becomes nullable, and a tool given null for it is called as if it were omitted.
@@ -50,7 +50,7 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     ``dict[str, X]``): strict mode has no form for it, so such a tool must be sent non-strict.
     """
     try:
-        return _strict(copy.deepcopy(schema), _resolver(schema), "#")  # type: ignore[no-any-return]
+        return _strict(copy.deepcopy(dict(schema)), _resolver(schema), "#")  # type: ignore[no-any-return]
     except Unresolvable as exc:
         raise ToolDefinitionError(f"the tool schema has no strict form: {exc}") from None
 

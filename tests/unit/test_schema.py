@@ -571,3 +571,40 @@ def test_what_lax_pydantic_would_coerce_is_refused(annotation: Any, value: Any) 
     # Validation is strict: a tool that writes never acts on a value the model did not mean.
     with pytest.raises(InvalidInput):
         signature_arguments(one_parameter(annotation)).parse({"value": value})
+
+
+def test_arguments_too_deep_for_a_recursive_schema_are_refused() -> None:
+    arguments = schema_arguments(
+        {
+            "type": "object",
+            "$defs": {
+                "node": {"type": "object", "properties": {"child": {"$ref": "#/$defs/node"}}}
+            },
+            "properties": {"root": {"$ref": "#/$defs/node"}},
+        }
+    )
+    tree: dict[str, Any] = {}
+    for _ in range(50):
+        tree = {"child": tree}
+    assert arguments.parse({"root": tree}) == {"root": tree}
+    for _ in range(5000):
+        tree = {"child": tree}
+    assert problem(arguments, {"root": tree}) == "the arguments are nested too deeply to be checked"
+
+
+class TreeNode(BaseModel):
+    child: TreeNode | None = None
+
+
+async def plant(ctx: object, root: TreeNode) -> None: ...
+
+
+def test_arguments_too_deep_for_a_recursive_model_are_refused() -> None:
+    arguments = signature_arguments(plant)
+    tree: dict[str, Any] = {}
+    for _ in range(50):
+        tree = {"child": tree}
+    assert isinstance(arguments.parse({"root": tree})["root"], TreeNode)
+    for _ in range(5000):
+        tree = {"child": tree}
+    assert "nested too deeply" in problem(arguments, {"root": tree})
