@@ -23,7 +23,12 @@ import pydantic
 import pydantic_core
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
+from pydantic.json_schema import (
+    GenerateJsonSchema,
+    JsonSchemaMode,
+    JsonSchemaValue,
+    JsonSchemaWarningKind,
+)
 from pydantic_core import CoreSchema
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
@@ -181,12 +186,12 @@ def _unusable(
             shown = annotation.__qualname__ if isinstance(annotation, type) else repr(annotation)
             return (
                 f"tool function {name!r}: parameter {parameter.name!r}: unsupported annotation "
-                f"{shown}: {_first_line(alone)}"
+                f"{shown}: {_reason(alone)}"
             )
-    return f"tool function {name!r}: its parameters make no schema: {_first_line(exc)}"
+    return f"tool function {name!r}: its parameters make no schema: {_reason(exc)}"
 
 
-def _first_line(exc: Exception) -> str:
+def _reason(exc: Exception) -> str:
     if isinstance(exc, pydantic.PydanticSchemaGenerationError):
         # pydantic's own advice (arbitrary_types_allowed) would let anything through unchecked.
         return (
@@ -201,7 +206,10 @@ class _ToolSchemaGenerator(GenerateJsonSchema):
     """pydantic's schema without the titles it makes up from names, and without defaults that
     are no JSON (a NaN, an object): the function's own default still applies."""
 
-    ignored_warning_kinds: set[Any] = {"skipped-choice", "non-serializable-default"}
+    ignored_warning_kinds: set[JsonSchemaWarningKind] = {
+        "skipped-choice",
+        "non-serializable-default",
+    }
 
     def generate(self, schema: CoreSchema, mode: JsonSchemaMode = "validation") -> JsonSchemaValue:
         generated = super().generate(schema, mode)

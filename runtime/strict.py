@@ -25,20 +25,10 @@ if TYPE_CHECKING:
 
 __all__ = ["strict_schema", "without_strict_nulls"]
 
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+# Where strict mode looks for schemas; it takes none of the other keywords that hold them
+# (not, if, patternProperties, ...), so objects there are left as they are.
+_SCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SCHEMA_LISTS = ("prefixItems", "anyOf", "oneOf", "allOf")
-_SCHEMAS = (
-    "items",
-    "additionalProperties",
-    "not",
-    "if",
-    "then",
-    "else",
-    "contains",
-    "propertyNames",
-    "unevaluatedItems",
-    "unevaluatedProperties",
-)
 
 
 def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -50,9 +40,10 @@ def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     ``dict[str, X]``): strict mode has no form for it, so such a tool must be sent non-strict.
     """
     try:
-        return _strict(copy.deepcopy(dict(schema)), _resolver(schema), "#")  # type: ignore[no-any-return]
+        strict: dict[str, Any] = _strict(copy.deepcopy(dict(schema)), _resolver(schema), "#")
     except Unresolvable as exc:
         raise ToolDefinitionError(f"the tool schema has no strict form: {exc}") from None
+    return strict
 
 
 def _strict(node: Any, resolver: Resolver[Any], at: str) -> Any:
@@ -70,7 +61,7 @@ def _strict(node: Any, resolver: Resolver[Any], at: str) -> Any:
             value = {k: _strict(v, resolver, f"{where}/{_token(k)}") for k, v in value.items()}
         elif keyword in _SCHEMA_LISTS and isinstance(value, list):
             value = [_strict(v, resolver, f"{where}/{i}") for i, v in enumerate(value)]
-        elif keyword in _SCHEMAS:
+        elif keyword == "items":
             value = _strict(value, resolver, where)
         result[keyword] = value
     if "default" in result and result["default"] is None:
@@ -145,7 +136,8 @@ def without_strict_nulls(arguments: dict[str, Any], schema: Mapping[str, Any]) -
     """``arguments`` without the nulls given for properties that ``schema`` lets be left out but
     not be null: strict_schema made them nullable, and a model in strict mode sends null for
     them to leave them out. Whatever ``schema`` accepts is returned unchanged."""
-    return _without_nulls(arguments, schema, _resolver(schema))  # type: ignore[no-any-return]
+    kept: dict[str, Any] = _without_nulls(arguments, schema, _resolver(schema))
+    return kept
 
 
 def _without_nulls(instance: Any, schema: Any, resolver: Resolver[Any]) -> Any:
