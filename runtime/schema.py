@@ -72,14 +72,13 @@ class _ModelArguments:
 
     def parse(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         try:
-            given = without_strict_nulls(dict(arguments), self.schema)
+            given = _unicode(without_strict_nulls(dict(arguments), self.schema))
         except RecursionError:
             raise InvalidInput(_TOO_DEEP) from None
         try:
             text = pydantic_core.to_json(given)
         except pydantic_core.PydanticSerializationError as exc:
-            # From a model only a string with a lone surrogate, which no UTF-8 can hold.
-            raise InvalidInput(_shorten(f"the arguments are not JSON text: {exc}")) from None
+            raise InvalidInput(_shorten(f"the arguments are not JSON: {exc}")) from None
         try:
             # Strict, on the JSON text: a value must have the type the schema shows the model
             # ("5" is no integer, 1 no boolean), while objects still fill models and dataclasses.
@@ -88,6 +87,18 @@ class _ModelArguments:
             raise InvalidInput(_pydantic_problems(exc, given)) from None
         # Only what was given: an omitted parameter takes the function's own default.
         return {self.names[field]: getattr(values, field) for field in values.model_fields_set}
+
+
+def _unicode(value: Any) -> Any:
+    """``value`` with each lone surrogate in its strings replaced by U+FFFD, as a UTF-16 decoder
+    replaces it: a model's JSON may hold one (``"\\ud83d"``), but no UTF-8 can, nor pydantic."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {_unicode(key): _unicode(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_unicode(item) for item in value]
+    return value
 
 
 def signature_arguments(fn: Callable[..., Any]) -> ToolArguments:

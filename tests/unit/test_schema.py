@@ -300,9 +300,10 @@ def test_keys_that_are_not_identifiers_are_quoted() -> None:
     )
 
 
-def test_text_that_is_not_unicode_is_refused() -> None:
-    arguments = signature_arguments(one_parameter(str))
-    assert "not JSON text" in problem(arguments, {"value": "\ud83d"})
+def test_a_lone_surrogate_reaches_the_tool_as_a_replacement_character() -> None:
+    arguments = signature_arguments(one_parameter(dict[str, list[str]]))
+    given = {"value": {"key \ud83d": ["a \ud83d\ude00 b \udc00"]}}
+    assert arguments.parse(given) == {"value": {"key \ufffd": ["a \U0001f600 b \ufffd"]}}
 
 
 # --- property: a derived schema takes exactly the JSON kinds of the annotation ----------------
