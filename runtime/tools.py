@@ -10,16 +10,19 @@ import attrs
 import structlog
 
 from leaseward.runtime.effects import ToolEffect, declared_effect
-from leaseward.runtime.errors import ToolDefinitionError
+from leaseward.runtime.errors import ToolDefinitionError, ToolError
 from leaseward.runtime.schema import check_schema, schema_from_signature
 
 __all__ = [
     "DEFAULT_TOOL_TIMEOUT_SECONDS",
+    "ApprovalPolicy",
+    "AskHuman",
     "BoundTool",
     "FunctionTool",
     "Tool",
     "ToolContext",
     "ToolSet",
+    "ask_human",
     "bind_tool",
     "tool",
 ]
@@ -53,10 +56,16 @@ class ToolContext:
         return self.epoch
 
 
+ApprovalPolicy = Callable[[Mapping[str, Any]], bool]
+"""Given a call's arguments, whether a person must approve it (e.g. charges over an amount)."""
+
+
 @runtime_checkable
 class Tool(Protocol):
-    """A class-based tool. ``effect``, ``description`` and ``timeout_seconds`` are optional
-    attributes; a tool that declares no effect is ``ToolEffect.READ_ONLY``."""
+    """A class-based tool. ``effect``, ``description``, ``timeout_seconds``,
+    ``requires_approval`` (a bool or an ApprovalPolicy) and ``approval_timeout_seconds``
+    are optional attributes; a tool that declares no effect is ``ToolEffect.READ_ONLY``
+    and one that declares nothing about approval runs without it."""
 
     @property
     def name(self) -> str: ...
@@ -80,15 +89,30 @@ class FunctionTool:
     effect: ToolEffect
     timeout_seconds: float
     parameters: Mapping[str, Any]
+    requires_approval: bool | ApprovalPolicy = False
+    approval_timeout_seconds: float | None = None
 
     async def __call__(self, ctx: ToolContext, /, **arguments: Any) -> Any:
         return await self.function(ctx, **arguments)
 
 
-def _positive_timeout(owner: str, value: Any) -> float:
+def _positive_timeout(owner: str, value: Any, what: str = "timeout_seconds") -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ToolDefinitionError(f"tool {owner!r}: timeout_seconds must be a positive number")
+        raise ToolDefinitionError(f"tool {owner!r}: {what} must be a positive number")
     return float(value)
+
+
+def _approval(
+    owner: str, requires: Any, timeout: Any
+) -> tuple[bool | ApprovalPolicy, float | None]:
+    if not isinstance(requires, bool) and not callable(requires):
+        raise ToolDefinitionError(
+            f"tool {owner!r}: requires_approval must be True, False or a function of the "
+            f"arguments, not {requires!r}"
+        )
+    if timeout is None:
+        return requires, None
+    return requires, _positive_timeout(owner, timeout, "approval_timeout_seconds")
 
 
 def _make_function_tool(
@@ -99,6 +123,8 @@ def _make_function_tool(
     effect: ToolEffect,
     timeout_seconds: float,
     parameters: Mapping[str, Any] | None,
+    requires_approval: bool | ApprovalPolicy,
+    approval_timeout_seconds: float | None,
 ) -> FunctionTool:
     tool_name = name or function.__name__
     if not inspect.iscoroutinefunction(function):
@@ -110,6 +136,7 @@ def _make_function_tool(
     else:
         check_schema(parameters)
         schema = dict(parameters)
+    requires, approval_timeout = _approval(tool_name, requires_approval, approval_timeout_seconds)
     return FunctionTool(
         function=function,
         name=tool_name,
@@ -117,6 +144,8 @@ def _make_function_tool(
         effect=effect,
         timeout_seconds=_positive_timeout(tool_name, timeout_seconds),
         parameters=schema,
+        requires_approval=requires,
+        approval_timeout_seconds=approval_timeout,
     )
 
 
@@ -132,6 +161,8 @@ def tool(
     effect: ToolEffect = ToolEffect.READ_ONLY,
     timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
     parameters: Mapping[str, Any] | None = None,
+    requires_approval: bool | ApprovalPolicy = False,
+    approval_timeout_seconds: float | None = None,
 ) -> Callable[[ToolFunction], FunctionTool]: ...
 
 
@@ -144,8 +175,16 @@ def tool(
     effect: ToolEffect = ToolEffect.READ_ONLY,
     timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
     parameters: Mapping[str, Any] | None = None,
+    requires_approval: bool | ApprovalPolicy = False,
+    approval_timeout_seconds: float | None = None,
 ) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
-    """Make ``async def f(ctx: ToolContext, ...)`` a tool; ``@tool`` alone declares a read."""
+    """Make ``async def f(ctx: ToolContext, ...)`` a tool; ``@tool`` alone declares a read.
+
+    ``requires_approval`` (True, or a function of the arguments that says so per call)
+    makes every call wait for a person's approval before it executes; an undecided
+    request expires as a rejection after ``approval_timeout_seconds`` (the agent's
+    when None, and never when both are None).
+    """
 
     def decorate(fn: ToolFunction) -> FunctionTool:
         return _make_function_tool(
@@ -155,6 +194,8 @@ def tool(
             effect=effect,
             timeout_seconds=timeout_seconds,
             parameters=parameters,
+            requires_approval=requires_approval,
+            approval_timeout_seconds=approval_timeout_seconds,
         )
 
     return decorate(function) if function is not None else decorate
@@ -170,6 +211,20 @@ class BoundTool:
     timeout_seconds: float
     effect: ToolEffect
     implementation: Tool
+    requires_approval: bool | ApprovalPolicy = False
+    approval_timeout_seconds: float | None = None
+    asks_human: bool = False
+    """Its calls are answered by a person (``ask_human``), never executed."""
+
+    def needs_approval(self, arguments: Mapping[str, Any]) -> bool:
+        policy = self.requires_approval
+        if not callable(policy):
+            return policy
+        try:
+            return bool(policy(arguments))
+        except Exception:
+            # A policy that cannot decide must not wave the call through: a person does.
+            return True
 
 
 def bind_tool(candidate: Any) -> BoundTool:
@@ -184,6 +239,11 @@ def bind_tool(candidate: Any) -> BoundTool:
     check_schema(parameters)
     description = getattr(candidate, "description", "") or ""
     timeout = getattr(candidate, "timeout_seconds", DEFAULT_TOOL_TIMEOUT_SECONDS)
+    requires, approval_timeout = _approval(
+        name,
+        getattr(candidate, "requires_approval", False),
+        getattr(candidate, "approval_timeout_seconds", None),
+    )
     return BoundTool(
         name=name,
         description=str(description),
@@ -191,7 +251,35 @@ def bind_tool(candidate: Any) -> BoundTool:
         timeout_seconds=_positive_timeout(name, timeout),
         effect=declared_effect(candidate),
         implementation=candidate,
+        requires_approval=requires,
+        approval_timeout_seconds=approval_timeout,
+        asks_human=getattr(candidate, "asks_human", False) is True,
     )
+
+
+class AskHuman:
+    """The built-in tool ``ask_human(question)``: give it to an agent, and a call of it
+    parks the run in ``waiting_for_input`` with the question, holding no worker, until
+    someone answers (``send_input`` or ``leaseward reply``); the answer is the result."""
+
+    name = "ask_human"
+    description = "Ask a person a question and wait for the answer, which is this call's result."
+    parameters: Mapping[str, Any] = {
+        "type": "object",
+        "properties": {"question": {"type": "string"}},
+        "required": ["question"],
+        "additionalProperties": False,
+    }
+    effect = ToolEffect.READ_ONLY
+    asks_human = True
+
+    async def __call__(self, ctx: ToolContext, /, **arguments: Any) -> Any:
+        # The runtime answers these calls from the journal; reaching here means it was
+        # called outside one.
+        raise ToolError("ask_human is answered by a person through leaseward, not called")
+
+
+ask_human = AskHuman()
 
 
 class ToolSet:
