@@ -159,6 +159,11 @@ def _kind_of(decision: Decision) -> RequestKind:
     return RequestKind.INPUT if decision is Decision.ANSWERED else RequestKind.APPROVAL
 
 
+def _decided_text(request: HumanRequest) -> str:
+    by = f" by {request.operator}" if request.operator else ""
+    return f"call {request.call_id} of run {request.run_id} was already {request.decision}{by}"
+
+
 def _calls(requests: Sequence[HumanRequest]) -> str:
     return ", ".join(r.call_id for r in requests) or "none"
 
@@ -982,8 +987,14 @@ class SQLStore:
             if len(pending) == 1:
                 return pending[0]
             if not pending:
+                decided = [r for r in requests if r.kind is kind and not r.pending]
+                last = (
+                    ""
+                    if not decided
+                    else f" ({_decided_text(max(decided, key=lambda r: (r.seq, r.position)))})"
+                )
                 raise IllegalTransition(
-                    f"run {run.id} is {_state_text(run)}: it waits for no {kind.value}"
+                    f"run {run.id} is {_state_text(run)}: it waits for no {kind.value}{last}"
                 )
             raise RequestNotFound(
                 f"run {run.id} waits for {len(pending)} {kind.value}s; name the call "
@@ -1007,11 +1018,7 @@ class SQLStore:
                 f"{kind.value}: {how} decides it"
             )
         if not request.pending:
-            by = f" by {request.operator}" if request.operator else ""
-            raise IllegalTransition(
-                f"call {call_id} of run {run.id} was already {request.decision}{by}; "
-                "nothing changed"
-            )
+            raise IllegalTransition(f"{_decided_text(request)}; nothing changed")
         if not waiting:
             raise IllegalTransition(
                 f"run {run.id} is {_state_text(run)}: its requests can no longer be decided"
