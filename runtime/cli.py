@@ -602,7 +602,7 @@ def _next_steps(run: RunInfo, steps: Sequence[StepInfo], store: str) -> list[str
     ]
 
 
-def _request_lines(request: HumanRequest) -> list[str]:
+def _request_lines(request: HumanRequest, run: RunInfo) -> list[str]:
     asked = (
         f"question: {_shortened(json.dumps(request.question, ensure_ascii=False))}"
         if request.kind is RequestKind.INPUT
@@ -613,6 +613,9 @@ def _request_lines(request: HumanRequest) -> list[str]:
         f"{request.seq}): {request.kind.value} requested at {_timestamp(request.requested_at)}",
         f"  {asked}",
     ]
+    if request.decision is None and run.state.terminal:
+        lines.append(f"  never decided: the run is {run.state.value}")
+        return lines
     if request.decision is None:
         expiry = (
             "" if request.expires_at is None else f", expires at {_timestamp(request.expires_at)}"
@@ -686,7 +689,7 @@ def _print_timeline(
     if requests:
         print()
         for request in requests:
-            for line in _request_lines(request):
+            for line in _request_lines(request, run):
                 print(line)
     next_steps = _next_steps(run, steps, store) + _waiting_next_steps(run, requests, store)
     if next_steps:

@@ -1045,13 +1045,21 @@ class SQLStore:
 
     async def expire_requests(self, limit: int) -> list[ExpiredRequest]:
         q = self._queries
+        # Scanned outside a write transaction: a pass that finds nothing (nearly every
+        # one) never takes SQLite's write lock from the Persister.
+        async with self._executor.reading():
+            candidates = await self._executor.fetch_all(
+                q["expiring_runs"],
+                {
+                    "source": RequestKind.APPROVAL.waiting_state.value,
+                    "limit": limit,
+                    "now": self._now(),
+                },
+            )
+        if not candidates:
+            return []
         async with self._executor.transaction():
             now = self._now()
-            candidates = await self._executor.fetch_all(
-                q["expiring_runs"], {"limit": limit, "now": now}
-            )
-            if not candidates:
-                return []
             locked = await self._executor.fetch_all(
                 q["lock_runs"], {"ids": [row["run_id"] for row in candidates]}
             )

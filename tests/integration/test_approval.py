@@ -448,3 +448,21 @@ async def test_requests_survive_a_killed_worker_that_parked_them(
         run = await rt.wait(run_id, timeout=WAIT_SECONDS)
     assert run.state is RunState.COMPLETED
     assert len(executions(tmp_path)) == 1
+
+
+async def test_a_cancelled_runs_requests_never_expire_nor_crowd_out_those_that_do(
+    store_url: str, tmp_path: Path
+) -> None:
+    async with runtime(store_url, tmp_path, reap_interval_seconds=3600.0) as rt:
+        cancelled = await parked(rt, "expiring")
+        waiting = await parked(rt, "expiring")
+        await rt.cancel(cancelled)
+        await anyio.sleep(0.4)
+        # A batch of one: the cancelled run's request, older, must not take its place.
+        [expired] = await rt.store.expire_requests(1)
+        assert (expired.run_id, expired.call_id, expired.requeued) == (waiting, "call-1", True)
+        assert await rt.store.expire_requests(1) == []
+        [untouched] = await rt.requests(cancelled)
+        assert untouched.pending
+        run = await rt.wait(waiting, timeout=WAIT_SECONDS)
+    assert run.result == '{"error": "rejected: approval expired"}'

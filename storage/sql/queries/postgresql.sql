@@ -321,8 +321,11 @@ RETURNING id;
 -- name: expiring_runs
 -- Read without locks: the runs are locked next, always before their requests, in
 -- the order every other writer locks them.
-SELECT DISTINCT run_id FROM approvals
-WHERE decision IS NULL AND expires_at < leaseward_now()
+-- Only runs still waiting: a cancelled run's undecided requests are never expired,
+-- and must not fill the batch.
+SELECT DISTINCT approvals.run_id
+FROM approvals JOIN runs ON runs.id = approvals.run_id
+WHERE approvals.decision IS NULL AND approvals.expires_at < leaseward_now() AND runs.state = :source
 LIMIT :limit;
 
 -- name: expire_requests

@@ -297,8 +297,11 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :source
 RETURNING id;
 
 -- name: expiring_runs
-SELECT DISTINCT run_id FROM approvals
-WHERE decision IS NULL AND expires_at < :now
+-- Only runs still waiting: a cancelled run's undecided requests are never expired,
+-- and must not fill the batch.
+SELECT DISTINCT approvals.run_id
+FROM approvals JOIN runs ON runs.id = approvals.run_id
+WHERE approvals.decision IS NULL AND approvals.expires_at < :now AND runs.state = :source
 LIMIT :limit;
 
 -- name: expire_requests
