@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol, overload, runtime_checkable
@@ -11,7 +12,7 @@ import structlog
 
 from leaseward.runtime.effects import ToolEffect, declared_effect
 from leaseward.runtime.errors import ToolDefinitionError, ToolError
-from leaseward.runtime.schema import check_schema, schema_from_signature
+from leaseward.runtime.schema import ToolArguments, schema_arguments, signature_arguments
 
 __all__ = [
     "DEFAULT_TOOL_TIMEOUT_SECONDS",
@@ -81,19 +82,24 @@ ToolFunction = Callable[..., Awaitable[Any]]
 
 @attrs.frozen
 class FunctionTool:
-    """An ``async def`` made into a tool by ``@tool``; awaiting it calls the function."""
+    """An ``async def`` made into a tool by ``@tool``; awaiting it with a call's JSON arguments
+    checks them and calls the function with the values its annotations ask for."""
 
     function: ToolFunction
     name: str
     description: str
     effect: ToolEffect
     timeout_seconds: float
-    parameters: Mapping[str, Any]
+    arguments: ToolArguments
     requires_approval: bool | ApprovalPolicy = False
     approval_timeout_seconds: float | None = None
 
+    @property
+    def parameters(self) -> Mapping[str, Any]:
+        return self.arguments.schema
+
     async def __call__(self, ctx: ToolContext, /, **arguments: Any) -> Any:
-        return await self.function(ctx, **arguments)
+        return await self.function(ctx, **self.arguments.parse(arguments))
 
 
 def _positive_timeout(owner: str, value: Any, what: str = "timeout_seconds") -> float:
@@ -131,11 +137,6 @@ def _make_function_tool(
         raise ToolDefinitionError(f"tool {tool_name!r} must be an async function")
     if not isinstance(effect, ToolEffect):
         raise ToolDefinitionError(f"tool {tool_name!r}: effect must be a ToolEffect member")
-    if parameters is None:
-        schema = schema_from_signature(function)
-    else:
-        check_schema(parameters)
-        schema = dict(parameters)
     requires, approval_timeout = _approval(tool_name, requires_approval, approval_timeout_seconds)
     return FunctionTool(
         function=function,
@@ -143,7 +144,9 @@ def _make_function_tool(
         description=description if description is not None else inspect.getdoc(function) or "",
         effect=effect,
         timeout_seconds=_positive_timeout(tool_name, timeout_seconds),
-        parameters=schema,
+        arguments=(
+            signature_arguments(function) if parameters is None else schema_arguments(parameters)
+        ),
         requires_approval=requires,
         approval_timeout_seconds=approval_timeout,
     )
@@ -207,14 +210,19 @@ class BoundTool:
 
     name: str
     description: str
-    parameters: Mapping[str, Any]
+    arguments: ToolArguments
     timeout_seconds: float
     effect: ToolEffect
-    implementation: Tool
+    implementation: Callable[..., Awaitable[Any]]
+    """Called as ``implementation(ctx, **arguments)`` with the arguments the model sent."""
     requires_approval: bool | ApprovalPolicy = False
     approval_timeout_seconds: float | None = None
     asks_human: bool = False
     """Its calls are answered by a person (``ask_human``), never executed."""
+
+    @property
+    def parameters(self) -> Mapping[str, Any]:
+        return self.arguments.schema
 
     def needs_approval(self, arguments: Mapping[str, Any]) -> bool:
         policy = self.requires_approval
@@ -227,6 +235,12 @@ class BoundTool:
             return True
 
 
+async def _call_checked(
+    candidate: Tool, arguments: ToolArguments, ctx: ToolContext, /, **given: Any
+) -> Any:
+    return await candidate(ctx, **arguments.parse(given))
+
+
 def bind_tool(candidate: Any) -> BoundTool:
     if not isinstance(candidate, Tool):
         raise ToolDefinitionError(
@@ -235,8 +249,6 @@ def bind_tool(candidate: Any) -> BoundTool:
     name = candidate.name
     if not isinstance(name, str) or not name:
         raise ToolDefinitionError(f"{candidate!r}: a tool's name must be a non-empty string")
-    parameters = candidate.parameters
-    check_schema(parameters)
     description = getattr(candidate, "description", "") or ""
     timeout = getattr(candidate, "timeout_seconds", DEFAULT_TOOL_TIMEOUT_SECONDS)
     requires, approval_timeout = _approval(
@@ -244,13 +256,22 @@ def bind_tool(candidate: Any) -> BoundTool:
         getattr(candidate, "requires_approval", False),
         getattr(candidate, "approval_timeout_seconds", None),
     )
+    implementation: Callable[..., Awaitable[Any]]
+    if isinstance(candidate, FunctionTool):
+        arguments = candidate.arguments
+        implementation = candidate
+    else:
+        arguments = schema_arguments(candidate.parameters)
+        # The tool gets the arguments as they were checked: a null that a model in strict
+        # mode sent for a property it left out is dropped, as for a function tool.
+        implementation = functools.partial(_call_checked, candidate, arguments)
     return BoundTool(
         name=name,
         description=str(description),
-        parameters=parameters,
+        arguments=arguments,
         timeout_seconds=_positive_timeout(name, timeout),
         effect=declared_effect(candidate),
-        implementation=candidate,
+        implementation=implementation,
         requires_approval=requires,
         approval_timeout_seconds=approval_timeout,
         asks_human=getattr(candidate, "asks_human", False) is True,

@@ -131,6 +131,7 @@ KERNEL = [
     "conversation",
     "errors",
     "schema",
+    "strict",
     "clock",
     "version",
     "logs",
