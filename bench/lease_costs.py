@@ -23,7 +23,7 @@ binds them); a plan that reads the whole runs or steps table is flagged.
 
 **fleet** (part 4): a Runtime (``concurrency`` = N + 16 slots for short runs) with N
 runs parked in a tool call that sleeps an hour, for N = 1,000 and 10,000 and
-``lease_seconds`` 2, 5, 15, 30, 300 (the reaper every ``lease_seconds / 2``, within
+``lease_seconds`` 2, 5, 30, 300 (the reaper every ``lease_seconds / 2``, within
 0.5..5 s); each cell a fresh store. Once all N are inside the call, a window of the
 fewest whole renewal intervals (``lease_seconds / 3``) that reach 3 s, at most 5 s
 (3 s when one interval is longer) measures: the lease keeper's renewal transactions
@@ -99,7 +99,7 @@ DEFAULT_SIZES = Sizes(
     finished=(1_000, 10_000, 100_000, 1_000_000),
     queued=(1_000, 10_000, 100_000),
     parked=(1_000, 10_000),
-    leases=(2.0, 5.0, 15.0, 30.0, 300.0),
+    leases=(2.0, 5.0, 30.0, 300.0),
 )
 QUICK_SIZES = Sizes(
     finished=(1_000, 100_000), queued=(1_000, 10_000), parked=(1_000,), leases=(2.0, 30.0)

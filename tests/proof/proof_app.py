@@ -31,7 +31,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.storage.crash_points import crash_point
+from leaseward.storage.crash_points import ARMED, crash_point
 
 EFFECTS: dict[str, ToolEffect] = {
     "read_only": ToolEffect.READ_ONLY,
@@ -82,6 +82,16 @@ def order(effect: str, amount: int = 5, *, bad: bool = False) -> dict[str, Any]:
     return {"effect": effect, "amount": amount, "bad": bad}
 
 
+async def _just_renewed(ctx: ToolContext) -> None:
+    """Until the lease keeper's next renewal has committed. A process frozen while a
+    renewal holds SQLite's write lock would lock every other process out of the file
+    (SQLite has one writer), which is not the zombie the proof is about."""
+    last = ctx.lease_remaining()
+    while (now := ctx.lease_remaining()) <= last:
+        last = now
+        await anyio.sleep(0.002)
+
+
 def _make_tool(ledger: Path, effect_name: str, tool_seconds: float) -> Any:
     @tool(
         name=TOOL_NAMES[effect_name],
@@ -99,6 +109,8 @@ def _make_tool(ledger: Path, effect_name: str, tool_seconds: float) -> Any:
         }
         append_line(ledger, {**line, "ev": "start", "t": time.time()})
         try:
+            if ARMED:
+                await _just_renewed(ctx)
             crash_point("in_call")
             await anyio.sleep(tool_seconds)
         finally:
