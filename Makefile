@@ -20,12 +20,14 @@ $(STAMP): $(BIN)/python pyproject.toml $(PACKAGE_SOURCES)
 DEMO_STORE ?= sqlite:///leaseward.db
 
 # The main job: the daemon on ./leaseward.db serving the example app, with a few
-# demo runs queued first. Its logs show their progress; Ctrl-C drains and exits.
+# demo runs queued first. Its logs show their progress; the refund waits for
+# approval (leaseward approvals, leaseward approve RUN_ID); Ctrl-C drains and exits.
 run: $(STAMP)
 	$(BIN)/leaseward migrate --store $(DEMO_STORE)
 	$(BIN)/leaseward submit cashier --input '"A-1"' --store $(DEMO_STORE)
 	$(BIN)/leaseward submit greeter --input '"hello"' --store $(DEMO_STORE)
 	$(BIN)/leaseward submit confused --input '"clean up"' --store $(DEMO_STORE)
+	$(BIN)/leaseward submit refunder --input '"A-2"' --store $(DEMO_STORE)
 	$(BIN)/leaseward daemon --app examples.quickstart:build_app --store $(DEMO_STORE) \
 		--log-format console --poll-interval-seconds 0.2
 

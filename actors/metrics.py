@@ -17,10 +17,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.lifecycle import Reason, RunState, StepKind
+from leaseward.runtime.model import Decision
 
 __all__ = [
     "BATCH_ITEMS_BUCKETS",
     "COMMIT_SECONDS_BUCKETS",
+    "DECISION_SECONDS_BUCKETS",
     "NO_EFFECT",
     "UNKNOWN_REASON",
     "Metrics",
@@ -45,6 +47,21 @@ COMMIT_SECONDS_BUCKETS: tuple[float, ...] = (
     2.5,
     5.0,
     10.0,
+)
+#: Time from a request for a person to its decision: from seconds (someone was
+#: watching) to weeks (a request nobody expires).
+DECISION_SECONDS_BUCKETS: tuple[float, ...] = (
+    1.0,
+    10.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+    4 * 3600.0,
+    86400.0,
+    3 * 86400.0,
+    7 * 86400.0,
+    30 * 86400.0,
 )
 #: The ``effect`` label of a step that has no tool effect (a provider step).
 NO_EFFECT = "none"
@@ -109,6 +126,15 @@ class Metrics:
             "Write tools that ran but whose outcome could not be recorded.",
             registry=on,
         )
+        self.approval_decision_seconds = Histogram(
+            "leaseward_approval_decision_seconds",
+            "Time from a request for a person's approval or input to its decision, in "
+            "seconds, by decision (approved, rejected, expired, answered); observed when "
+            "the resumed run acts on it.",
+            ["decision"],
+            buckets=DECISION_SECONDS_BUCKETS,
+            registry=on,
+        )
         self._step_counters: dict[tuple[StepKind, ToolEffect | None], Counter] = {}
         self.runs_settled = Counter(
             "leaseward_runs_settled",
@@ -159,6 +185,9 @@ class Metrics:
 
     def audit_failed(self) -> None:
         self.audit_failures.inc()
+
+    def request_decided(self, decision: Decision, seconds: float) -> None:
+        self.approval_decision_seconds.labels(decision=decision.value).observe(max(0.0, seconds))
 
     def run_settled(self, state: RunState) -> None:
         self.runs_settled.labels(state=state.value).inc()

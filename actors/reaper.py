@@ -15,7 +15,7 @@ from leaseward.runtime.lifecycle import Event, RecoveryPolicy, decide_recovery
 from leaseward.runtime.logs import get_logger
 from leaseward.runtime.model import Settlement, WorkerRegistration, settlement_after
 from leaseward.storage.crash_points import crash_point
-from leaseward.storage.protocol import ExpiredRun, Reap, Store, WriteBatch
+from leaseward.storage.protocol import ExpiredRequest, ExpiredRun, Reap, Store, WriteBatch
 
 __all__ = ["REAP_BATCH", "LeaseReaper", "ReapWriter", "Reaped", "plan_reap"]
 
@@ -86,6 +86,10 @@ class LeaseReaper:
             else:
                 if reaped and self._on_reaped is not None:
                     await self._on_reaped(reaped)
+            try:
+                await self.expire_once()
+            except LeasewardError as exc:
+                log.warning("reaper.expiry_failed", error=exc.message)
             await anyio.sleep(self._interval)
             await self._beat()
 
@@ -100,6 +104,20 @@ class LeaseReaper:
 
     async def _reap_alone(self, reaps: Sequence[Reap]) -> tuple[bool | LeasewardError, ...]:
         return (await self._store.commit(WriteBatch(reaps=tuple(reaps)))).reaps
+
+    async def expire_once(self) -> tuple[ExpiredRequest, ...]:
+        """Reject as expired the approval requests nobody decided in time (one batch),
+        requeueing the runs left with nothing to wait for."""
+        expired = tuple(await self._store.expire_requests(self._batch))
+        for request in expired:
+            log.warning(
+                "approval.expired",
+                run_id=request.run_id,
+                call_id=request.call_id,
+                tool=request.tool,
+                requeued=request.requeued,
+            )
+        return expired
 
     async def reap_once(self) -> tuple[Reaped, ...]:
         """One pass: every expired lease found (oldest first, one batch) is settled,

@@ -11,6 +11,7 @@ import attrs
 from leaseward.actors.lease_keeper import Lease, LeaseKeeper, default_margin
 from leaseward.actors.metrics import Metrics
 from leaseward.runtime.agents import Agent
+from leaseward.runtime.approvals import Gate, GateAction, gate_call
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.conversation import (
     PendingCall,
@@ -43,14 +44,19 @@ from leaseward.runtime.logs import get_logger
 from leaseward.runtime.model import (
     MAX_ARGUMENTS_BYTES,
     MAX_RESULT_BYTES,
+    Decision,
+    HumanRequest,
     Message,
+    NewRequest,
     ProviderReply,
     ProviderRequest,
+    RequestKind,
     Role,
     RunRecord,
     Settlement,
     StepInfo,
     StepWrite,
+    arguments_digest,
     dump_json,
     settlement_after,
 )
@@ -62,12 +68,15 @@ __all__ = ["RunActor", "RunSettings"]
 
 SETTLE_TIMEOUT_SECONDS = 10.0
 
+_WAITING = frozenset(kind.waiting_state for kind in RequestKind)
+
 log = get_logger("leaseward.run")
 
 _T = TypeVar("_T")
 
 PersistFn = Callable[[BatchItem], Awaitable[BatchOutcome]]
 StepsFn = Callable[[str], Awaitable[list[StepInfo]]]
+RequestsFn = Callable[[str], Awaitable[list[HumanRequest]]]
 
 
 @attrs.frozen
@@ -118,6 +127,7 @@ class RunActor:
         *,
         persist: PersistFn,
         load_steps: StepsFn,
+        load_requests: RequestsFn,
         settings: RunSettings,
         clock: Clock,
         worker_id: str,
@@ -132,6 +142,9 @@ class RunActor:
         self._agent = agent
         self._persist = persist
         self._load_steps = load_steps
+        self._load_requests = load_requests
+        # What people decided about this run's calls, by (provider turn, call id).
+        self._requests: dict[tuple[int, str], HumanRequest] = {}
         self._settings = settings
         self._clock = clock
         # Interactive runs are never released back to the queue, so they never drain.
@@ -200,6 +213,8 @@ class RunActor:
     async def _execute(self) -> Settlement:
         # Epoch 1 is a run's first lease: nobody can have written its journal yet.
         steps = [] if self.epoch == 1 else await self._load_steps(self.run_id)
+        if self.epoch > 1:
+            self._requests = {(r.seq, r.call_id): r for r in await self._load_requests(self.run_id)}
         self._remember_newest(steps)
         conversation = rebuild(self.run_id, self._agent.instructions, self._run.input, steps)
         messages = list(conversation.messages)
@@ -219,8 +234,9 @@ class RunActor:
                     )
                 self._at_boundary()
                 if pending:
+                    gate = self._gate_turn(pending)
                     call = pending.pop(0)
-                    output = await self._tool_step(call)
+                    output = await self._tool_step(call, gate)
                     messages.append(tool_message(call.call, output))
                     continue
                 if turns >= self._agent.max_steps:
@@ -250,6 +266,114 @@ class RunActor:
         self._next_seq += 1
         return seq
 
+    # -- calls that wait for a person ---------------------------------------------------
+
+    def _gate(self, pending: PendingCall) -> Gate | None:
+        """What a person has to do with this call; None for a call nobody is asked about:
+        one that cannot run (an unknown tool, refused arguments) or that an earlier
+        attempt left open (recovery decides it, from its intent)."""
+        call = pending.call
+        bound = self._agent.tools.get(call.name)
+        if pending.open_attempt is not None or bound is None:
+            return None
+        if self._check_arguments(bound, call.name, call.arguments)[1] is not None:
+            return None
+        return gate_call(
+            call.arguments,
+            asks_human=bound.asks_human,
+            needs_approval=bound.needs_approval(call.arguments),
+            request=self._requests.get((pending.turn_seq, call.call_id)),
+        )
+
+    def _gate_turn(self, pending: Sequence[PendingCall]) -> Gate | None:
+        """The gate of the next call; if it must wait for a person, park the run.
+
+        Parking asks at once about every later call of the turn that needs the same
+        kind of answer, so that a person sees them together and the run comes back
+        once, when all are decided. Calls are still executed in the model's order.
+        """
+        gate = self._gate(pending[0])
+        if gate is None or gate.action is not GateAction.PARK or gate.kind is None:
+            return gate
+        kind = gate.kind
+        if pending[0].turn_seq in self._dropped_turns:
+            # A request must stand on the turn that asked for it, as an intent must.
+            raise StoreError(
+                f"the provider turn that asked for {pending[0].call.name} could not be "
+                "recorded, so neither can its request"
+            )
+        requests: list[NewRequest] = []
+        for waiting in pending:
+            later = self._gate(waiting)
+            if later is None or later.action is not GateAction.PARK or later.kind is not kind:
+                continue
+            if later.request is None:
+                requests.append(self._new_request(waiting, kind))
+        raise _Stop(Settlement(kind.park_event, requests=tuple(requests)))
+
+    def _new_request(self, pending: PendingCall, kind: RequestKind) -> NewRequest:
+        call = pending.call
+        bound = self._agent.tools.get(call.name)
+        assert bound is not None, "only calls of known tools are gated"
+        own = bound.approval_timeout_seconds
+        timeout = own if own is not None else self._agent.approval_timeout_seconds
+        return NewRequest(
+            seq=pending.turn_seq,
+            position=pending.index,
+            call_id=call.call_id,
+            kind=kind,
+            tool=call.name,
+            effect=bound.effect,
+            arguments_json=dump_json(dict(call.arguments), what=f"the arguments of {call.name}"),
+            arguments_digest=arguments_digest(call.arguments),
+            # Input has no expiry: a question waits for its answer.
+            timeout_seconds=timeout if kind is RequestKind.APPROVAL else None,
+        )
+
+    def _decision_used(self, request: HumanRequest) -> None:
+        if request.decision is not None and request.decided_at is not None:
+            self._metrics.request_decided(
+                request.decision, request.decided_at - request.requested_at
+            )
+        self._log.info(
+            "request.used",
+            call_id=request.call_id,
+            tool=request.tool,
+            decision=None if request.decision is None else request.decision.value,
+            operator=request.operator,
+        )
+
+    async def _answer_without_call(
+        self, pending: PendingCall, gate: Gate, effect: ToolEffect, arguments_json: str | None
+    ) -> Any:
+        """Record a person's answer, or the refusal of the call, as the call's result."""
+        call = pending.call
+        refused = gate.action is GateAction.REFUSE
+        try:
+            output_json = dump_json(
+                gate.output, what=f"the result of {call.name}", limit=MAX_RESULT_BYTES
+            )
+            output = gate.output
+        except InvalidInput as exc:
+            output = {"error": exc.message}
+            output_json = dump_json(output)
+        step = StepWrite(
+            seq=self._take_seq(),
+            kind=StepKind.TOOL,
+            status=StepStatus.FAILED if refused else StepStatus.SUCCEEDED,
+            tool=call.name,
+            call_id=call.call_id,
+            effect=effect,
+            idempotency_key=pending.idempotency_key,
+            arguments_json=arguments_json,
+            output_json=output_json,
+            error=gate.error,
+        )
+        await self._record_soft(step)
+        if gate.request is not None:
+            self._decision_used(gate.request)
+        return output
+
     # -- steps ------------------------------------------------------------------------
 
     async def _provider_step(self, messages: list[Message]) -> tuple[int, ProviderReply]:
@@ -278,12 +402,18 @@ class RunActor:
         await self._record_soft(step)
         return seq, reply
 
-    async def _tool_step(self, pending: PendingCall) -> Any:
+    async def _tool_step(self, pending: PendingCall, gate: Gate | None) -> Any:
         call = pending.call
         open_attempt = pending.open_attempt
-        if open_attempt is not None and open_attempt.effect is ToolEffect.NON_IDEMPOTENT_WRITE:
+        request = self._requests.get((pending.turn_seq, call.call_id))
+        approved = request is not None and request.decision is Decision.APPROVED
+        if open_attempt is not None and (
+            open_attempt.effect is ToolEffect.NON_IDEMPOTENT_WRITE or approved
+        ):
             # Before any other check: whatever the app now says about this tool (removed,
             # its schema changed), the journal says a non-idempotent call may have run.
+            # An approved call's intent consumed its approval, whatever its effect: the
+            # approval authorised one execution, and that one may have happened.
             raise _Stop(
                 Settlement(
                     Event.DEAD_LETTER,
@@ -312,6 +442,12 @@ class RunActor:
             )
             await self._record_soft(step)
             return output
+        if gate is not None and gate.action in (GateAction.REFUSE, GateAction.ANSWER):
+            return await self._answer_without_call(pending, gate, effect, arguments_json)
+        # An approved call always goes through an intent, even a read: the intent is
+        # what consumes the approval, so that no later attempt can execute it again.
+        approved_now = gate is not None and gate.request is not None
+        needs_intent = effect.is_write or approved_now
         seq = self._take_seq()
         base = StepWrite(
             seq=seq,
@@ -324,7 +460,7 @@ class RunActor:
             arguments_json=arguments_json,
         )
         crash_point("before_intent")
-        if effect.is_write:
+        if needs_intent:
             if pending.turn_seq in self._dropped_turns:
                 # G2: stored alone, the intent would be ignored on resume, the model asked
                 # again and the call maybe made twice. A retry asks for a turn that stays.
@@ -335,6 +471,8 @@ class RunActor:
             self._before_intent = (self._last_effect, self._last_status)
             await self._record_intent(base)
             self._unstarted_intent = base
+            if gate is not None and gate.request is not None:
+                self._decision_used(gate.request)
         else:
             # A read has no intent row, so its record carries when the call began.
             base = attrs.evolve(base, started_at=self._clock.now())
@@ -350,7 +488,7 @@ class RunActor:
             output = {"error": exc.message}
             output_json = dump_json(output)
         outcome = attrs.evolve(base, status=status, output_json=output_json, error=error)
-        if effect.is_write:
+        if needs_intent:
             await self._record_outcome(attrs.evolve(outcome, settles=True))
         else:
             await self._record_soft(outcome)
@@ -635,7 +773,11 @@ class RunActor:
     async def _settle(self, settlement: Settlement, withdrawn: Sequence[StepWrite] = ()) -> None:
         crash_point("settle")
         try:
-            outcome = await self._send(withdrawn, settlement)
+            # Requests name the provider turn that asked for their calls: it must be
+            # stored with them, never left behind as a pending record.
+            outcome = await self._send(
+                withdrawn, settlement, after_pending=bool(settlement.requests)
+            )
         except LeaseLost:
             self._log.warning("lease.lost", during="settle")
             return
@@ -660,6 +802,8 @@ class RunActor:
         if settlement.event is Event.DEAD_LETTER:
             self._log.error("run.dead_lettered", error=settlement.error, **fields)
             self._metrics.dead_lettered(settlement.reason)
+        elif settlement.target in _WAITING:
+            self._log.info("run.parked", calls=[r.call_id for r in settlement.requests], **fields)
         elif settlement.event in (Event.REQUEUE, Event.RELEASE):
             self._log.info(
                 "run.requeued" if settlement.event is Event.REQUEUE else "lease.released",

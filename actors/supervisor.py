@@ -284,6 +284,7 @@ class Supervisor:
             agent,
             persist=self.persister.persist,
             load_steps=self._store.list_steps,
+            load_requests=self._store.list_requests,
             settings=self.settings.run,
             clock=self._clock,
             worker_id=self.settings.worker_id,

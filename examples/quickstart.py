@@ -1,7 +1,10 @@
-"""Quick start: a few agent runs on the embedded SQLite store, one of them charging a card.
+"""Quick start: a few agent runs on the embedded SQLite store, one of them charging a card
+and one refunding an order, which waits for a person's approval first.
 
-Run with ``make run``. Each run's outcome and journal are printed at the end;
-run it twice and the journal of the earlier runs is still in ./leaseward.db.
+``make run`` serves these agents from the daemon (approve the refund with
+``leaseward approve RUN_ID``); ``make embedded`` runs this file, which approves it
+itself. Each run's outcome and journal are printed at the end; run it twice and
+the journal of the earlier runs is still in ./leaseward.db.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from leaseward import (
     ProviderReply,
     ProviderRequest,
     Role,
+    RunState,
     Runtime,
     ScriptedProvider,
     StepInfo,
@@ -50,6 +54,30 @@ async def charge_card(ctx: ToolContext, order_id: str, amount_cents: int) -> dic
 async def mark_paid(ctx: ToolContext, order_id: str) -> str:
     """Set the order's status to paid (setting it twice changes nothing)."""
     return f"{order_id} is paid"
+
+
+@tool(
+    effect=ToolEffect.NON_IDEMPOTENT_WRITE,
+    # A policy in code: refunds over 10.00 wait for a person; smaller ones just run.
+    requires_approval=lambda arguments: arguments["amount_cents"] > 1000,
+    approval_timeout_seconds=24 * 3600.0,
+)
+async def refund_order(ctx: ToolContext, order_id: str, amount_cents: int) -> dict[str, Any]:
+    """Refund the customer. Runs once, and only after a person approved it."""
+    ctx.log.info("order.refunded", order_id=order_id, amount_cents=amount_cents)
+    return {"refund_id": f"re_{ctx.idempotency_key[:12]}", "amount_cents": amount_cents}
+
+
+def refunder_turn(request: ProviderRequest) -> ProviderReply:
+    """A stand-in for a model: refund the order, then say what came of it."""
+    turn = sum(1 for m in request.messages if m.role is Role.ASSISTANT)
+    order_id = next(str(m.content) for m in request.messages if m.role is Role.USER)
+    if turn == 0:
+        return ProviderReply(
+            tool_calls=[ToolCall("refund_order", {"order_id": order_id, "amount_cents": 4200})]
+        )
+    outcome = next(m.content for m in reversed(request.messages) if m.role is Role.TOOL)
+    return ProviderReply(text=f"Refund of order {order_id}: {outcome}")
 
 
 def cashier_turn(request: ProviderRequest) -> ProviderReply:
@@ -90,7 +118,13 @@ def build_app() -> App:
         ),
         tools=[lookup_order],
     )
-    return App([cashier, greeter, confused])
+    refunder = Agent(
+        "refunder",
+        ScriptedProvider(refunder_turn),
+        tools=[refund_order],
+        instructions="Refund the order you are given.",
+    )
+    return App([cashier, greeter, confused, refunder])
 
 
 def show(steps: list[StepInfo]) -> None:
@@ -108,7 +142,14 @@ async def main() -> None:
             await rt.submit("confused", "clean up"),
         ]
         interactive = await rt.run("cashier", "B-7")
-        for run_id in [*run_ids, interactive.id]:
+        # The refund parks its run until someone decides: no worker is held meanwhile.
+        refund = await rt.run("refunder", "C-3")
+        print(f"run {refund.id} agent=refunder state={refund.state.value}")
+        if refund.state is RunState.WAITING_FOR_APPROVAL:
+            for request in await rt.requests(refund.id):
+                print(f"    waits for approval: {request.tool} {request.arguments}")
+            await rt.approve(refund.id, operator="quickstart", note="customer returned it")
+        for run_id in [*run_ids, interactive.id, refund.id]:
             run = await rt.wait(run_id, timeout=30)
             print(f"run {run.id} agent={run.agent} mode={run.mode.value} state={run.state.value}")
             print(f"    result: {run.result!r}")

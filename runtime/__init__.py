@@ -23,6 +23,7 @@ from leaseward.runtime.errors import (
     LeaseLost,
     LeasewardError,
     ProviderError,
+    RequestNotFound,
     RunNotFound,
     StoreError,
     ToolDefinitionError,
@@ -40,10 +41,13 @@ from leaseward.runtime.lifecycle import (
     StepStatus,
 )
 from leaseward.runtime.model import (
+    Decision,
+    HumanRequest,
     Message,
     ProviderReply,
     ProviderRequest,
     PurgeResult,
+    RequestKind,
     Role,
     RunInfo,
     StepInfo,
@@ -56,6 +60,7 @@ from leaseward.runtime.tools import (
     FunctionTool,
     Tool,
     ToolContext,
+    ask_human,
     tool,
 )
 
@@ -69,8 +74,10 @@ __all__ = [
     "Clock",
     "CommitOutcomeUnknown",
     "ConfigurationError",
+    "Decision",
     "FailureClass",
     "FunctionTool",
+    "HumanRequest",
     "IdempotencyKeyConflict",
     "IllegalTransition",
     "InvalidInput",
@@ -85,6 +92,8 @@ __all__ = [
     "PurgeResult",
     "Reason",
     "RecoveryPolicy",
+    "RequestKind",
+    "RequestNotFound",
     "Role",
     "RunInfo",
     "RunMode",
@@ -107,6 +116,7 @@ __all__ = [
     "UnknownAgent",
     "WaitTimeout",
     "WorkerInfo",
+    "ask_human",
     "classify",
     "tool",
 ]

@@ -66,7 +66,11 @@ class ScriptedProvider:
 
 
 class Agent:
-    """A named loop of provider turns and tool calls, at most ``max_steps`` provider turns."""
+    """A named loop of provider turns and tool calls, at most ``max_steps`` provider turns.
+
+    ``approval_timeout_seconds`` is how long a call of its tools that requires approval
+    waits for a decision before it expires as a rejection, for tools that set none.
+    """
 
     def __init__(
         self,
@@ -75,6 +79,8 @@ class Agent:
         tools: Iterable[Any] = (),
         instructions: str = "",
         max_steps: int = DEFAULT_MAX_STEPS,
+        *,
+        approval_timeout_seconds: float | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigurationError("an agent's name must be a non-empty string")
@@ -82,11 +88,23 @@ class Agent:
             raise ConfigurationError(f"agent {name!r}: the provider has no async complete()")
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ConfigurationError(f"agent {name!r}: max_steps must be a positive integer")
+        if approval_timeout_seconds is not None and (
+            isinstance(approval_timeout_seconds, bool)
+            or not isinstance(approval_timeout_seconds, int | float)
+            or not approval_timeout_seconds > 0
+        ):
+            raise ConfigurationError(
+                f"agent {name!r}: approval_timeout_seconds must be a positive number or None"
+            )
         self.name = name
         self.provider = provider
         self.tools = ToolSet(tools)
         self.instructions = instructions
         self.max_steps = max_steps
+        # For its tools that declare none of their own: how long a request may wait.
+        self.approval_timeout_seconds = (
+            None if approval_timeout_seconds is None else float(approval_timeout_seconds)
+        )
         self.effects = ToolEffectResolver(self.tools)
         self.tool_specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in self.tools)
         self.provider_timeout_seconds = float(

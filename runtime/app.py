@@ -160,7 +160,10 @@ class Runtime(Client):
         """Run ``agent`` now, in this task, and return the finished run.
 
         The run is journaled and leased like any other, but never retried: any
-        failure settles it ``failed``.
+        failure settles it ``failed``. A run that comes to a call waiting for a
+        person is returned in ``waiting_for_approval`` or ``waiting_for_input``,
+        holding nothing; once decided, it resumes through the queue (still never
+        retried), and ``wait`` gives its end.
 
         With an ``idempotency_key`` that a run already has (from ``run`` or
         ``submit``, in any process), the agent is not run again: that run is
@@ -188,6 +191,7 @@ class Runtime(Client):
             self.app.agent(agent),
             persist=self.supervisor.persister.persist,
             load_steps=self._store.list_steps,
+            load_requests=self._store.list_requests,
             settings=settings.run,
             clock=self._clock,
             worker_id=settings.worker_id,

@@ -47,7 +47,14 @@ from leaseward.runtime.errors import (
 )
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
 from leaseward.runtime.logs import LOG_FORMATS, LOG_LEVELS, configure_logging, default_log_format
-from leaseward.runtime.model import MAX_INPUT_BYTES, RunInfo, StepInfo, WorkerInfo
+from leaseward.runtime.model import (
+    MAX_INPUT_BYTES,
+    HumanRequest,
+    RequestKind,
+    RunInfo,
+    StepInfo,
+    WorkerInfo,
+)
 from leaseward.runtime.version import VERSION
 from leaseward.storage.connect import open_store
 
@@ -350,7 +357,39 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
     resolve.add("--note", help="why you decided so (kept in the journal)", env=False)
     resolve.add("--operator", help="who decides (kept in the journal)", default=None)
 
-    reap = command("reap", "settle runs whose lease expired, once")
+    approvals = command("approvals", "list the calls that wait for a person, oldest first")
+    approvals.add("--limit", help="at most this many", default=50, kind=_positive_int, env=False)
+    approvals.add("--json", help="print JSON", switch=True, env=False)
+
+    approve = command("approve", "approve a call that waits for approval; its run resumes")
+    approve.parser.add_argument("run", metavar="RUN", help="run id")
+    approve.add("--call", help="the call's id (needed when the run waits for several)", env=False)
+    approve.add("--note", help="why you approve (kept in the journal)", env=False)
+    approve.add("--operator", help="who decides (kept in the journal)", default=None)
+
+    reject = command("reject", "reject a call that waits for approval; it never executes")
+    reject.parser.add_argument("run", metavar="RUN", help="run id")
+    reject.add("--call", help="the call's id (needed when the run waits for several)", env=False)
+    reject.add(
+        "--reason",
+        help="why (kept in the journal, and the model is told)",
+        env=False,
+        required=True,
+    )
+    reject.add("--operator", help="who decides (kept in the journal)", default=None)
+
+    reply = command("reply", "answer a run that waits for input (ask_human); it resumes")
+    reply.parser.add_argument("run", metavar="RUN", help="run id")
+    reply.add(
+        "--input",
+        help="the answer: JSON text (a string is written in quotes: '\"blue\"'), or @file",
+        env=False,
+        required=True,
+    )
+    reply.add("--call", help="the call's id (needed when the run asks several)", env=False)
+    reply.add("--operator", help="who answers (kept in the journal)", default=None)
+
+    reap = command("reap", "settle runs whose lease expired, and expired approvals, once")
     reap.parser.add_argument(
         "--once",
         action="store_true",
@@ -422,6 +461,28 @@ def _step_json(step: StepInfo) -> dict[str, Any]:
         "finished_at": step.finished_at,
         "resolved_by": step.resolved_by,
         "resolved_at": step.resolved_at,
+    }
+
+
+def _request_json(request: HumanRequest) -> dict[str, Any]:
+    return {
+        "run_id": request.run_id,
+        "agent": request.agent,
+        "call_id": request.call_id,
+        "kind": request.kind.value,
+        "tool": request.tool,
+        "effect": request.effect.value,
+        "arguments": request.arguments,
+        "arguments_digest": request.arguments_digest,
+        "turn_seq": request.seq,
+        "requested_at": request.requested_at,
+        "expires_at": request.expires_at,
+        "age_seconds": request.age_seconds,
+        "decision": None if request.decision is None else request.decision.value,
+        "operator": request.operator,
+        "note": request.note,
+        "value": request.value,
+        "decided_at": request.decided_at,
     }
 
 
@@ -541,7 +602,61 @@ def _next_steps(run: RunInfo, steps: Sequence[StepInfo], store: str) -> list[str
     ]
 
 
-def _print_timeline(run: RunInfo, steps: Sequence[StepInfo], store: str) -> None:
+def _request_lines(request: HumanRequest, run: RunInfo) -> list[str]:
+    asked = (
+        f"question: {_shortened(json.dumps(request.question, ensure_ascii=False))}"
+        if request.kind is RequestKind.INPUT
+        else f"arguments: {_shortened(json.dumps(request.arguments, ensure_ascii=False))}"
+    )
+    lines = [
+        f"call {request.call_id} of {request.tool} ({request.effect.value}, turn "
+        f"{request.seq}): {request.kind.value} requested at {_timestamp(request.requested_at)}",
+        f"  {asked}",
+    ]
+    if request.decision is None and run.state.terminal:
+        lines.append(f"  never decided: the run is {run.state.value}")
+        return lines
+    if request.decision is None:
+        expiry = (
+            "" if request.expires_at is None else f", expires at {_timestamp(request.expires_at)}"
+        )
+        lines.append(f"  waiting{expiry}")
+        return lines
+    by = "" if request.operator is None else f" by {request.operator}"
+    when = "" if request.decided_at is None else f" at {_timestamp(request.decided_at)}"
+    why = "" if not request.note else f": {_shortened(request.note)}"
+    lines.append(f"  {request.decision.value}{by}{when}{why}")
+    if request.kind is RequestKind.INPUT:
+        lines.append(f"  answer: {_shortened(json.dumps(request.value, ensure_ascii=False))}")
+    return lines
+
+
+def _waiting_next_steps(run: RunInfo, requests: Sequence[HumanRequest], store: str) -> list[str]:
+    """The commands that decide what a waiting run waits for."""
+    pending = [r for r in requests if r.pending]
+    if not pending or run.state.terminal:
+        return []
+    command = shlex.quote(run.id)
+    flag = _store_flag(store)
+    several = len(pending) > 1
+    lines: list[str] = []
+    for request in pending:
+        call = f" --call {shlex.quote(request.call_id)}" if several else ""
+        if request.kind is RequestKind.INPUT:
+            lines.append(f"  leaseward reply {command}{call} --input JSON{flag}")
+        else:
+            lines.append(f"  leaseward approve {command}{call}{flag}")
+            lines.append(f'  leaseward reject {command}{call} --reason "..."{flag}')
+    what = "input" if run.state is RunState.WAITING_FOR_INPUT else "approval"
+    return [f"the run waits for {what} ({_count(len(pending), 'call')}); decide with:", *lines]
+
+
+def _print_timeline(
+    run: RunInfo,
+    steps: Sequence[StepInfo],
+    store: str,
+    requests: Sequence[HumanRequest] = (),
+) -> None:
     for line in _table([_RUN_COLUMNS, _run_row(run)]):
         print(line)
     if run.idempotency_key is not None:
@@ -571,7 +686,12 @@ def _print_timeline(run: RunInfo, steps: Sequence[StepInfo], store: str) -> None
             print(line)
             for detail in _step_details(step):
                 print(f"{indent}{detail}")
-    next_steps = _next_steps(run, steps, store)
+    if requests:
+        print()
+        for request in requests:
+            for line in _request_lines(request, run):
+                print(line)
+    next_steps = _next_steps(run, steps, store) + _waiting_next_steps(run, requests, store)
     if next_steps:
         print()
         for line in next_steps:
@@ -667,10 +787,17 @@ async def _runs(client: Client, args: argparse.Namespace) -> int:
 async def _show(client: Client, args: argparse.Namespace) -> int:
     run = await client.get(args.run)
     steps = await client.steps(args.run)
+    requests = await client.requests(args.run)
     if args.json:
-        _print_json({**_run_json(run), "steps": [_step_json(s) for s in steps]})
+        _print_json(
+            {
+                **_run_json(run),
+                "steps": [_step_json(s) for s in steps],
+                "requests": [_request_json(r) for r in requests],
+            }
+        )
     else:
-        _print_timeline(run, steps, args.store)
+        _print_timeline(run, steps, args.store, requests)
         if run.agent in await _unserved(client, [run]):
             print(f"note: no live worker serves {run.agent}; the run waits until one does")
     return 0
@@ -719,14 +846,82 @@ async def _resolve(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+_APPROVAL_COLUMNS = ("RUN", "CALL", "AGENT", "TOOL", "EFFECT", "WAITS FOR", "AGE", "ARGUMENTS")
+
+
+@_read_only_command
+async def _approvals(client: Client, args: argparse.Namespace) -> int:
+    requests = await client.approvals(limit=args.limit)
+    if args.json:
+        _print_json([_request_json(r) for r in requests])
+        return 0
+    if not requests:
+        print("nothing waits for a person")
+        return 0
+    rows = [
+        (
+            r.run_id,
+            r.call_id,
+            r.agent,
+            r.tool,
+            r.effect.value,
+            r.kind.value,
+            _age(r.age_seconds),
+            _shortened(json.dumps(r.arguments, ensure_ascii=False), 60),
+        )
+        for r in requests
+    ]
+    for line in _table([_APPROVAL_COLUMNS, *rows]):
+        print(line)
+    return 0
+
+
+def _decided(run: RunInfo, what: str) -> str:
+    if run.state is RunState.QUEUED:
+        return f"run {run.id}: {what}; every call is decided, requeued"
+    return f"run {run.id}: {what}; it still waits for other calls ({run.state.value})"
+
+
+@_client_command
+async def _approve(client: Client, args: argparse.Namespace) -> int:
+    run = await client.approve(
+        args.run, args.call, operator=args.operator or default_operator(), note=args.note
+    )
+    print(_decided(run, "approved"))
+    return 0
+
+
+@_client_command
+async def _reject(client: Client, args: argparse.Namespace) -> int:
+    run = await client.reject(
+        args.run, args.call, operator=args.operator or default_operator(), reason=args.reason
+    )
+    print(_decided(run, "rejected"))
+    return 0
+
+
+@_client_command
+async def _reply(client: Client, args: argparse.Namespace) -> int:
+    value = _read_input(args.input)
+    run = await client.send_input(
+        args.run, value, call_id=args.call, operator=args.operator or default_operator()
+    )
+    print(_decided(run, "answered"))
+    return 0
+
+
 async def _reap(args: argparse.Namespace) -> int:
     store = await open_store(args.store, must_exist=True)
     try:
         reaper = LeaseReaper(store, interval_seconds=1.0, policy=RecoveryPolicy())
         reaped = await reaper.reap_once()
+        expired = await reaper.expire_once()
     finally:
         with anyio.CancelScope(shield=True):
             await store.aclose()
+    for request in expired:
+        then = "requeued" if request.requeued else "still waits for other calls"
+        print(f"run {request.run_id}: approval of call {request.call_id} expired; {then}")
     if not reaped:
         print("no expired leases")
     for item in reaped:
@@ -901,6 +1096,10 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "dead-letters": _dead_letters,
     "redrive": _redrive,
     "resolve": _resolve,
+    "approvals": _approvals,
+    "approve": _approve,
+    "reject": _reject,
+    "reply": _reply,
     "reap": _reap,
     "migrate": _migrate,
     "workers": _workers,

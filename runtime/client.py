@@ -24,6 +24,9 @@ from leaseward.runtime.errors import (
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
 from leaseward.runtime.model import (
     MAX_INPUT_BYTES,
+    MAX_RESULT_BYTES,
+    Decision,
+    HumanRequest,
     NewRun,
     PurgeResult,
     RunInfo,
@@ -201,6 +204,84 @@ class Client:
         self._on_queued()
         return record.info()
 
+    async def approve(
+        self,
+        run_id: str,
+        call_id: str | None = None,
+        *,
+        operator: str | None = None,
+        note: str | None = None,
+    ) -> RunInfo:
+        """Approve one call that waits for approval: that call, with exactly the arguments
+        its request shows, may then execute once. ``call_id`` may be left out when the run
+        waits for one approval only. Once every request of the turn is decided, the run
+        goes back to the queue (an interactive one too) and resumes from its journal.
+
+        Raises RequestNotFound for a call with no request, IllegalTransition for one
+        already decided (a second approve changes nothing) or a run no longer waiting.
+        """
+        return await self._decide(run_id, call_id, Decision.APPROVED, operator, note)
+
+    async def reject(
+        self,
+        run_id: str,
+        call_id: str | None = None,
+        *,
+        reason: str,
+        operator: str | None = None,
+    ) -> RunInfo:
+        """Reject one call that waits for approval: it is never executed, and the model
+        gets ``{"error": "rejected by <operator>: <reason>"}`` as its result."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidInput("a rejection needs a reason: the model is told it")
+        return await self._decide(run_id, call_id, Decision.REJECTED, operator, reason)
+
+    async def send_input(
+        self,
+        run_id: str,
+        value: Any,
+        *,
+        call_id: str | None = None,
+        operator: str | None = None,
+    ) -> RunInfo:
+        """Answer a run waiting for input (``ask_human``): ``value`` (any JSON value)
+        becomes the result of that call, and the run resumes."""
+        value_json = dump_json(value, what="the input", limit=MAX_RESULT_BYTES)
+        return await self._decide(
+            run_id, call_id, Decision.ANSWERED, operator, None, value_json=value_json
+        )
+
+    async def _decide(
+        self,
+        run_id: str,
+        call_id: str | None,
+        decision: Decision,
+        operator: str | None,
+        note: str | None,
+        *,
+        value_json: str | None = None,
+    ) -> RunInfo:
+        _, record = await self._store.decide(
+            run_id,
+            call_id,
+            decision,
+            operator=operator or default_operator(),
+            note=note,
+            value_json=value_json,
+        )
+        if record.state is RunState.QUEUED:
+            self._on_queued()
+        return record.info()
+
+    async def approvals(self, *, limit: int = 100) -> list[HumanRequest]:
+        """The requests that wait for a person (approvals and questions), oldest first."""
+        return await self._store.pending_requests(limit)
+
+    async def requests(self, run_id: str) -> list[HumanRequest]:
+        """Every request for a person the run made, decided or not, with who decided."""
+        await self._record(run_id)
+        return await self._store.list_requests(run_id)
+
     async def steps(self, run_id: str) -> list[StepInfo]:
         """The run's journal, oldest step first."""
         await self._record(run_id)
@@ -282,7 +363,8 @@ class Client:
         )
 
     async def cancel(self, run_id: str) -> bool:
-        """Cancel a run: at once if it waits, at its next step boundary if it runs.
+        """Cancel a run: at once if it is queued or waits for a person, at its next step
+        boundary if it runs.
 
         Returns False when the run had already finished.
         """

@@ -12,6 +12,7 @@ __all__ = [
     "LeaseLost",
     "LeasewardError",
     "ProviderError",
+    "RequestNotFound",
     "RunNotFound",
     "StoreError",
     "ToolDefinitionError",
@@ -47,6 +48,10 @@ class InvalidInput(LeasewardError):
 
 class RunNotFound(LeasewardError):
     """No run with that id exists."""
+
+
+class RequestNotFound(LeasewardError):
+    """The run has no pending request for a person's decision with that call id."""
 
 
 class IdempotencyKeyConflict(LeasewardError):

@@ -11,16 +11,19 @@ import attrs
 import structlog
 
 from leaseward.runtime.effects import ToolEffect, declared_effect
-from leaseward.runtime.errors import ToolDefinitionError
+from leaseward.runtime.errors import ToolDefinitionError, ToolError
 from leaseward.runtime.schema import ToolArguments, schema_arguments, signature_arguments
 
 __all__ = [
     "DEFAULT_TOOL_TIMEOUT_SECONDS",
+    "ApprovalPolicy",
+    "AskHuman",
     "BoundTool",
     "FunctionTool",
     "Tool",
     "ToolContext",
     "ToolSet",
+    "ask_human",
     "bind_tool",
     "tool",
 ]
@@ -54,10 +57,16 @@ class ToolContext:
         return self.epoch
 
 
+ApprovalPolicy = Callable[[Mapping[str, Any]], bool]
+"""Given a call's arguments, whether a person must approve it (e.g. charges over an amount)."""
+
+
 @runtime_checkable
 class Tool(Protocol):
-    """A class-based tool. ``effect``, ``description`` and ``timeout_seconds`` are optional
-    attributes; a tool that declares no effect is ``ToolEffect.READ_ONLY``."""
+    """A class-based tool. ``effect``, ``description``, ``timeout_seconds``,
+    ``requires_approval`` (a bool or an ApprovalPolicy) and ``approval_timeout_seconds``
+    are optional attributes; a tool that declares no effect is ``ToolEffect.READ_ONLY``
+    and one that declares nothing about approval runs without it."""
 
     @property
     def name(self) -> str: ...
@@ -82,6 +91,8 @@ class FunctionTool:
     effect: ToolEffect
     timeout_seconds: float
     arguments: ToolArguments
+    requires_approval: bool | ApprovalPolicy = False
+    approval_timeout_seconds: float | None = None
 
     @property
     def parameters(self) -> Mapping[str, Any]:
@@ -91,10 +102,23 @@ class FunctionTool:
         return await self.function(ctx, **self.arguments.parse(arguments))
 
 
-def _positive_timeout(owner: str, value: Any) -> float:
+def _positive_timeout(owner: str, value: Any, what: str = "timeout_seconds") -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ToolDefinitionError(f"tool {owner!r}: timeout_seconds must be a positive number")
+        raise ToolDefinitionError(f"tool {owner!r}: {what} must be a positive number")
     return float(value)
+
+
+def _approval(
+    owner: str, requires: Any, timeout: Any
+) -> tuple[bool | ApprovalPolicy, float | None]:
+    if not isinstance(requires, bool) and not callable(requires):
+        raise ToolDefinitionError(
+            f"tool {owner!r}: requires_approval must be True, False or a function of the "
+            f"arguments, not {requires!r}"
+        )
+    if timeout is None:
+        return requires, None
+    return requires, _positive_timeout(owner, timeout, "approval_timeout_seconds")
 
 
 def _make_function_tool(
@@ -105,12 +129,15 @@ def _make_function_tool(
     effect: ToolEffect,
     timeout_seconds: float,
     parameters: Mapping[str, Any] | None,
+    requires_approval: bool | ApprovalPolicy,
+    approval_timeout_seconds: float | None,
 ) -> FunctionTool:
     tool_name = name or function.__name__
     if not inspect.iscoroutinefunction(function):
         raise ToolDefinitionError(f"tool {tool_name!r} must be an async function")
     if not isinstance(effect, ToolEffect):
         raise ToolDefinitionError(f"tool {tool_name!r}: effect must be a ToolEffect member")
+    requires, approval_timeout = _approval(tool_name, requires_approval, approval_timeout_seconds)
     return FunctionTool(
         function=function,
         name=tool_name,
@@ -120,6 +147,8 @@ def _make_function_tool(
         arguments=(
             signature_arguments(function) if parameters is None else schema_arguments(parameters)
         ),
+        requires_approval=requires,
+        approval_timeout_seconds=approval_timeout,
     )
 
 
@@ -135,6 +164,8 @@ def tool(
     effect: ToolEffect = ToolEffect.READ_ONLY,
     timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
     parameters: Mapping[str, Any] | None = None,
+    requires_approval: bool | ApprovalPolicy = False,
+    approval_timeout_seconds: float | None = None,
 ) -> Callable[[ToolFunction], FunctionTool]: ...
 
 
@@ -147,8 +178,16 @@ def tool(
     effect: ToolEffect = ToolEffect.READ_ONLY,
     timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
     parameters: Mapping[str, Any] | None = None,
+    requires_approval: bool | ApprovalPolicy = False,
+    approval_timeout_seconds: float | None = None,
 ) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
-    """Make ``async def f(ctx: ToolContext, ...)`` a tool; ``@tool`` alone declares a read."""
+    """Make ``async def f(ctx: ToolContext, ...)`` a tool; ``@tool`` alone declares a read.
+
+    ``requires_approval`` (True, or a function of the arguments that says so per call)
+    makes every call wait for a person's approval before it executes; an undecided
+    request expires as a rejection after ``approval_timeout_seconds`` (the agent's
+    when None, and never when both are None).
+    """
 
     def decorate(fn: ToolFunction) -> FunctionTool:
         return _make_function_tool(
@@ -158,6 +197,8 @@ def tool(
             effect=effect,
             timeout_seconds=timeout_seconds,
             parameters=parameters,
+            requires_approval=requires_approval,
+            approval_timeout_seconds=approval_timeout_seconds,
         )
 
     return decorate(function) if function is not None else decorate
@@ -174,10 +215,24 @@ class BoundTool:
     effect: ToolEffect
     implementation: Callable[..., Awaitable[Any]]
     """Called as ``implementation(ctx, **arguments)`` with the arguments the model sent."""
+    requires_approval: bool | ApprovalPolicy = False
+    approval_timeout_seconds: float | None = None
+    asks_human: bool = False
+    """Its calls are answered by a person (``ask_human``), never executed."""
 
     @property
     def parameters(self) -> Mapping[str, Any]:
         return self.arguments.schema
+
+    def needs_approval(self, arguments: Mapping[str, Any]) -> bool:
+        policy = self.requires_approval
+        if not callable(policy):
+            return policy
+        try:
+            return bool(policy(arguments))
+        except Exception:
+            # A policy that cannot decide must not wave the call through: a person does.
+            return True
 
 
 async def _call_checked(
@@ -196,6 +251,11 @@ def bind_tool(candidate: Any) -> BoundTool:
         raise ToolDefinitionError(f"{candidate!r}: a tool's name must be a non-empty string")
     description = getattr(candidate, "description", "") or ""
     timeout = getattr(candidate, "timeout_seconds", DEFAULT_TOOL_TIMEOUT_SECONDS)
+    requires, approval_timeout = _approval(
+        name,
+        getattr(candidate, "requires_approval", False),
+        getattr(candidate, "approval_timeout_seconds", None),
+    )
     implementation: Callable[..., Awaitable[Any]]
     if isinstance(candidate, FunctionTool):
         arguments = candidate.arguments
@@ -212,7 +272,35 @@ def bind_tool(candidate: Any) -> BoundTool:
         timeout_seconds=_positive_timeout(name, timeout),
         effect=declared_effect(candidate),
         implementation=implementation,
+        requires_approval=requires,
+        approval_timeout_seconds=approval_timeout,
+        asks_human=getattr(candidate, "asks_human", False) is True,
     )
+
+
+class AskHuman:
+    """The built-in tool ``ask_human(question)``: give it to an agent, and a call of it
+    parks the run in ``waiting_for_input`` with the question, holding no worker, until
+    someone answers (``send_input`` or ``leaseward reply``); the answer is the result."""
+
+    name = "ask_human"
+    description = "Ask a person a question and wait for the answer, which is this call's result."
+    parameters: Mapping[str, Any] = {
+        "type": "object",
+        "properties": {"question": {"type": "string"}},
+        "required": ["question"],
+        "additionalProperties": False,
+    }
+    effect = ToolEffect.READ_ONLY
+    asks_human = True
+
+    async def __call__(self, ctx: ToolContext, /, **arguments: Any) -> Any:
+        # The runtime answers these calls from the journal; reaching here means it was
+        # called outside one.
+        raise ToolError("ask_human is answered by a person through leaseward, not called")
+
+
+ask_human = AskHuman()
 
 
 class ToolSet:

@@ -33,4 +33,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "workers_and_retention"),
     Migration(4, "statement_clock"),
     Migration(5, "submit_keys"),
+    Migration(6, "approvals"),
 )

@@ -12,6 +12,8 @@ from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.lifecycle import Reason, RunState, StepStatus
 from leaseward.runtime.model import (
+    Decision,
+    HumanRequest,
     NewRun,
     PurgeResult,
     RunRecord,
@@ -27,6 +29,7 @@ __all__ = [
     "BatchOutcome",
     "CancelOutcome",
     "ClaimRequest",
+    "ExpiredRequest",
     "ExpiredRun",
     "Reap",
     "Store",
@@ -78,6 +81,18 @@ class ExpiredRun:
     run: RunRecord
     last_effect: ToolEffect | None
     last_status: StepStatus | None
+
+
+@attrs.frozen
+class ExpiredRequest:
+    """An approval request nobody decided in time, now rejected as expired."""
+
+    run_id: str
+    seq: int
+    call_id: str
+    tool: str
+    requeued: bool
+    """Whether it was its run's last undecided request, so the run went back to the queue."""
 
 
 class CancelOutcome(enum.StrEnum):
@@ -221,6 +236,38 @@ class Store(Protocol):
         self, run_id: str, *, applied: bool, operator: str, note: str | None = None
     ) -> RunRecord:
         """Record an operator's verdict on an interrupted write and requeue its run."""
+        ...
+
+    async def list_requests(self, run_id: str) -> list[HumanRequest]:
+        """Every request for a person the run made, decided or not, oldest first."""
+        ...
+
+    async def pending_requests(self, limit: int = 100) -> list[HumanRequest]:
+        """Undecided requests of runs that wait for them, oldest first."""
+        ...
+
+    async def decide(
+        self,
+        run_id: str,
+        call_id: str | None,
+        decision: Decision,
+        *,
+        operator: str,
+        note: str | None = None,
+        value_json: str | None = None,
+    ) -> tuple[HumanRequest, RunRecord]:
+        """Record a person's decision on one pending request, in one transaction; the run
+        is requeued when none of its requests is left undecided.
+
+        ``call_id`` None names the run's only pending request of that kind. Raises
+        RequestNotFound for a call with no such request, and IllegalTransition for a
+        request already decided or a run no longer waiting for it; nothing changes then.
+        """
+        ...
+
+    async def expire_requests(self, limit: int) -> list[ExpiredRequest]:
+        """Reject as expired the approval requests whose expiry passed (on the store's
+        clock), and requeue the runs they leave with nothing undecided."""
         ...
 
     async def register_worker(self, worker: WorkerRegistration) -> None:

@@ -15,6 +15,7 @@ from leaseward.runtime.errors import (
     IllegalTransition,
     InvalidInput,
     LeasewardError,
+    RequestNotFound,
     RunNotFound,
     StoreError,
 )
@@ -31,8 +32,13 @@ from leaseward.runtime.lifecycle import (
     source_state,
 )
 from leaseward.runtime.model import (
+    EXPIRED_REASON,
+    Decision,
+    HumanRequest,
+    NewRequest,
     NewRun,
     PurgeResult,
+    RequestKind,
     RunRecord,
     Settlement,
     StepInfo,
@@ -49,6 +55,7 @@ from leaseward.storage.protocol import (
     BatchOutcome,
     CancelOutcome,
     ClaimRequest,
+    ExpiredRequest,
     ExpiredRun,
     Reap,
     WriteBatch,
@@ -119,6 +126,46 @@ def step_from_row(row: Row) -> StepInfo:
         resolved_by=row["resolved_by"],
         resolved_at=row["resolved_at"],
     )
+
+
+def request_from_row(row: Row) -> HumanRequest:
+    return HumanRequest(
+        run_id=row["run_id"],
+        agent=row["agent"],
+        seq=row["seq"],
+        position=row["position"],
+        call_id=row["call_id"],
+        kind=RequestKind(row["kind"]),
+        tool=row["tool"],
+        effect=ToolEffect(row["effect"]),
+        arguments=load_json(row["arguments_json"]),
+        arguments_digest=row["arguments_digest"],
+        epoch=row["epoch"],
+        requested_at=row["requested_at"],
+        expires_at=row["expires_at"],
+        decision=_optional(Decision, row["decision"]),
+        operator=row["operator"],
+        note=row["note"],
+        value=load_json(row["value_json"]),
+        decided_at=row["decided_at"],
+        age_seconds=max(0.0, row["now"] - row["requested_at"]),
+    )
+
+
+_WAITING_STATES = [kind.waiting_state.value for kind in RequestKind]
+
+
+def _kind_of(decision: Decision) -> RequestKind:
+    return RequestKind.INPUT if decision is Decision.ANSWERED else RequestKind.APPROVAL
+
+
+def _decided_text(request: HumanRequest) -> str:
+    by = f" by {request.operator}" if request.operator else ""
+    return f"call {request.call_id} of run {request.run_id} was already {request.decision}{by}"
+
+
+def _calls(requests: Sequence[HumanRequest]) -> str:
+    return ", ".join(r.call_id for r in requests) or "none"
 
 
 def _same_step(row: Row, epoch: int, step: StepWrite) -> bool:
@@ -593,6 +640,7 @@ class SQLStore:
         settles: _StepsByKey = {}
         withdrawals: _StepsByKey = {}
         settlements: dict[tuple[str, int], tuple[int, Settlement]] = {}
+        requests: list[tuple[BatchItem, NewRequest]] = []
         for position, item in enumerate(items):
             if (item.run_id, item.epoch) not in held:
                 continue
@@ -602,12 +650,15 @@ class SQLStore:
                 kind[(item.run_id, step.seq)] = (position, step)
             if item.settlement is not None:
                 settlements[(item.run_id, item.epoch)] = (position, item.settlement)
+                requests.extend((item, request) for request in item.settlement.requests)
         if inserts:
             await self._insert_steps(items, inserts, now)
         if settles:
             await self._settle_steps(items, settles, now)
         if withdrawals:
             await self._withdraw_steps(items, withdrawals)
+        if requests:
+            await self._insert_requests(requests, now)
         if settlements:
             settled = await self._settle_runs(
                 [(key[0], key[1], settlement) for key, (_, settlement) in settlements.items()], now
@@ -690,6 +741,32 @@ class SQLStore:
             },
         )
         await self._check_unwritten(items, steps, rows, "has no open intent")
+
+    async def _insert_requests(
+        self, requests: Sequence[tuple[BatchItem, NewRequest]], now: float
+    ) -> None:
+        await self._executor.execute(
+            self._queries["insert_requests"],
+            {
+                "requests": _json_set(
+                    {
+                        "run_id": item.run_id,
+                        "epoch": item.epoch,
+                        "seq": request.seq,
+                        "position": request.position,
+                        "call_id": request.call_id,
+                        "kind": request.kind.value,
+                        "tool": request.tool,
+                        "effect": request.effect.value,
+                        "arguments_json": request.arguments_json,
+                        "arguments_digest": request.arguments_digest,
+                        "timeout_seconds": request.timeout_seconds,
+                    }
+                    for item, request in requests
+                ),
+                "now": now,
+            },
+        )
 
     async def _withdraw_steps(self, items: Sequence[BatchItem], steps: _StepsByKey) -> None:
         rows = await self._executor.fetch_all(
@@ -830,7 +907,191 @@ class SQLStore:
                 )
         return found
 
-    async def _dead_letter(self, run_id: str) -> RunRecord:
+    async def list_requests(self, run_id: str) -> list[HumanRequest]:
+        async with self._executor.reading():
+            rows = await self._executor.fetch_all(
+                self._queries["run_requests"], {"run_id": run_id, "now": self._now()}
+            )
+        return [request_from_row(r) for r in rows]
+
+    async def pending_requests(self, limit: int = 100) -> list[HumanRequest]:
+        async with self._executor.reading():
+            rows = await self._executor.fetch_all(
+                self._queries["pending_requests"],
+                {"states": _WAITING_STATES, "limit": limit, "now": self._now()},
+            )
+        return [request_from_row(r) for r in rows]
+
+    async def decide(
+        self,
+        run_id: str,
+        call_id: str | None,
+        decision: Decision,
+        *,
+        operator: str,
+        note: str | None = None,
+        value_json: str | None = None,
+    ) -> tuple[HumanRequest, RunRecord]:
+        q = self._queries
+        kind = _kind_of(decision)
+        async with self._executor.transaction():
+            # The run first, as every writer locks it: a cancel, a claim or another
+            # decision on it waits here, and what is decided below stays true.
+            run = await self._lock_run(run_id)
+            now = self._now()
+            requests = [
+                request_from_row(r)
+                for r in await self._executor.fetch_all(
+                    q["run_requests"], {"run_id": run_id, "now": now}
+                )
+            ]
+            request = self._request_to_decide(run, requests, call_id, kind)
+            decided = await self._executor.fetch_all(
+                q["decide_request"],
+                {
+                    "run_id": run_id,
+                    "seq": request.seq,
+                    "call_id": request.call_id,
+                    "decision": decision.value,
+                    "operator": operator,
+                    "note": note,
+                    "value_json": value_json,
+                    "now": now,
+                },
+            )
+            if len(decided) != 1:
+                raise StoreError(f"the request of call {request.call_id} changed meanwhile")
+            await self._requeue_decided([run_id], kind, now)
+            rows = await self._executor.fetch_all(q["run_requests"], {"run_id": run_id, "now": now})
+            after = await self._executor.fetch_one(q["get_run"], {"run_id": run_id})
+        if after is None:
+            raise StoreError(f"run {run_id} vanished while it was being decided")
+        stored = next(
+            request_from_row(r)
+            for r in rows
+            if r["seq"] == request.seq and r["call_id"] == request.call_id
+        )
+        return stored, run_from_row(after)
+
+    def _request_to_decide(
+        self,
+        run: RunRecord,
+        requests: Sequence[HumanRequest],
+        call_id: str | None,
+        kind: RequestKind,
+    ) -> HumanRequest:
+        """The one request a decision names, or the error saying why there is none."""
+        waiting = run.state is kind.waiting_state
+        pending = [r for r in requests if r.pending and r.kind is kind] if waiting else []
+        if call_id is None:
+            if len(pending) == 1:
+                return pending[0]
+            if not pending:
+                decided = [r for r in requests if r.kind is kind and not r.pending]
+                last = (
+                    ""
+                    if not decided
+                    else f" ({_decided_text(max(decided, key=lambda r: (r.seq, r.position)))})"
+                )
+                raise IllegalTransition(
+                    f"run {run.id} is {_state_text(run)}: it waits for no {kind.value}{last}"
+                )
+            raise RequestNotFound(
+                f"run {run.id} waits for {len(pending)} {kind.value}s; name the call "
+                f"({_calls(pending)})"
+            )
+        named = [r for r in requests if r.call_id == call_id]
+        if not named:
+            raise RequestNotFound(
+                f"run {run.id} has no request for call {call_id!r} (pending: {_calls(pending)})"
+            )
+        # A call id may come back in a later turn: the newest request is the live one.
+        request = max(named, key=lambda r: r.seq)
+        if request.kind is not kind:
+            how = (
+                "send_input (leaseward reply)"
+                if request.kind is RequestKind.INPUT
+                else ("approve or reject")
+            )
+            raise IllegalTransition(
+                f"call {call_id} of run {run.id} asks for {request.kind.value}, not "
+                f"{kind.value}: {how} decides it"
+            )
+        if not request.pending:
+            raise IllegalTransition(f"{_decided_text(request)}; nothing changed")
+        if not waiting:
+            raise IllegalTransition(
+                f"run {run.id} is {_state_text(run)}: its requests can no longer be decided"
+            )
+        return request
+
+    async def _requeue_decided(
+        self, run_ids: Sequence[str], kind: RequestKind, now: float
+    ) -> set[str]:
+        """Requeue the runs that have no undecided request left; NOTIFY idle workers."""
+        event = kind.resume_event
+        rows = await self._executor.fetch_all(
+            self._queries["requeue_decided"],
+            {
+                "ids": list(run_ids),
+                "source": source_state(event).value,
+                "target": TRANSITIONS[event][1].value,
+                "now": now,
+            },
+        )
+        if rows:
+            await self._executor.notify(WORK_CHANNEL)
+        return {row["id"] for row in rows}
+
+    async def expire_requests(self, limit: int) -> list[ExpiredRequest]:
+        q = self._queries
+        # Scanned outside a write transaction: a pass that finds nothing (nearly every
+        # one) never takes SQLite's write lock from the Persister.
+        async with self._executor.reading():
+            candidates = await self._executor.fetch_all(
+                q["expiring_runs"],
+                {
+                    "source": RequestKind.APPROVAL.waiting_state.value,
+                    "limit": limit,
+                    "now": self._now(),
+                },
+            )
+        if not candidates:
+            return []
+        async with self._executor.transaction():
+            now = self._now()
+            locked = await self._executor.fetch_all(
+                q["lock_runs"], {"ids": [row["run_id"] for row in candidates]}
+            )
+            waiting = [
+                row["id"]
+                for row in locked
+                if RunState(row["state"]) is RequestKind.APPROVAL.waiting_state
+            ]
+            if not waiting:
+                return []
+            expired = await self._executor.fetch_all(
+                q["expire_requests"],
+                {
+                    "ids": waiting,
+                    "decision": Decision.EXPIRED.value,
+                    "note": EXPIRED_REASON,
+                    "now": now,
+                },
+            )
+            requeued = await self._requeue_decided(waiting, RequestKind.APPROVAL, now)
+        return [
+            ExpiredRequest(
+                run_id=row["run_id"],
+                seq=row["seq"],
+                call_id=row["call_id"],
+                tool=row["tool"],
+                requeued=row["run_id"] in requeued,
+            )
+            for row in expired
+        ]
+
+    async def _lock_run(self, run_id: str) -> RunRecord:
         row = await self._executor.fetch_one(self._queries["lock_run"], {"run_id": run_id})
         if row is None:
             raise RunNotFound(f"no run with id {run_id!r}")
@@ -862,7 +1123,7 @@ class SQLStore:
 
     async def redrive(self, run_id: str) -> RunRecord:
         async with self._executor.transaction():
-            run = await self._dead_letter(run_id)
+            run = await self._lock_run(run_id)
             redrivable = run.state is RunState.DEAD_LETTERED and (
                 run.reason in REDRIVABLE_REASONS
                 # Dead-lettered over a call whose outcome did get stored (its commit's
@@ -889,7 +1150,7 @@ class SQLStore:
     ) -> RunRecord:
         q = self._queries
         async with self._executor.transaction():
-            run = await self._dead_letter(run_id)
+            run = await self._lock_run(run_id)
             if (
                 run.state is not RunState.DEAD_LETTERED
                 or run.reason is not Reason.INTERRUPTED_WRITE
@@ -1015,6 +1276,7 @@ class SQLStore:
                 return 0, 0, 0
             ids = [r["id"] for r in picked]
             steps = await self._executor.fetch_all(q["purge_steps"], {"ids": ids})
+            await self._executor.execute(q["purge_approvals"], {"ids": ids})
             runs = await self._executor.fetch_all(
                 q["purge_runs"], {"ids": ids, "state": state.value}
             )

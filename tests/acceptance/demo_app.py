@@ -21,6 +21,9 @@ Agents:
 * ``slow``: ``SLOW_STEPS`` READ_ONLY ``nap`` calls, one per provider turn, then
   ``rested``. Each step ends at a step boundary, where a drain stops the run.
 * ``greeter``: answers at once, no tools.
+* ``approver``: one call of ``transfer``, a NON_IDEMPOTENT_WRITE that requires
+  approval, then answers with what the call returned (or the rejection).
+* ``asker``: asks a person ``Which colour?`` (``ask_human``), then answers with the reply.
 * ``confused``: asks for ``delete_everything``, a tool it does not have, with long
   arguments, then answers ``nothing was done``.
 """
@@ -43,6 +46,7 @@ from leaseward import (
     ToolCall,
     ToolContext,
     ToolEffect,
+    ask_human,
     tool,
 )
 
@@ -112,6 +116,28 @@ async def nap(ctx: ToolContext, step: int) -> str:
     return f"rested {step}"
 
 
+@tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=True)
+async def transfer(ctx: ToolContext, amount_cents: int, to: str) -> dict[str, Any]:
+    """Send money: a person approves each call first."""
+    _append(
+        "DEMO_CALLS_FILE",
+        {
+            "tool": "transfer",
+            "run_id": ctx.run_id,
+            "epoch": ctx.epoch,
+            "call_id": ctx.call_id,
+            "amount_cents": amount_cents,
+        },
+    )
+    return {"sent_cents": amount_cents, "to": to}
+
+
+def _answer_with_tool_output(request: ProviderRequest) -> ProviderReply:
+    return ProviderReply(
+        text=next(str(m.content) for m in reversed(request.messages) if m.role is Role.TOOL)
+    )
+
+
 def _payer_turn(request: ProviderRequest) -> ProviderReply:
     if _turn(request) == 0:
         return ProviderReply(tool_calls=[ToolCall("charge", {"amount_cents": 500}, CHARGE_CALL_ID)])
@@ -149,6 +175,36 @@ def build_app() -> App:
                 "confused",
                 LoggingProvider(_confused_turn, timeout_seconds=PROVIDER_TIMEOUT_SECONDS),
                 tools=[nap],
+            ),
+            Agent(
+                "approver",
+                LoggingProvider(
+                    [
+                        ProviderReply(
+                            tool_calls=[
+                                ToolCall(
+                                    "transfer", {"amount_cents": 900, "to": "ACME"}, "transfer-1"
+                                )
+                            ]
+                        ),
+                        _answer_with_tool_output,
+                    ],
+                    timeout_seconds=PROVIDER_TIMEOUT_SECONDS,
+                ),
+                tools=[transfer],
+            ),
+            Agent(
+                "asker",
+                LoggingProvider(
+                    [
+                        ProviderReply(
+                            tool_calls=[ToolCall("ask_human", {"question": "Which colour?"}, "q-1")]
+                        ),
+                        _answer_with_tool_output,
+                    ],
+                    timeout_seconds=PROVIDER_TIMEOUT_SECONDS,
+                ),
+                tools=[ask_human],
             ),
             Agent(
                 "greeter",

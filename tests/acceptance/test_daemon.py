@@ -29,7 +29,8 @@ def test_submit_wait_completes_a_run_and_the_journal_shows_each_step(
     assert (run["epoch"], run["requeues"]) == (1, 0)
 
     shown = show(url, run["id"])
-    assert {k: v for k, v in shown.items() if k != "steps"} == run
+    assert shown["requests"] == []
+    assert {k: v for k, v in shown.items() if k not in ("steps", "requests")} == run
     steps = shown["steps"]
     assert [(s["seq"], s["kind"], s["tool"], s["status"]) for s in steps] == [
         (0, "provider", None, "succeeded"),

@@ -24,6 +24,7 @@ from leaseward.runtime.conversation import normalize_reply, reply_to_json
 from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.lifecycle import StepKind, StepStatus
 from leaseward.runtime.model import (
+    HumanRequest,
     NewRun,
     PurgeResult,
     RunMode,
@@ -37,6 +38,7 @@ from leaseward.storage import (
     BatchItem,
     BatchOutcome,
     CancelOutcome,
+    ExpiredRequest,
     ExpiredRun,
     SQLStore,
     WriteBatch,
@@ -148,6 +150,18 @@ class FaultyStore:
 
     async def resolve(self, run_id: str, **kwargs: Any) -> RunRecord:
         return await self.inner.resolve(run_id, **kwargs)
+
+    async def list_requests(self, run_id: str) -> list[HumanRequest]:
+        return await self.inner.list_requests(run_id)
+
+    async def pending_requests(self, limit: int = 100) -> list[HumanRequest]:
+        return await self.inner.pending_requests(limit)
+
+    async def decide(self, *args: Any, **kwargs: Any) -> tuple[HumanRequest, RunRecord]:
+        return await self.inner.decide(*args, **kwargs)
+
+    async def expire_requests(self, limit: int) -> list[ExpiredRequest]:
+        return await self.inner.expire_requests(limit)
 
     async def register_worker(self, worker: WorkerRegistration) -> None:
         await self.inner.register_worker(worker)

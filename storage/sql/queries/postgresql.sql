@@ -278,3 +278,70 @@ SELECT version FROM schema_migrations;
 -- name: record_migration
 INSERT INTO schema_migrations (version, name, applied_at)
 VALUES (:version, :name, EXTRACT(EPOCH FROM now())::double precision);
+
+-- name: insert_requests
+-- Calls that wait for a person, stored with the settlement that parks their run.
+-- :requests is a JSON array of objects; a NULL timeout makes a NULL expiry.
+INSERT INTO approvals (
+    run_id, seq, call_id, position, kind, tool, effect, arguments_json, arguments_digest,
+    epoch, requested_at, expires_at
+)
+SELECT r.run_id, r.seq, r.call_id, r.position, r.kind, r.tool, r.effect, r.arguments_json,
+       r.arguments_digest, r.epoch, leaseward_now(), leaseward_now() + r.timeout_seconds
+FROM jsonb_to_recordset(:requests::jsonb) AS r (
+    run_id text, seq integer, call_id text, position integer, kind text, tool text,
+    effect text, arguments_json text, arguments_digest text, epoch integer,
+    timeout_seconds double precision
+);
+
+-- name: run_requests
+-- The database clock comes back with the rows: a request's age is read on one clock.
+SELECT approvals.*, runs.agent, leaseward_now() AS now
+FROM approvals JOIN runs ON runs.id = approvals.run_id
+WHERE approvals.run_id = :run_id
+ORDER BY approvals.seq, approvals.position;
+
+-- name: pending_requests
+SELECT approvals.*, runs.agent, leaseward_now() AS now
+FROM approvals JOIN runs ON runs.id = approvals.run_id
+WHERE approvals.decision IS NULL AND runs.state = ANY(:states::text[])
+ORDER BY approvals.requested_at, approvals.run_id, approvals.seq, approvals.position
+LIMIT :limit;
+
+-- name: decide_request
+UPDATE approvals
+SET decision = :decision, operator = :operator, note = :note, value_json = :value_json,
+    decided_at = leaseward_now()
+WHERE run_id = :run_id AND seq = :seq AND call_id = :call_id AND decision IS NULL
+RETURNING seq;
+
+-- name: requeue_decided
+-- Waiting runs none of whose requests is still undecided go back to the queue,
+-- ready now, under the epoch they parked with (the next claim opens a new one).
+UPDATE runs SET state = :target, available_at = leaseward_now(), updated_at = leaseward_now()
+WHERE id = ANY(:ids::text[]) AND state = :source
+  AND NOT EXISTS (
+      SELECT 1 FROM approvals WHERE approvals.run_id = runs.id AND approvals.decision IS NULL
+  )
+RETURNING id;
+
+-- name: expiring_runs
+-- Read without locks: the runs are locked next, always before their requests, in
+-- the order every other writer locks them.
+-- Only runs still waiting: a cancelled run's undecided requests are never expired,
+-- and must not fill the batch.
+SELECT DISTINCT approvals.run_id
+FROM approvals JOIN runs ON runs.id = approvals.run_id
+WHERE approvals.decision IS NULL AND approvals.expires_at < leaseward_now() AND runs.state = :source
+LIMIT :limit;
+
+-- name: expire_requests
+-- Only requests of runs still waiting for them: a cancelled run's stay as they were.
+UPDATE approvals
+SET decision = :decision, note = :note, decided_at = leaseward_now()
+WHERE run_id = ANY(:ids::text[]) AND decision IS NULL AND expires_at < leaseward_now()
+RETURNING run_id, seq, call_id, tool;
+
+-- name: purge_approvals
+DELETE FROM approvals WHERE run_id = ANY(:ids::text[])
+RETURNING seq;

@@ -251,3 +251,67 @@ SELECT version FROM schema_migrations;
 
 -- name: record_migration
 INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :name, :now);
+
+-- name: insert_requests
+-- Calls that wait for a person, stored with the settlement that parks their run.
+-- :requests is a JSON array of objects; a NULL timeout makes a NULL expiry.
+INSERT INTO approvals (
+    run_id, seq, call_id, position, kind, tool, effect, arguments_json, arguments_digest,
+    epoch, requested_at, expires_at
+)
+SELECT value ->> 'run_id', value ->> 'seq', value ->> 'call_id', value ->> 'position',
+       value ->> 'kind', value ->> 'tool', value ->> 'effect', value ->> 'arguments_json',
+       value ->> 'arguments_digest', value ->> 'epoch', :now,
+       :now + (value ->> 'timeout_seconds')
+FROM json_each(:requests);
+
+-- name: run_requests
+-- The store's "now" comes back with the rows: a request's age is read on one clock.
+SELECT approvals.*, runs.agent, :now AS now
+FROM approvals JOIN runs ON runs.id = approvals.run_id
+WHERE approvals.run_id = :run_id
+ORDER BY approvals.seq, approvals.position;
+
+-- name: pending_requests
+SELECT approvals.*, runs.agent, :now AS now
+FROM approvals JOIN runs ON runs.id = approvals.run_id
+WHERE approvals.decision IS NULL AND runs.state IN (SELECT value FROM json_each(:states))
+ORDER BY approvals.requested_at, approvals.run_id, approvals.seq, approvals.position
+LIMIT :limit;
+
+-- name: decide_request
+UPDATE approvals
+SET decision = :decision, operator = :operator, note = :note, value_json = :value_json,
+    decided_at = :now
+WHERE run_id = :run_id AND seq = :seq AND call_id = :call_id AND decision IS NULL
+RETURNING seq;
+
+-- name: requeue_decided
+-- Waiting runs none of whose requests is still undecided go back to the queue,
+-- ready now, under the epoch they parked with (the next claim opens a new one).
+UPDATE runs SET state = :target, available_at = :now, updated_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :source
+  AND NOT EXISTS (
+      SELECT 1 FROM approvals WHERE approvals.run_id = runs.id AND approvals.decision IS NULL
+  )
+RETURNING id;
+
+-- name: expiring_runs
+-- Only runs still waiting: a cancelled run's undecided requests are never expired,
+-- and must not fill the batch.
+SELECT DISTINCT approvals.run_id
+FROM approvals JOIN runs ON runs.id = approvals.run_id
+WHERE approvals.decision IS NULL AND approvals.expires_at < :now AND runs.state = :source
+LIMIT :limit;
+
+-- name: expire_requests
+-- Only requests of runs still waiting for them: a cancelled run's stay as they were.
+UPDATE approvals
+SET decision = :decision, note = :note, decided_at = :now
+WHERE run_id IN (SELECT value FROM json_each(:ids)) AND decision IS NULL
+  AND expires_at < :now
+RETURNING run_id, seq, call_id, tool;
+
+-- name: purge_approvals
+DELETE FROM approvals WHERE run_id IN (SELECT value FROM json_each(:ids))
+RETURNING seq;

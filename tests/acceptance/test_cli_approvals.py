@@ -1,0 +1,145 @@
+"""Human approval and input from the command line, with real daemons (G12).
+
+A daemon parks a run whose call needs a person and holds nothing for it; the
+operator lists what waits, approves, rejects or replies from another process,
+and a daemon (the same, or one started later) resumes the run from its journal.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from acceptance_support import (
+    DaemonPool,
+    assert_one_line_error,
+    leaseward,
+    ok,
+    read_lines,
+    show,
+    wait_until,
+)
+
+
+def submit(url: str, agent: str) -> str:
+    return ok("submit", agent, "--input", '"go"', "--store", url).stdout.strip()
+
+
+def until_state(url: str, run_id: str, state: str) -> dict[str, object]:
+    def probe() -> dict[str, object] | None:
+        shown = show(url, run_id)
+        return shown if shown["state"] == state else None
+
+    return wait_until(f"run {run_id} {state}", probe, 20.0)
+
+
+def test_approve_from_the_cli_executes_the_call_once_and_show_tells_who_decided(
+    daemons: DaemonPool, url: str, calls_file: Path
+) -> None:
+    daemons.start(url, worker_id="acc-approve", DEMO_CALLS_FILE=str(calls_file))
+    run_id = submit(url, "approver")
+    until_state(url, run_id, "waiting_for_approval")
+    assert read_lines(calls_file) == []
+
+    listed = ok("approvals", "--store", url).stdout.splitlines()
+    assert listed[0].split() == [
+        "RUN", "CALL", "AGENT", "TOOL", "EFFECT", "WAITS", "FOR", "AGE", "ARGUMENTS",
+    ]  # fmt: skip
+    assert listed[1].split()[:6] == [
+        run_id, "transfer-1", "approver", "transfer", "non_idempotent_write", "approval",
+    ]  # fmt: skip
+    assert '{"amount_cents": 900, "to": "ACME"}' in listed[1]
+    [request] = ok("approvals", "--json", "--store", url).json()
+    assert (request["run_id"], request["call_id"], request["decision"]) == (
+        run_id,
+        "transfer-1",
+        None,
+    )
+    timeline = ok("show", run_id, "--store", url).stdout
+    assert "call transfer-1 of transfer (non_idempotent_write, turn 0): approval requested" in (
+        timeline
+    )
+    assert f"leaseward approve {run_id}" in timeline
+    assert f'leaseward reject {run_id} --reason "..."' in timeline
+
+    wrong = leaseward("approve", run_id, "--call", "transfer-9", "--store", url)
+    assert_one_line_error(wrong, 1, "no request for call 'transfer-9'")
+    approved = ok(
+        "approve", run_id, "--note", "invoice 7 checked", "--operator", "alice", "--store", url
+    )
+    assert approved.stdout.strip() == f"run {run_id}: approved; every call is decided, requeued"
+    again = leaseward("approve", run_id, "--store", url)
+    assert again.returncode == 1 and "already approved by alice" in again.stderr, again.describe()
+
+    done = until_state(url, run_id, "completed")
+    assert done["result"] == '{"sent_cents": 900, "to": "ACME"}'
+    assert [(c["tool"], c["run_id"]) for c in read_lines(calls_file)] == [("transfer", run_id)]
+    [decided] = done["requests"]  # type: ignore[misc]
+    assert (decided["decision"], decided["operator"], decided["note"]) == (
+        "approved",
+        "alice",
+        "invoice 7 checked",
+    )
+    timeline = ok("show", run_id, "--store", url).stdout
+    assert "approved by alice at " in timeline and ": invoice 7 checked" in timeline
+    assert ok("approvals", "--store", url).stdout.strip() == "nothing waits for a person"
+
+
+def test_reject_needs_a_reason_and_the_call_never_runs(
+    daemons: DaemonPool, url: str, calls_file: Path
+) -> None:
+    daemons.start(url, worker_id="acc-reject", DEMO_CALLS_FILE=str(calls_file))
+    run_id = submit(url, "approver")
+    until_state(url, run_id, "waiting_for_approval")
+    missing = leaseward("reject", run_id, "--store", url)
+    assert_one_line_error(missing, 2, "--reason")
+    ok("reject", run_id, "--reason", "wrong account", "--operator", "bob", "--store", url)
+    done = until_state(url, run_id, "completed")
+    assert done["result"] == '{"error": "rejected by bob: wrong account"}'
+    assert read_lines(calls_file) == []
+
+
+def test_reply_answers_a_question_and_cancel_ends_a_waiting_run(
+    daemons: DaemonPool, url: str
+) -> None:
+    daemons.start(url, worker_id="acc-reply")
+    asked = submit(url, "asker")
+    until_state(url, asked, "waiting_for_input")
+    [request] = ok("approvals", "--json", "--store", url).json()
+    assert (request["kind"], request["arguments"]) == ("input", {"question": "Which colour?"})
+    assert f"leaseward reply {asked} --input JSON" in ok("show", asked, "--store", url).stdout
+    bad = leaseward("reply", asked, "--input", "blue", "--store", url)
+    assert_one_line_error(bad, 2, "--input is not JSON")
+    approve = leaseward("approve", asked, "--store", url)
+    assert_one_line_error(approve, 1, "waiting_for_input")
+    ok("reply", asked, "--input", '"blue"', "--store", url)
+    assert until_state(url, asked, "completed")["result"] == "blue"
+
+    waiting = submit(url, "approver")
+    until_state(url, waiting, "waiting_for_approval")
+    assert ok("cancel", waiting, "--store", url).stdout.strip() == f"run {waiting} cancelled"
+    late = leaseward("approve", waiting, "--store", url)
+    assert_one_line_error(late, 1, "cancelled")
+
+
+def test_requests_outlive_a_daemon_restart_and_two_daemons_run_each_call_once(
+    daemons: DaemonPool, url: str, calls_file: Path
+) -> None:
+    first = daemons.start(url, worker_id="acc-first", DEMO_CALLS_FILE=str(calls_file))
+    run_ids = [submit(url, "approver") for _ in range(4)]
+    for run_id in run_ids:
+        until_state(url, run_id, "waiting_for_approval")
+    assert first.stop() == 0
+    # Decided while no daemon runs at all.
+    for run_id in run_ids:
+        ok("approve", run_id, "--store", url)
+    assert {run_id: show(url, run_id)["state"] for run_id in run_ids} == dict.fromkeys(
+        run_ids, "queued"
+    )
+    for worker_id in ("acc-second", "acc-third"):
+        daemons.start(url, worker_id=worker_id, DEMO_CALLS_FILE=str(calls_file))
+    for run_id in run_ids:
+        until_state(url, run_id, "completed")
+    calls = read_lines(calls_file)
+    assert sorted(c["run_id"] for c in calls) == sorted(run_ids)
+    assert all(c["epoch"] == 2 for c in calls), json.dumps(calls)
