@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -26,6 +26,7 @@ from leaseward.runtime.errors import (
     InvalidInput,
     LeaseLost,
     LeasewardError,
+    ProviderError,
     StoreError,
     ToolError,
 )
@@ -51,6 +52,7 @@ from leaseward.runtime.model import (
     Settlement,
     StepInfo,
     StepWrite,
+    ToolCall,
     dump_json,
     settlement_after,
 )
@@ -220,9 +222,7 @@ class RunActor:
                     )
                 self._at_boundary()
                 if pending:
-                    call = pending.pop(0)
-                    output = await self._tool_step(call)
-                    messages.append(tool_message(call.call, output))
+                    messages.append(await self._tool_step(pending.pop(0)))
                     continue
                 if turns >= self._agent.max_steps:
                     return Settlement(
@@ -261,25 +261,41 @@ class RunActor:
             agent=self._agent.name,
             messages=tuple(messages),
             tools=self._agent.tool_specs,
+            model_settings=self._agent.model_settings,
         )
         started_at = self._clock.now()
         self._admit()
+        began = self._clock.monotonic()
         reply = await self._guarded(lambda: self._agent.provider.complete(request), timeout)
+        latency_ms = round((self._clock.monotonic() - began) * 1000, 1)
         if not isinstance(reply, ProviderReply):
             raise InvalidInput(f"the provider returned {type(reply).__name__}, not ProviderReply")
         seq = self._take_seq()
         reply = normalize_reply(reply, seq)
+        usage = reply.usage
+        self._log.info(
+            "provider.replied",
+            seq=seq,
+            model=reply.model,
+            input_tokens=None if usage is None else usage.input_tokens,
+            output_tokens=None if usage is None else usage.output_tokens,
+            latency_ms=latency_ms,
+            stop_reason=reply.stop_reason,
+        )
         step = StepWrite(
             seq=seq,
             kind=StepKind.PROVIDER,
             status=StepStatus.SUCCEEDED,
-            output_json=dump_json(reply_to_json(reply), what="the provider reply"),
+            output_json=dump_json(
+                reply_to_json(reply, latency_ms=latency_ms), what="the provider reply"
+            ),
             started_at=started_at,
         )
         await self._record_soft(step)
         return seq, reply
 
-    async def _tool_step(self, pending: PendingCall) -> Any:
+    async def _tool_step(self, pending: PendingCall) -> Message:
+        """Make one call the model asked for; returns its result for the model."""
         call = pending.call
         open_attempt = pending.open_attempt
         if open_attempt is not None and open_attempt.effect is ToolEffect.NON_IDEMPOTENT_WRITE:
@@ -295,7 +311,7 @@ class RunActor:
             )
         bound = self._agent.tools.get(call.name)
         effect = self._agent.effects.effect_for(call.name)
-        arguments_json, rejection = self._check_arguments(bound, call.name, call.arguments)
+        arguments_json, rejection = self._check_arguments(bound, call)
         if bound is None or rejection is not None:
             # Nothing is executed, so nothing needs an intent: the model gets the error.
             output = {"error": rejection}
@@ -312,7 +328,7 @@ class RunActor:
                 error=rejection,
             )
             await self._record_soft(step)
-            return output
+            return tool_message(call, output, is_error=True)
         seq = self._take_seq()
         base = StepWrite(
             seq=seq,
@@ -355,22 +371,31 @@ class RunActor:
             await self._record_outcome(attrs.evolve(outcome, settles=True))
         else:
             await self._record_soft(outcome)
-        return output
+        return tool_message(call, output, is_error=status is StepStatus.FAILED)
 
     def _check_arguments(
-        self, bound: BoundTool | None, name: str, arguments: Mapping[str, Any]
+        self, bound: BoundTool | None, call: ToolCall
     ) -> tuple[str | None, str | None]:
-        """The arguments' JSON text (None if they have none) and why they are refused, if so."""
+        """The arguments' JSON text (None if they have none) and why they are refused, if so.
+
+        Arguments the model sent as text that is not a JSON object are journaled
+        as that text, a JSON string.
+        """
+        name = call.name
+        unreadable = call.arguments_problem
+        arguments: Any = dict(call.arguments) if unreadable is None else call.invalid_arguments
         try:
             arguments_json = dump_json(
-                dict(arguments), what=f"the arguments of {name}", limit=MAX_ARGUMENTS_BYTES
+                arguments, what=f"the arguments of {name}", limit=MAX_ARGUMENTS_BYTES
             )
         except InvalidInput as exc:
             return None, exc.message
+        if unreadable is not None:
+            return arguments_json, f"the arguments of {name} could not be read: {unreadable}"
         if bound is None:
             known = ", ".join(sorted(t.name for t in self._agent.tools)) or "none"
             return arguments_json, f"unknown tool {name!r} (available: {known})"
-        problem = validate(dict(arguments), bound.parameters)
+        problem = validate(arguments, bound.parameters)
         if problem is not None:
             return arguments_json, f"invalid arguments for {name}: {problem}"
         return arguments_json, None
@@ -584,6 +609,7 @@ class RunActor:
 
     def _after_failure(self, exc: Exception) -> Settlement:
         failure_class = classify(exc)
+        retry_after = exc.retry_after_seconds if isinstance(exc, ProviderError) else None
         recovery = decide_recovery(
             mode=self._run.mode,
             requeues=self._run.requeues,
@@ -593,6 +619,7 @@ class RunActor:
             reaped=False,
             audit_failed=isinstance(exc, AuditPersistenceFailed),
             policy=self._settings.policy,
+            retry_after_seconds=retry_after,
         )
         self._log.warning(
             "run.attempt_failed",

@@ -41,6 +41,7 @@ from leaseward.runtime.lifecycle import (
 )
 from leaseward.runtime.model import (
     Message,
+    ModelSettings,
     ProviderReply,
     ProviderRequest,
     PurgeResult,
@@ -49,6 +50,7 @@ from leaseward.runtime.model import (
     StepInfo,
     ToolCall,
     ToolSpec,
+    Usage,
     WorkerInfo,
 )
 from leaseward.runtime.tools import (
@@ -78,6 +80,7 @@ __all__ = [
     "LeasewardError",
     "ManualClock",
     "Message",
+    "ModelSettings",
     "Provider",
     "ProviderError",
     "ProviderReply",
@@ -105,6 +108,7 @@ __all__ = [
     "ToolError",
     "ToolSpec",
     "UnknownAgent",
+    "Usage",
     "WaitTimeout",
     "WorkerInfo",
     "classify",

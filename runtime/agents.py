@@ -7,7 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from leaseward.runtime.effects import ToolEffectResolver
 from leaseward.runtime.errors import ConfigurationError, UnknownAgent
-from leaseward.runtime.model import ProviderReply, ProviderRequest, Role, ToolSpec
+from leaseward.runtime.model import ModelSettings, ProviderReply, ProviderRequest, Role, ToolSpec
 from leaseward.runtime.tools import ToolSet
 
 __all__ = [
@@ -66,7 +66,11 @@ class ScriptedProvider:
 
 
 class Agent:
-    """A named loop of provider turns and tool calls, at most ``max_steps`` provider turns."""
+    """A named loop of provider turns and tool calls, at most ``max_steps`` provider turns.
+
+    ``model_settings`` go with every request the agent makes; what they leave
+    None, the provider's own settings decide.
+    """
 
     def __init__(
         self,
@@ -75,6 +79,7 @@ class Agent:
         tools: Iterable[Any] = (),
         instructions: str = "",
         max_steps: int = DEFAULT_MAX_STEPS,
+        model_settings: ModelSettings | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigurationError("an agent's name must be a non-empty string")
@@ -82,11 +87,17 @@ class Agent:
             raise ConfigurationError(f"agent {name!r}: the provider has no async complete()")
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ConfigurationError(f"agent {name!r}: max_steps must be a positive integer")
+        if model_settings is not None and not isinstance(model_settings, ModelSettings):
+            raise ConfigurationError(
+                f"agent {name!r}: model_settings must be a ModelSettings, "
+                f"not {type(model_settings).__name__}"
+            )
         self.name = name
         self.provider = provider
         self.tools = ToolSet(tools)
         self.instructions = instructions
         self.max_steps = max_steps
+        self.model_settings = model_settings if model_settings is not None else ModelSettings()
         self.effects = ToolEffectResolver(self.tools)
         self.tool_specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in self.tools)
         self.provider_timeout_seconds = float(
