@@ -266,7 +266,14 @@ class RunActor:
         started_at = self._clock.now()
         self._admit()
         began = self._clock.monotonic()
-        reply = await self._guarded(lambda: self._agent.provider.complete(request), timeout)
+        try:
+            reply = await self._guarded(lambda: self._agent.provider.complete(request), timeout)
+        except TimeoutError:
+            # A bare TimeoutError would leave the run's error saying nothing of what timed out.
+            raise ProviderError(
+                f"the provider call timed out (its timeout is {timeout:g} s)",
+                failure_class=FailureClass.CONNECTION.value,
+            ) from None
         latency_ms = round((self._clock.monotonic() - began) * 1000, 1)
         if not isinstance(reply, ProviderReply):
             raise InvalidInput(f"the provider returned {type(reply).__name__}, not ProviderReply")
