@@ -11,6 +11,7 @@ answer closes its connection, so no state leaks from one request to the next.
 from __future__ import annotations
 
 import json
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -19,8 +20,9 @@ from typing import Any
 
 import anyio
 import attrs
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import ByteStream, Listener, SocketAttribute
 from anyio.streams.buffered import BufferedByteReceiveStream
+from anyio.streams.tls import TLSListener
 
 MAX_HEAD_BYTES = 64 * 1024
 
@@ -57,9 +59,9 @@ Script = Callable[[Request], Reply]
 
 
 class ModelServer:
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, *, https: bool = False) -> None:
         self.port = port
-        self.base_url = f"http://127.0.0.1:{port}"
+        self.base_url = f"{'https' if https else 'http'}://127.0.0.1:{port}"
         self.requests: list[Request] = []
         self._replies: deque[Reply | Script] = deque()
 
@@ -73,11 +75,16 @@ class ModelServer:
         reply = self._replies.popleft()
         return reply(request) if callable(reply) else reply
 
-    async def handle(self, stream: SocketStream) -> None:
+    async def handle(self, stream: ByteStream) -> None:
         async with stream:
             try:
                 request = await _read_request(BufferedByteReceiveStream(stream))
-            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
+            except (
+                anyio.EndOfStream,
+                anyio.IncompleteRead,
+                anyio.BrokenResourceError,
+                ssl.SSLError,
+            ):
                 return
             self.requests.append(request)
             reply = self._next(request)
@@ -122,9 +129,11 @@ def _response(reply: Reply) -> bytes:
 
 
 @asynccontextmanager
-async def model_server() -> AsyncIterator[ModelServer]:
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    server = ModelServer(listener.extra(SocketAttribute.local_port))
+async def model_server(tls: ssl.SSLContext | None = None) -> AsyncIterator[ModelServer]:
+    """The server, over TLS when given a server context (its ``base_url`` says https)."""
+    tcp = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    server = ModelServer(tcp.extra(SocketAttribute.local_port), https=tls is not None)
+    listener: Listener[Any] = tcp if tls is None else TLSListener(tcp, tls)
     async with listener, anyio.create_task_group() as tasks:
         tasks.start_soon(listener.serve, server.handle)
         try:

@@ -282,12 +282,18 @@ class JsonEndpoint:
     def _redacted(self, text: str) -> str:
         return text if self._secret is None else self._secret.redact(text)
 
-    def failure(self, message: str, failure_class: FailureClass, **kwargs: Any) -> ProviderError:
+    def failure(
+        self,
+        message: str,
+        failure_class: FailureClass,
+        *,
+        retry_after_seconds: float | None = None,
+    ) -> ProviderError:
         """An error of this endpoint, named by its URL, with any echoed key masked."""
         return ProviderError(
             self._redacted(f"{self.name} {self.shown_url}: {message}"),
             failure_class=failure_class.value,
-            **kwargs,
+            retry_after_seconds=retry_after_seconds,
         )
 
     async def post(self, body: Mapping[str, Any]) -> Any:
@@ -301,6 +307,7 @@ class JsonEndpoint:
                 f"no answer within {self.timeout_seconds:g} s", FailureClass.CONNECTION
             ) from None
         except httpx.TransportError as exc:
+            # A certificate that does not verify will not verify on a retry either.
             failure_class = (
                 FailureClass.CONFIGURATION if _cert_problem(exc) else FailureClass.CONNECTION
             )

@@ -7,8 +7,12 @@ Nothing here leaves the loopback interface.
 
 from __future__ import annotations
 
+import shutil
+import ssl
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -532,3 +536,35 @@ async def test_nothing_of_the_provider_shows_the_key() -> None:
         await provider.complete(ask())
         shown = [repr(provider), str(vars(provider)), repr(vars(vars(provider)["_endpoint"]))]
     assert all(KEY not in text for text in shown)
+
+
+def self_signed_server_context(directory: Path) -> ssl.SSLContext:
+    """A TLS server context for 127.0.0.1 whose certificate nobody trusts."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl command is needed to make a certificate")
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        [
+            *(openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
+            *("-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+async def test_a_certificate_that_does_not_verify_is_a_configuration_failure(
+    tmp_path: Path,
+) -> None:
+    async with model_server(tls=self_signed_server_context(tmp_path)) as server:
+        server.script(Reply(body=openai_completion("never")))
+        error = await failure_of(openai(server))
+    assert server.base_url.startswith("https://")
+    assert classify(error) is FailureClass.CONFIGURATION
+    assert "CERTIFICATE_VERIFY_FAILED" in error.message
