@@ -3,7 +3,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run embedded test lint typecheck bench bench-peers soak demo-crash clean
+.PHONY: run embedded test lint typecheck bench bench-peers bench-leases soak demo-crash clean
 
 PACKAGE_SOURCES := $(shell find leaseward runtime actors storage -name '*.py' -o -name '*.sql')
 
@@ -14,7 +14,7 @@ $(BIN)/python:
 # A regular (not editable) install, redone whenever a source file changes: the
 # console script and every subprocess run exactly what the wheel would hold.
 $(STAMP): $(BIN)/python pyproject.toml $(PACKAGE_SOURCES)
-	$(BIN)/python -m pip install --quiet '.[test]'
+	$(BIN)/python -m pip install --quiet '.[test,bench]'
 	touch $(STAMP)
 
 DEMO_STORE ?= sqlite:///leaseward.db
@@ -71,6 +71,15 @@ bench-peers: $(STAMP)
 	@$(MAKE) --no-print-directory $(PEERS_STAMP) || \
 		echo "bench-peers: installing the peers into $(PEERS_VENV) failed (see above); running what can run"
 	$(BIN)/python bench/peers/compare.py --peers-python $(PEERS_VENV)/bin/python $(PEERS_FLAGS)
+
+LEASES_FLAGS ?=
+
+# Leases and reaping with real worker processes (bench/leases.py): how soon a
+# SIGKILLed worker's runs run again, whether live workers are ever reaped, and four
+# PostgreSQL workers with one killed over and over. About 11 minutes;
+# LEASES_FLAGS=--quick for a pass under 2 minutes.
+bench-leases: $(STAMP)
+	$(BIN)/python bench/leases.py $(LEASES_FLAGS)
 
 # A daemon SIGKILLed in the middle of charging a card, another taking over, and an
 # operator's resolve: narrated in plain sentences (examples/demo_crash.py).
