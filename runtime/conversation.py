@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 import attrs
 
@@ -131,19 +131,12 @@ def reply_to_json(reply: ProviderReply, *, latency_ms: float | None = None) -> d
     return data
 
 
-def _is_count(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def usage_from_json(data: Any) -> Usage | None:
     """The token usage in a provider step's record, or None when it has none."""
     usage = data.get("usage") if isinstance(data, Mapping) else None
     if not isinstance(usage, Mapping):
         return None
-    read, written = usage.get("input_tokens"), usage.get("output_tokens")
-    if not (_is_count(read) and _is_count(written)):
-        return None
-    return Usage(read, written)
+    return Usage.read(usage.get("input_tokens"), usage.get("output_tokens"))
 
 
 def reply_from_json(data: Mapping[str, Any]) -> ProviderReply:

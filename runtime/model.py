@@ -9,7 +9,7 @@ import math
 import reprlib
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeGuard
 
 import attrs
 
@@ -346,8 +346,12 @@ class ProviderRequest:
     model_settings: ModelSettings = ModelSettings()
 
 
+def _is_count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _token_count(owner: Any, attribute: attrs.Attribute[int], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not _is_count(value):
         raise ProviderError(
             f"the provider's {attribute.name} must be a count of tokens, not {_shown(value)}"
         )
@@ -359,6 +363,13 @@ class Usage:
 
     input_tokens: int = attrs.field(default=0, validator=_token_count)
     output_tokens: int = attrs.field(default=0, validator=_token_count)
+
+    @classmethod
+    def read(cls, input_tokens: Any, output_tokens: Any) -> Usage | None:
+        """The usage in two values read from JSON; None unless both are counts of tokens."""
+        if not (_is_count(input_tokens) and _is_count(output_tokens)):
+            return None
+        return cls(input_tokens, output_tokens)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(

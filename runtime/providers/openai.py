@@ -7,7 +7,7 @@ import json
 import os
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, TypeGuard
+from typing import Any
 
 from leaseward.runtime.agents import DEFAULT_PROVIDER_TIMEOUT_SECONDS
 from leaseward.runtime.errors import ConfigurationError
@@ -130,17 +130,10 @@ def _tool_call(data: Any) -> ToolCall:
     return ToolCall.from_text(name, arguments, call_id)
 
 
-def _is_count(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def _usage(data: Any) -> Usage | None:
     if not isinstance(data, Mapping):
         return None
-    read, written = data.get("prompt_tokens"), data.get("completion_tokens")
-    if not (_is_count(read) and _is_count(written)):
-        return None
-    return Usage(input_tokens=read, output_tokens=written)
+    return Usage.read(data.get("prompt_tokens"), data.get("completion_tokens"))
 
 
 def chat_reply(data: Any, settings: ModelSettings) -> ProviderReply:

@@ -594,5 +594,11 @@ def test_an_agent_takes_model_settings_only_as_model_settings() -> None:
         Agent("a", provider, model_settings={"model": "m"})  # type: ignore[arg-type]
 
 
+def test_usage_read_from_json_needs_two_counts() -> None:
+    assert Usage.read(3, 0) == Usage(3, 0)
+    for bad in [(None, 1), (1, -1), ("1", 1), (True, 1), (1.0, 1)]:
+        assert Usage.read(*bad) is None
+
+
 def test_usage_adds_up() -> None:
     assert Usage(1, 2) + Usage(10, 20) == Usage(11, 22)
