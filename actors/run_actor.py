@@ -56,7 +56,6 @@ from leaseward.runtime.model import (
     dump_json,
     settlement_after,
 )
-from leaseward.runtime.schema import validate
 from leaseward.runtime.tools import BoundTool, ToolContext
 from leaseward.storage.crash_points import crash_point
 from leaseward.storage.protocol import BatchItem, BatchOutcome
@@ -402,9 +401,10 @@ class RunActor:
         if bound is None:
             known = ", ".join(sorted(t.name for t in self._agent.tools)) or "none"
             return arguments_json, f"unknown tool {name!r} (available: {known})"
-        problem = validate(arguments, bound.parameters)
-        if problem is not None:
-            return arguments_json, f"invalid arguments for {name}: {problem}"
+        try:
+            bound.arguments.parse(arguments)
+        except InvalidInput as exc:
+            return arguments_json, f"invalid arguments for {name}: {exc.message}"
         return arguments_json, None
 
     async def _call(

@@ -109,6 +109,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import attrs
+import lease_costs
 from anyio.streams.buffered import BufferedByteReceiveStream
 from steps import (
     RESULTS_DIR,
@@ -163,7 +164,7 @@ POLICIES = (LEASEWARD, STEP_BOUNDARY)
 CALLS, PAUSED, BLOCKED = "calls", "paused", "blocked"
 DISRUPTION_RATIO = 5.0
 """Calls in the paused and blocked scenarios last this many leases: they outlast both."""
-PARTS = ("detection", "live", "many-workers")
+PARTS = ("detection", "live", "many-workers", "history", "fleet")
 DEFAULT_PG_URL = os.environ.get(
     "LEASEWARD_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
@@ -1384,9 +1385,17 @@ def plan(args: argparse.Namespace, pg_url: str | None) -> Plan:
 
 async def run_all(args: argparse.Namespace, pg_url: str | None, work: Path) -> dict[str, Any]:
     todo = plan(args, pg_url)
-    progress = Progress(todo.units)
+    costs = [part for part in lease_costs.SECTIONS if part in args.parts]
+    progress = Progress(todo.units + lease_costs.planned_units(args.quick, pg_url, sections=costs))
     rng = random.Random(args.seed)
-    document: dict[str, Any] = {"detection": [], "live": [], "many_workers": None, "failures": []}
+    document: dict[str, Any] = {
+        "detection": [],
+        "live": [],
+        "many_workers": None,
+        "history": None,
+        "fleet": None,
+        "failures": [],
+    }
     counter = 0
 
     def scratch(name: str) -> Path:
@@ -1425,6 +1434,18 @@ async def run_all(args: argparse.Namespace, pg_url: str | None, work: Path) -> d
             partial(measure_many_workers, setup, scratch("many"), pg_url, progress.tick),
         )
         progress.tick("many workers")
+    if "history" in costs:
+        document["history"] = await attempt(
+            "history",
+            partial(
+                lease_costs.history_section, quick=args.quick, pg_url=pg_url, tick=progress.tick
+            ),
+        )
+    if "fleet" in costs:
+        document["fleet"] = await attempt(
+            "fleet",
+            partial(lease_costs.fleet_section, quick=args.quick, pg_url=pg_url, tick=progress.tick),
+        )
     progress.close()
     return document
 
@@ -1693,6 +1714,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if measured["many_workers"]:
         print()
         print_many_workers(measured["many_workers"])
+    if measured["history"]:
+        print()
+        lease_costs.print_history(measured["history"])
+    if measured["fleet"]:
+        print()
+        lease_costs.print_fleet(measured["fleet"])
     for failure in measured["failures"]:
         print(f"FAILED {failure['unit']}: {failure['error']}")
     print(f"total {total:.1f} s")

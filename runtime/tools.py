@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol, overload, runtime_checkable
@@ -11,7 +12,7 @@ import structlog
 
 from leaseward.runtime.effects import ToolEffect, declared_effect
 from leaseward.runtime.errors import ToolDefinitionError
-from leaseward.runtime.schema import check_schema, schema_from_signature
+from leaseward.runtime.schema import ToolArguments, schema_arguments, signature_arguments
 
 __all__ = [
     "DEFAULT_TOOL_TIMEOUT_SECONDS",
@@ -72,17 +73,22 @@ ToolFunction = Callable[..., Awaitable[Any]]
 
 @attrs.frozen
 class FunctionTool:
-    """An ``async def`` made into a tool by ``@tool``; awaiting it calls the function."""
+    """An ``async def`` made into a tool by ``@tool``; awaiting it with a call's JSON arguments
+    checks them and calls the function with the values its annotations ask for."""
 
     function: ToolFunction
     name: str
     description: str
     effect: ToolEffect
     timeout_seconds: float
-    parameters: Mapping[str, Any]
+    arguments: ToolArguments
+
+    @property
+    def parameters(self) -> Mapping[str, Any]:
+        return self.arguments.schema
 
     async def __call__(self, ctx: ToolContext, /, **arguments: Any) -> Any:
-        return await self.function(ctx, **arguments)
+        return await self.function(ctx, **self.arguments.parse(arguments))
 
 
 def _positive_timeout(owner: str, value: Any) -> float:
@@ -105,18 +111,15 @@ def _make_function_tool(
         raise ToolDefinitionError(f"tool {tool_name!r} must be an async function")
     if not isinstance(effect, ToolEffect):
         raise ToolDefinitionError(f"tool {tool_name!r}: effect must be a ToolEffect member")
-    if parameters is None:
-        schema = schema_from_signature(function)
-    else:
-        check_schema(parameters)
-        schema = dict(parameters)
     return FunctionTool(
         function=function,
         name=tool_name,
         description=description if description is not None else inspect.getdoc(function) or "",
         effect=effect,
         timeout_seconds=_positive_timeout(tool_name, timeout_seconds),
-        parameters=schema,
+        arguments=(
+            signature_arguments(function) if parameters is None else schema_arguments(parameters)
+        ),
     )
 
 
@@ -166,10 +169,21 @@ class BoundTool:
 
     name: str
     description: str
-    parameters: Mapping[str, Any]
+    arguments: ToolArguments
     timeout_seconds: float
     effect: ToolEffect
-    implementation: Tool
+    implementation: Callable[..., Awaitable[Any]]
+    """Called as ``implementation(ctx, **arguments)`` with the arguments the model sent."""
+
+    @property
+    def parameters(self) -> Mapping[str, Any]:
+        return self.arguments.schema
+
+
+async def _call_checked(
+    candidate: Tool, arguments: ToolArguments, ctx: ToolContext, /, **given: Any
+) -> Any:
+    return await candidate(ctx, **arguments.parse(given))
 
 
 def bind_tool(candidate: Any) -> BoundTool:
@@ -180,17 +194,24 @@ def bind_tool(candidate: Any) -> BoundTool:
     name = candidate.name
     if not isinstance(name, str) or not name:
         raise ToolDefinitionError(f"{candidate!r}: a tool's name must be a non-empty string")
-    parameters = candidate.parameters
-    check_schema(parameters)
     description = getattr(candidate, "description", "") or ""
     timeout = getattr(candidate, "timeout_seconds", DEFAULT_TOOL_TIMEOUT_SECONDS)
+    implementation: Callable[..., Awaitable[Any]]
+    if isinstance(candidate, FunctionTool):
+        arguments = candidate.arguments
+        implementation = candidate
+    else:
+        arguments = schema_arguments(candidate.parameters)
+        # The tool gets the arguments as they were checked: a null that a model in strict
+        # mode sent for a property it left out is dropped, as for a function tool.
+        implementation = functools.partial(_call_checked, candidate, arguments)
     return BoundTool(
         name=name,
         description=str(description),
-        parameters=parameters,
+        arguments=arguments,
         timeout_seconds=_positive_timeout(name, timeout),
         effect=declared_effect(candidate),
-        implementation=candidate,
+        implementation=implementation,
     )
 
 

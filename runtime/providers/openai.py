@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import Any
 
 from leaseward.runtime.agents import DEFAULT_PROVIDER_TIMEOUT_SECONDS
-from leaseward.runtime.errors import ConfigurationError
+from leaseward.runtime.errors import ConfigurationError, ToolDefinitionError
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.model import (
     Message,
@@ -28,6 +28,7 @@ from leaseward.runtime.providers.endpoint import (
     api_key_from,
     check_timeout,
 )
+from leaseward.runtime.schema import strict_schema
 
 __all__ = ["OPENAI_BASE_URL", "OpenAIChat", "chat_reply", "chat_request"]
 
@@ -69,14 +70,22 @@ def _tool_json(spec: ToolSpec, *, strict: bool) -> dict[str, Any]:
     if spec.description:
         function["description"] = spec.description
     if strict:
-        function["strict"] = True
+        try:
+            function["parameters"] = strict_schema(spec.parameters)
+        except ToolDefinitionError:
+            # A schema strict mode has no form for (an object with keys it does not
+            # name) goes as it is; the tool's own check still holds the model to it.
+            pass
+        else:
+            function["strict"] = True
     return {"type": "function", "function": function}
 
 
 def chat_request(
-    request: ProviderRequest, settings: ModelSettings, *, strict: bool = False
+    request: ProviderRequest, settings: ModelSettings, *, strict: bool = True
 ) -> dict[str, Any]:
-    """The body of a chat-completions call for ``request`` under ``settings``."""
+    """The body of a chat-completions call for ``request`` under ``settings``; with
+    ``strict``, each tool whose schema has a strict form is sent in strict mode."""
     body: dict[str, Any] = {
         "model": settings.model,
         "messages": [_message_json(message) for message in request.messages],
@@ -191,9 +200,14 @@ class OpenAIChat:
     logs, errors or the journal. ``temperature``, ``max_tokens`` and
     ``extra_body`` (fields sent as they are, e.g. ``{"max_completion_tokens":
     1000}`` for models that want that name) are defaults that an agent's
-    ``ModelSettings`` override. ``strict=True`` asks the endpoint to hold the
-    model's arguments to each tool's schema, which must then meet OpenAI's
-    strict-mode rules.
+    ``ModelSettings`` override.
+
+    With ``strict`` (the default) each tool goes in OpenAI's strict mode, which
+    holds the model's arguments to the tool's schema: its strict form, where an
+    optional property is required but nullable, and a null for it counts as
+    left out when the tool is called. A tool whose schema has no strict form (a
+    mapping with keys it does not name) goes non-strict. ``strict=False`` sends
+    every schema as it is, for an endpoint that refuses strict mode.
     """
 
     def __init__(
@@ -207,7 +221,7 @@ class OpenAIChat:
         extra_headers: Mapping[str, str] | None = None,
         extra_body: Mapping[str, Any] | None = None,
         timeout_seconds: float = DEFAULT_PROVIDER_TIMEOUT_SECONDS,
-        strict: bool = False,
+        strict: bool = True,
     ) -> None:
         if model is None:
             raise ConfigurationError("OpenAIChat needs a model name")

@@ -49,6 +49,13 @@ async def stock(ctx: ToolContext, sku: str) -> dict[str, Any]:
     return {"sku": sku, "count": 3}
 
 
+@tool
+async def price(ctx: ToolContext, sku: str, currency: str = "EUR") -> str:
+    """The price of an item."""
+    DONE.append(("price", {"sku": sku, "currency": currency}))
+    return f"12.50 {currency}"
+
+
 @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
 async def order(ctx: ToolContext, sku: str, count: int) -> str:
     """Order more of an item."""
@@ -63,7 +70,7 @@ def app_on(base_url: str, timeout_seconds: float = 5.0, **settings: Any) -> App:
     agent = Agent(
         "buyer",
         provider,
-        tools=[stock, order],
+        tools=[stock, order, price],
         instructions="Keep the shelves full.",
         model_settings=ModelSettings(**settings),
     )
@@ -122,7 +129,27 @@ async def test_a_run_on_openai_chat_journals_model_tokens_and_latency(store_url:
         "tool_call_id": "c2",
         "content": "ordered 5 of A-1",
     }
-    assert [tool["function"]["name"] for tool in sent[0]["tools"]] == ["stock", "order"]
+    assert [tool["function"]["name"] for tool in sent[0]["tools"]] == ["stock", "order", "price"]
+
+
+async def test_strict_mode_nulls_reach_the_tool_as_left_out(db_url: str) -> None:
+    async with model_server() as server:
+        server.script(
+            Reply(
+                body=openai_completion(None, [("c1", "price", {"sku": "J-1", "currency": None})])
+            ),
+            Reply(body=openai_completion("12.50 EUR.")),
+        )
+        async with Runtime.open(db_url, app_on(server.base_url), **FAST) as rt:
+            run = await rt.wait(await rt.submit("buyer", "Price of J-1?"), timeout=20)
+
+    assert run.state is RunState.COMPLETED
+    assert DONE == [("price", {"sku": "J-1", "currency": "EUR"})]
+    (sent,) = [
+        t["function"] for t in server.requests[0].json["tools"] if t["function"]["name"] == "price"
+    ]
+    assert sent["strict"] is True
+    assert sent["parameters"]["required"] == ["sku", "currency"]
 
 
 async def test_a_journaled_turn_is_not_asked_again_after_a_server_error(db_url: str) -> None:

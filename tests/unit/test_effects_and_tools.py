@@ -10,11 +10,12 @@ from typing import Any
 import attrs
 import pytest
 import structlog
+from pydantic import BaseModel
 
 from leaseward.runtime.agents import Agent, App, ScriptedProvider
 from leaseward.runtime.app import Runtime
 from leaseward.runtime.effects import ToolEffect, ToolEffectResolver, declared_effect
-from leaseward.runtime.errors import ToolDefinitionError
+from leaseward.runtime.errors import InvalidInput, ToolDefinitionError
 from leaseward.runtime.model import ProviderReply
 from leaseward.runtime.tools import (
     DEFAULT_TOOL_TIMEOUT_SECONDS,
@@ -284,3 +285,34 @@ def test_awaiting_a_function_tool_calls_the_function() -> None:
     result = asyncio.run(echo(ctx, a=2))
     assert result == {"a": 2, "b": "x", "key": "key-1"}
     assert seen == [(ctx, {"a": 2, "b": "x"})]
+
+
+class Order(BaseModel):
+    sku: str
+    quantity: int = 1
+
+
+def test_awaiting_a_function_tool_checks_and_converts_its_arguments() -> None:
+    seen: list[Order] = []
+
+    @tool
+    async def place(ctx: ToolContext, order: Order) -> None:
+        seen.append(order)
+
+    ctx = ToolContext("run", 1, "call_1", "key-1", structlog.get_logger())
+    asyncio.run(place(ctx, order={"sku": "A"}))
+    assert seen == [Order(sku="A")]
+    with pytest.raises(InvalidInput, match=r"order\.sku: Field required"):
+        asyncio.run(place(ctx, order={}))
+
+
+def test_a_bound_class_tool_is_called_without_the_nulls_strict_mode_sends() -> None:
+    candidate = ClassTool()
+    candidate.parameters = {"type": "object", "properties": {"limit": {"type": "integer"}}}
+    bound = bind_tool(candidate)
+    ctx = ToolContext("run", 1, "call_1", "key-1", structlog.get_logger())
+    assert asyncio.run(bound.implementation(ctx, limit=None)) == {}
+    assert asyncio.run(bound.implementation(ctx, limit=3)) == {"limit": 3}
+    assert bound.parameters == candidate.parameters
+    with pytest.raises(InvalidInput, match="limit: 'x' is not of type 'integer'"):
+        bound.arguments.parse({"limit": "x"})

@@ -112,24 +112,66 @@ def test_a_chat_request_carries_the_conversation_and_the_tools() -> None:
                 "type": "function",
                 "function": {
                     "name": "weather",
+                    # Closed, with every property required: its strict form is itself.
                     "parameters": SCHEMA,
                     "description": "The weather in a city.",
+                    "strict": True,
                 },
             }
         ],
     }
 
 
-def test_a_chat_request_carries_the_settings_and_strict_tools() -> None:
+def test_a_chat_request_carries_the_settings() -> None:
     settings = ModelSettings("m-2", temperature=0.3, max_tokens=99, extra_body={"seed": 7})
-    body = chat_request(request(tools=(WEATHER,)), settings, strict=True)
+    body = chat_request(request(tools=(WEATHER,)), settings)
     assert (body["model"], body["temperature"], body["max_tokens"], body["seed"]) == (
         "m-2",
         0.3,
         99,
         7,
     )
-    assert body["tools"][0]["function"]["strict"] is True
+
+
+OPTIONAL_UNIT = ToolSpec(
+    "forecast",
+    "",
+    {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "unit": {"enum": ["C", "F"]}},
+        "required": ["city"],
+    },
+)
+# An object whose keys the schema does not name: strict mode has no form for it.
+TAGS = ToolSpec(
+    "tag",
+    "",
+    {
+        "type": "object",
+        "properties": {"tags": {"type": "object", "additionalProperties": {"type": "string"}}},
+        "required": ["tags"],
+    },
+)
+
+
+def test_strict_tools_get_their_strict_form_and_the_rest_go_as_they_are() -> None:
+    strict, loose = chat_request(request(tools=(OPTIONAL_UNIT, TAGS)), SETTINGS)["tools"]
+    forecast = strict["function"]
+    assert forecast["strict"] is True
+    assert forecast["parameters"]["required"] == ["city", "unit"]
+    assert forecast["parameters"]["additionalProperties"] is False
+    assert {"type": "null"} in forecast["parameters"]["properties"]["unit"]["anyOf"]
+    assert "strict" not in loose["function"]
+    assert loose["function"]["parameters"] == TAGS.parameters
+
+
+def test_strict_false_sends_every_schema_as_it_is() -> None:
+    tools = chat_request(request(tools=(OPTIONAL_UNIT, TAGS)), SETTINGS, strict=False)["tools"]
+    assert [tool["function"]["parameters"] for tool in tools] == [
+        OPTIONAL_UNIT.parameters,
+        TAGS.parameters,
+    ]
+    assert all("strict" not in tool["function"] for tool in tools)
 
 
 def test_a_chat_request_without_tools_sends_none() -> None:

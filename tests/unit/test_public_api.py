@@ -146,6 +146,7 @@ KERNEL = [
     "conversation",
     "errors",
     "schema",
+    "strict",
     "clock",
     "version",
     "logs",
