@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -27,6 +27,7 @@ from leaseward.runtime.errors import (
     InvalidInput,
     LeaseLost,
     LeasewardError,
+    ProviderError,
     StoreError,
     ToolError,
 )
@@ -56,6 +57,7 @@ from leaseward.runtime.model import (
     Settlement,
     StepInfo,
     StepWrite,
+    ToolCall,
     arguments_digest,
     dump_json,
     settlement_after,
@@ -235,9 +237,7 @@ class RunActor:
                 self._at_boundary()
                 if pending:
                     gate = self._gate_turn(pending)
-                    call = pending.pop(0)
-                    output = await self._tool_step(call, gate)
-                    messages.append(tool_message(call.call, output))
+                    messages.append(await self._tool_step(pending.pop(0), gate))
                     continue
                 if turns >= self._agent.max_steps:
                     return Settlement(
@@ -276,7 +276,7 @@ class RunActor:
         bound = self._agent.tools.get(call.name)
         if pending.open_attempt is not None or bound is None:
             return None
-        if self._check_arguments(bound, call.name, call.arguments)[1] is not None:
+        if self._check_arguments(bound, call)[1] is not None:
             return None
         return gate_call(
             call.arguments,
@@ -384,25 +384,49 @@ class RunActor:
             agent=self._agent.name,
             messages=tuple(messages),
             tools=self._agent.tool_specs,
+            model_settings=self._agent.model_settings,
         )
         started_at = self._clock.now()
         self._admit()
-        reply = await self._guarded(lambda: self._agent.provider.complete(request), timeout)
+        began = self._clock.monotonic()
+        try:
+            reply = await self._guarded(lambda: self._agent.provider.complete(request), timeout)
+        except TimeoutError:
+            # A bare TimeoutError would leave the run's error saying nothing of what timed out.
+            raise ProviderError(
+                f"the provider call timed out (its timeout is {timeout:g} s)",
+                failure_class=FailureClass.CONNECTION.value,
+            ) from None
+        latency_ms = round((self._clock.monotonic() - began) * 1000, 1)
         if not isinstance(reply, ProviderReply):
             raise InvalidInput(f"the provider returned {type(reply).__name__}, not ProviderReply")
         seq = self._take_seq()
         reply = normalize_reply(reply, seq)
+        usage = reply.usage
+        self._log.info(
+            "provider.replied",
+            seq=seq,
+            model=reply.model,
+            input_tokens=None if usage is None else usage.input_tokens,
+            output_tokens=None if usage is None else usage.output_tokens,
+            latency_ms=latency_ms,
+            stop_reason=reply.stop_reason,
+        )
         step = StepWrite(
             seq=seq,
             kind=StepKind.PROVIDER,
             status=StepStatus.SUCCEEDED,
-            output_json=dump_json(reply_to_json(reply), what="the provider reply"),
+            output_json=dump_json(
+                reply_to_json(reply, latency_ms=latency_ms), what="the provider reply"
+            ),
             started_at=started_at,
         )
         await self._record_soft(step)
         return seq, reply
 
-    async def _tool_step(self, pending: PendingCall, gate: Gate | None) -> Any:
+    async def _tool_step(self, pending: PendingCall, gate: Gate | None) -> Message:
+        """Make one call the model asked for, or answer it as a person decided; returns
+        its result for the model."""
         call = pending.call
         open_attempt = pending.open_attempt
         request = self._requests.get((pending.turn_seq, call.call_id))
@@ -424,7 +448,7 @@ class RunActor:
             )
         bound = self._agent.tools.get(call.name)
         effect = self._agent.effects.effect_for(call.name)
-        arguments_json, rejection = self._check_arguments(bound, call.name, call.arguments)
+        arguments_json, rejection = self._check_arguments(bound, call)
         if bound is None or rejection is not None:
             # Nothing is executed, so nothing needs an intent: the model gets the error.
             output = {"error": rejection}
@@ -441,9 +465,10 @@ class RunActor:
                 error=rejection,
             )
             await self._record_soft(step)
-            return output
+            return tool_message(call, output, is_error=True)
         if gate is not None and gate.action in (GateAction.REFUSE, GateAction.ANSWER):
-            return await self._answer_without_call(pending, gate, effect, arguments_json)
+            answer = await self._answer_without_call(pending, gate, effect, arguments_json)
+            return tool_message(call, answer, is_error=gate.action is GateAction.REFUSE)
         # An approved call always goes through an intent, even a read: the intent is
         # what consumes the approval, so that no later attempt can execute it again.
         approved_now = gate is not None and gate.request is not None
@@ -492,18 +517,27 @@ class RunActor:
             await self._record_outcome(attrs.evolve(outcome, settles=True))
         else:
             await self._record_soft(outcome)
-        return output
+        return tool_message(call, output, is_error=status is StepStatus.FAILED)
 
     def _check_arguments(
-        self, bound: BoundTool | None, name: str, arguments: Mapping[str, Any]
+        self, bound: BoundTool | None, call: ToolCall
     ) -> tuple[str | None, str | None]:
-        """The arguments' JSON text (None if they have none) and why they are refused, if so."""
+        """The arguments' JSON text (None if they have none) and why they are refused, if so.
+
+        Arguments the model sent as text that is not a JSON object are journaled
+        as that text, a JSON string.
+        """
+        name = call.name
+        unreadable = call.arguments_problem
+        arguments: Any = dict(call.arguments) if unreadable is None else call.invalid_arguments
         try:
             arguments_json = dump_json(
-                dict(arguments), what=f"the arguments of {name}", limit=MAX_ARGUMENTS_BYTES
+                arguments, what=f"the arguments of {name}", limit=MAX_ARGUMENTS_BYTES
             )
         except InvalidInput as exc:
             return None, exc.message
+        if unreadable is not None:
+            return arguments_json, f"the arguments of {name} could not be read: {unreadable}"
         if bound is None:
             known = ", ".join(sorted(t.name for t in self._agent.tools)) or "none"
             return arguments_json, f"unknown tool {name!r} (available: {known})"
@@ -722,6 +756,7 @@ class RunActor:
 
     def _after_failure(self, exc: Exception) -> Settlement:
         failure_class = classify(exc)
+        retry_after = exc.retry_after_seconds if isinstance(exc, ProviderError) else None
         recovery = decide_recovery(
             mode=self._run.mode,
             requeues=self._run.requeues,
@@ -731,6 +766,7 @@ class RunActor:
             reaped=False,
             audit_failed=isinstance(exc, AuditPersistenceFailed),
             policy=self._settings.policy,
+            retry_after_seconds=retry_after,
         )
         self._log.warning(
             "run.attempt_failed",

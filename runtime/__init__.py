@@ -44,6 +44,7 @@ from leaseward.runtime.model import (
     Decision,
     HumanRequest,
     Message,
+    ModelSettings,
     ProviderReply,
     ProviderRequest,
     PurgeResult,
@@ -53,6 +54,7 @@ from leaseward.runtime.model import (
     StepInfo,
     ToolCall,
     ToolSpec,
+    Usage,
     WorkerInfo,
 )
 from leaseward.runtime.tools import (
@@ -85,6 +87,7 @@ __all__ = [
     "LeasewardError",
     "ManualClock",
     "Message",
+    "ModelSettings",
     "Provider",
     "ProviderError",
     "ProviderReply",
@@ -114,6 +117,7 @@ __all__ = [
     "ToolError",
     "ToolSpec",
     "UnknownAgent",
+    "Usage",
     "WaitTimeout",
     "WorkerInfo",
     "ask_human",

@@ -7,7 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from leaseward.runtime.effects import ToolEffectResolver
 from leaseward.runtime.errors import ConfigurationError, UnknownAgent
-from leaseward.runtime.model import ProviderReply, ProviderRequest, Role, ToolSpec
+from leaseward.runtime.model import ModelSettings, ProviderReply, ProviderRequest, Role, ToolSpec
 from leaseward.runtime.tools import ToolSet
 
 __all__ = [
@@ -70,6 +70,8 @@ class Agent:
 
     ``approval_timeout_seconds`` is how long a call of its tools that requires approval
     waits for a decision before it expires as a rejection, for tools that set none.
+    ``model_settings`` go with every request the agent makes; what they leave
+    None, the provider's own settings decide.
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class Agent:
         tools: Iterable[Any] = (),
         instructions: str = "",
         max_steps: int = DEFAULT_MAX_STEPS,
+        model_settings: ModelSettings | None = None,
         *,
         approval_timeout_seconds: float | None = None,
     ) -> None:
@@ -96,6 +99,11 @@ class Agent:
             raise ConfigurationError(
                 f"agent {name!r}: approval_timeout_seconds must be a positive number or None"
             )
+        if model_settings is not None and not isinstance(model_settings, ModelSettings):
+            raise ConfigurationError(
+                f"agent {name!r}: model_settings must be a ModelSettings, "
+                f"not {type(model_settings).__name__}"
+            )
         self.name = name
         self.provider = provider
         self.tools = ToolSet(tools)
@@ -105,6 +113,7 @@ class Agent:
         self.approval_timeout_seconds = (
             None if approval_timeout_seconds is None else float(approval_timeout_seconds)
         )
+        self.model_settings = model_settings if model_settings is not None else ModelSettings()
         self.effects = ToolEffectResolver(self.tools)
         self.tool_specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in self.tools)
         self.provider_timeout_seconds = float(

@@ -35,6 +35,7 @@ from leaseward.runtime.app import (
     default_worker_id,
 )
 from leaseward.runtime.client import Client, default_operator
+from leaseward.runtime.conversation import usage_from_json
 from leaseward.runtime.daemon import DaemonSettings, load_app, serve
 from leaseward.runtime.errors import (
     ConfigurationError,
@@ -45,7 +46,7 @@ from leaseward.runtime.errors import (
     StoreError,
     UnknownAgent,
 )
-from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
+from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState, StepKind
 from leaseward.runtime.logs import LOG_FORMATS, LOG_LEVELS, configure_logging, default_log_format
 from leaseward.runtime.model import (
     MAX_INPUT_BYTES,
@@ -53,6 +54,7 @@ from leaseward.runtime.model import (
     RequestKind,
     RunInfo,
     StepInfo,
+    Usage,
     WorkerInfo,
 )
 from leaseward.runtime.version import VERSION
@@ -486,6 +488,32 @@ def _request_json(request: HumanRequest) -> dict[str, Any]:
     }
 
 
+def _usage(steps: Sequence[StepInfo]) -> tuple[Usage, int] | None:
+    """The tokens of every provider turn that recorded its usage, and how many did."""
+    found = [
+        usage
+        for step in steps
+        if step.kind is StepKind.PROVIDER and (usage := usage_from_json(step.output)) is not None
+    ]
+    return (sum(found, Usage()), len(found)) if found else None
+
+
+def _usage_json(steps: Sequence[StepInfo]) -> dict[str, int] | None:
+    total = _usage(steps)
+    if total is None:
+        return None
+    usage, turns = total
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "provider_turns": turns,
+    }
+
+
+def _tokens(usage: Usage) -> str:
+    return f"{usage.input_tokens:,} in, {usage.output_tokens:,} out"
+
+
 def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, ensure_ascii=False))
 
@@ -555,6 +583,10 @@ def _took(step: StepInfo) -> str:
 
 def _step_details(step: StepInfo) -> list[str]:
     details: list[str] = []
+    usage = usage_from_json(step.output) if step.kind is StepKind.PROVIDER else None
+    if usage is not None:
+        model = step.output.get("model")
+        details.append(f"tokens: {_tokens(usage)}" + (f" ({model})" if model else ""))
     if step.tool is not None and step.arguments is not None:
         arguments = json.dumps(step.arguments, ensure_ascii=False)
         details.append(f"arguments: {_shortened(arguments)}")
@@ -686,6 +718,11 @@ def _print_timeline(
             print(line)
             for detail in _step_details(step):
                 print(f"{indent}{detail}")
+        total = _usage(steps)
+        if total is not None:
+            usage, turns = total
+            print()
+            print(f"tokens: {_tokens(usage)} in total, over {_count(turns, 'provider turn')}")
     if requests:
         print()
         for request in requests:
@@ -792,6 +829,7 @@ async def _show(client: Client, args: argparse.Namespace) -> int:
         _print_json(
             {
                 **_run_json(run),
+                "usage": _usage_json(steps),
                 "steps": [_step_json(s) for s in steps],
                 "requests": [_request_json(r) for r in requests],
             }

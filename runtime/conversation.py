@@ -10,7 +10,15 @@ from typing import Any
 import attrs
 
 from leaseward.runtime.lifecycle import StepKind, StepStatus
-from leaseward.runtime.model import Message, ProviderReply, Role, StepInfo, ToolCall, valid_text
+from leaseward.runtime.model import (
+    Message,
+    ProviderReply,
+    Role,
+    StepInfo,
+    ToolCall,
+    Usage,
+    valid_text,
+)
 
 __all__ = [
     "Conversation",
@@ -23,6 +31,7 @@ __all__ = [
     "reply_from_json",
     "reply_to_json",
     "tool_message",
+    "usage_from_json",
 ]
 
 
@@ -57,9 +66,9 @@ def input_message(value: Any) -> Message:
     return Message(Role.USER, content)
 
 
-def tool_message(call: ToolCall, output: Any) -> Message:
+def tool_message(call: ToolCall, output: Any, *, is_error: bool = False) -> Message:
     content = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
-    return Message(Role.TOOL, content, tool_call_id=call.call_id, name=call.name)
+    return Message(Role.TOOL, content, tool_call_id=call.call_id, name=call.name, is_error=is_error)
 
 
 def normalize_reply(reply: ProviderReply, turn_seq: int) -> ProviderReply:
@@ -80,27 +89,71 @@ def normalize_reply(reply: ProviderReply, turn_seq: int) -> ProviderReply:
             while call_id in seen or call_id in given:
                 call_id += "_"
         seen.add(call_id)
-        calls.append(ToolCall(valid_text(call.name), dict(call.arguments), call_id))
-    return ProviderReply(text=reply.text, tool_calls=tuple(calls))
+        calls.append(
+            ToolCall(
+                valid_text(call.name),
+                dict(call.arguments),
+                call_id,
+                invalid_arguments=call.invalid_arguments,
+            )
+        )
+    return attrs.evolve(reply, tool_calls=tuple(calls))
 
 
-def reply_to_json(reply: ProviderReply) -> dict[str, Any]:
-    return {
+def _call_to_json(call: ToolCall) -> dict[str, Any]:
+    data = {"name": call.name, "arguments": dict(call.arguments), "call_id": call.call_id}
+    if call.invalid_arguments is not None:
+        data["invalid_arguments"] = call.invalid_arguments
+    return data
+
+
+def reply_to_json(reply: ProviderReply, *, latency_ms: float | None = None) -> dict[str, Any]:
+    """The provider step's record: the reply, and what it cost when that is known.
+
+    Keys with nothing to say are left out, so journals written before they
+    existed read back the same.
+    """
+    data: dict[str, Any] = {
         "text": reply.text,
-        "tool_calls": [
-            {"name": c.name, "arguments": dict(c.arguments), "call_id": c.call_id}
-            for c in reply.tool_calls
-        ],
+        "tool_calls": [_call_to_json(call) for call in reply.tool_calls],
     }
+    if reply.model is not None:
+        data["model"] = reply.model
+    if reply.usage is not None:
+        data["usage"] = {
+            "input_tokens": reply.usage.input_tokens,
+            "output_tokens": reply.usage.output_tokens,
+        }
+    if reply.stop_reason is not None:
+        data["stop_reason"] = reply.stop_reason
+    if latency_ms is not None:
+        data["latency_ms"] = latency_ms
+    return data
+
+
+def usage_from_json(data: Any) -> Usage | None:
+    """The token usage in a provider step's record, or None when it has none."""
+    usage = data.get("usage") if isinstance(data, Mapping) else None
+    if not isinstance(usage, Mapping):
+        return None
+    return Usage.read(usage.get("input_tokens"), usage.get("output_tokens"))
 
 
 def reply_from_json(data: Mapping[str, Any]) -> ProviderReply:
     return ProviderReply(
         text=data.get("text"),
         tool_calls=tuple(
-            ToolCall(c["name"], c.get("arguments") or {}, c["call_id"])
+            ToolCall(
+                c["name"],
+                c.get("arguments") or {},
+                c["call_id"],
+                invalid_arguments=c.get("invalid_arguments"),
+            )
             for c in data.get("tool_calls", ())
         ),
+        usage=usage_from_json(data),
+        model=data.get("model"),
+        stop_reason=data.get("stop_reason"),
     )
 
 
@@ -140,7 +193,13 @@ def rebuild(
         if step.status is StepStatus.STARTED:
             pending[position] = attrs.evolve(pending[position], open_attempt=step)
         else:
-            messages.append(tool_message(pending[position].call, step.output))
+            messages.append(
+                tool_message(
+                    pending[position].call,
+                    step.output,
+                    is_error=step.status is StepStatus.FAILED,
+                )
+            )
             del pending[position]
     final = last_reply if last_reply is not None and not last_reply.tool_calls else None
     return Conversation(

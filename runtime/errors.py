@@ -92,11 +92,20 @@ class ToolError(LeasewardError):
 class ProviderError(LeasewardError):
     """The model provider failed."""
 
-    def __init__(self, message: str | None = None, *, failure_class: str = "unknown") -> None:
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        failure_class: str = "unknown",
+        retry_after_seconds: float | None = None,
+    ) -> None:
         super().__init__(message)
         # A plain string keeps this module free of the failures module; the
         # classifier turns it into a FailureClass (an unknown string is "unknown").
         self.failure_class = failure_class
+        # How long the provider asked to be left alone (an HTTP Retry-After): a
+        # requeue waits that long instead of guessing with its backoff.
+        self.retry_after_seconds = retry_after_seconds
 
 
 class WaitTimeout(LeasewardError, TimeoutError):

@@ -14,7 +14,7 @@ from leaseward.runtime.errors import (
     UnknownAgent,
 )
 
-__all__ = ["RETRYABLE", "FailureClass", "classify"]
+__all__ = ["RETRYABLE", "FailureClass", "classify", "failure_class_for_status"]
 
 
 class FailureClass(enum.StrEnum):
@@ -44,7 +44,8 @@ RETRYABLE = frozenset(
 _HTTP_STATUS_ATTRIBUTES = ("status_code", "status")
 
 
-def _from_http_status(status: int) -> FailureClass | None:
+def failure_class_for_status(status: int) -> FailureClass | None:
+    """The class of a failed HTTP call by its status, or None for a status that is no failure."""
     if status == 429:
         return FailureClass.RATE_LIMIT
     if status in (401, 403):
@@ -84,7 +85,7 @@ def classify(exc: BaseException) -> FailureClass:
     for attribute in _HTTP_STATUS_ATTRIBUTES:
         status = getattr(exc, attribute, None)
         if isinstance(status, int) and not isinstance(status, bool):
-            found = _from_http_status(status)
+            found = failure_class_for_status(status)
             if found is not None:
                 return found
     if isinstance(exc, OSError):

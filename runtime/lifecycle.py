@@ -7,6 +7,7 @@ state = ?`` is the row's source state, its new state the row's target.
 from __future__ import annotations
 
 import enum
+import math
 
 import attrs
 
@@ -196,6 +197,7 @@ def decide_recovery(
     reaped: bool,
     audit_failed: bool,
     policy: RecoveryPolicy,
+    retry_after_seconds: float | None = None,
 ) -> Recovery:
     """What to do with a run whose attempt ended without settling it.
 
@@ -203,6 +205,9 @@ def decide_recovery(
     the journal is empty or the newest row is a provider step); ``reaped`` says
     the lease expired rather than the attempt failing in-process (the reaper
     passes ``FailureClass.CONNECTION``: a lost worker is a lost connection).
+    ``retry_after_seconds`` is how long the failed service asked to be left
+    alone; a requeue waits that long, at most the backoff cap, instead of the
+    backoff.
     """
     interrupted_non_idempotent = (
         last_effect is ToolEffect.NON_IDEMPOTENT_WRITE and last_status is StepStatus.STARTED
@@ -224,5 +229,10 @@ def decide_recovery(
     # A worker lost once is retried at once; a run whose attempts keep ending in
     # reaps may be what kills its workers, so from its second retry on it backs
     # off like any other failure instead of crash-looping the fleet.
-    delay = 0.0 if reaped and requeues == 0 else policy.backoff_seconds(requeues)
+    if retry_after_seconds is not None and math.isfinite(retry_after_seconds):
+        delay = min(max(retry_after_seconds, 0.0), policy.backoff_cap_seconds)
+    elif reaped and requeues == 0:
+        delay = 0.0
+    else:
+        delay = policy.backoff_seconds(requeues)
     return Recovery(RecoveryAction.REQUEUE, None, delay)

@@ -141,6 +141,11 @@ def test_the_wheel_holds_only_the_leaseward_package(wheel: Path) -> None:
         "leaseward/__init__.py",
         "leaseward/py.typed",
         "leaseward/runtime/app.py",
+        "leaseward/providers.py",
+        "leaseward/runtime/providers/__init__.py",
+        "leaseward/runtime/providers/openai.py",
+        "leaseward/runtime/providers/anthropic.py",
+        "leaseward/runtime/providers/endpoint.py",
         "leaseward/actors/run_actor.py",
         "leaseward/storage/sql_store.py",
         "leaseward/storage/sql/queries/sqlite.sql",
@@ -210,3 +215,21 @@ def test_a_project_with_its_own_storage_package_runs_under_the_daemon(
         daemon.terminate()
         daemon.wait(timeout=30)
     assert daemon.returncode == 0
+
+
+def test_the_wheel_brings_the_providers_and_their_http_client(
+    user_venv: Path, tmp_path: Path
+) -> None:
+    done = _run(
+        [
+            str(user_venv / "bin/python"),
+            "-c",
+            "from leaseward.providers import OpenAIChat; import httpx; "
+            "print(OpenAIChat('m', base_url='http://127.0.0.1:9/v1'))",
+        ],
+        cwd=tmp_path,
+        timeout=RUN_TIMEOUT_SECONDS,
+    )
+    assert (
+        done.stdout.strip() == "OpenAIChat(model='m', url='http://127.0.0.1:9/v1/chat/completions')"
+    )

@@ -26,6 +26,7 @@ from leaseward.runtime.model import (
     Role,
     StepInfo,
     ToolCall,
+    Usage,
     valid_text,
 )
 
@@ -162,12 +163,12 @@ def test_a_settled_tool_row_resolves_its_call() -> None:
     assert conv.next_seq == 2
 
 
-def test_a_failed_tool_row_also_resolves_its_call() -> None:
+def test_a_failed_tool_row_also_resolves_its_call_as_an_error_result() -> None:
     steps = [provider_step(0, TWO_CALLS), tool_step(1, CALL_A, StepStatus.FAILED, "bad input")]
     conv = rebuild(RUN, "", "hi", steps)
     assert [p.call for p in conv.pending] == [CALL_B]
     assert conv.messages[-1] == Message(
-        Role.TOOL, "bad input", tool_call_id="call-a", name="lookup"
+        Role.TOOL, "bad input", tool_call_id="call-a", name="lookup", is_error=True
     )
 
 
@@ -292,6 +293,23 @@ def test_reply_json_shape() -> None:
         "tool_calls": [{"name": "lookup", "arguments": {"q": "a"}, "call_id": "call-a"}],
     }
     assert reply_from_json({"text": None}) == ProviderReply()
+    costed = ProviderReply(
+        None,
+        (ToolCall.from_text("lookup", "{q", "c"),),
+        usage=Usage(10, 2),
+        model="m-1",
+        stop_reason="tool_calls",
+    )
+    assert reply_to_json(costed, latency_ms=12.5) == {
+        "text": None,
+        "tool_calls": [
+            {"name": "lookup", "arguments": {}, "call_id": "c", "invalid_arguments": "{q"}
+        ],
+        "model": "m-1",
+        "usage": {"input_tokens": 10, "output_tokens": 2},
+        "stop_reason": "tool_calls",
+        "latency_ms": 12.5,
+    }
     assert reply_from_json(
         {"tool_calls": [{"name": "n", "call_id": "c", "arguments": None}]}
     ) == ProviderReply(None, (ToolCall("n", {}, "c"),))
@@ -310,11 +328,15 @@ tool_calls = st.builds(
     name=st.text(min_size=1, max_size=10),
     arguments=st.dictionaries(st.text(max_size=5), json_values, max_size=3),
     call_id=st.text(max_size=10),
-)
+) | st.builds(ToolCall.from_text, name=st.text(min_size=1, max_size=10), text=st.text(max_size=8))
+counts = st.integers(min_value=0, max_value=2**40)
 replies = st.builds(
     ProviderReply,
     text=st.none() | st.text(max_size=20),
     tool_calls=st.lists(tool_calls, max_size=4),
+    usage=st.none() | st.builds(Usage, counts, counts),
+    model=st.none() | st.text(max_size=10),
+    stop_reason=st.none() | st.text(max_size=10),
 )
 
 
@@ -328,9 +350,14 @@ def test_reply_json_round_trip(reply: ProviderReply) -> None:
 @given(replies, st.integers(min_value=0, max_value=1000))
 def test_normalize_reply_keeps_order_names_and_arguments(reply: ProviderReply, turn: int) -> None:
     out = normalize_reply(reply, turn)
-    assert out.text == reply.text
-    assert [(c.name, dict(c.arguments)) for c in out.tool_calls] == [
-        (valid_text(c.name), dict(c.arguments)) for c in reply.tool_calls
+    assert (out.text, out.usage, out.model, out.stop_reason) == (
+        reply.text,
+        reply.usage,
+        reply.model,
+        reply.stop_reason,
+    )
+    assert [(c.name, dict(c.arguments), c.invalid_arguments) for c in out.tool_calls] == [
+        (valid_text(c.name), dict(c.arguments), c.invalid_arguments) for c in reply.tool_calls
     ]
     assert all(c.call_id for c in out.tool_calls)
     ids = [c.call_id for c in out.tool_calls]

@@ -12,11 +12,19 @@ import pytest
 
 import leaseward
 import leaseward.actors
+import leaseward.providers
 import leaseward.runtime
+import leaseward.runtime.providers
 import leaseward.storage
 from leaseward.runtime.errors import LeasewardError
 
-PACKAGES = [leaseward, leaseward.runtime, leaseward.actors, leaseward.storage]
+PACKAGES = [
+    leaseward,
+    leaseward.runtime,
+    leaseward.runtime.providers,
+    leaseward.actors,
+    leaseward.storage,
+]
 ROOT = Path(leaseward.runtime.__file__).resolve().parent.parent
 
 
@@ -85,6 +93,13 @@ def test_the_facade_exports_the_core_api() -> None:
         "InvalidInput",
     }
     assert required - set(leaseward.__all__) == set()
+
+
+def test_leaseward_providers_is_the_runtime_layers_providers() -> None:
+    assert leaseward.providers.__all__ == leaseward.runtime.providers.__all__
+    assert {"OpenAIChat", "AnthropicMessages"} <= set(leaseward.providers.__all__)
+    for name in leaseward.providers.__all__:
+        assert getattr(leaseward.providers, name) is getattr(leaseward.runtime.providers, name)
 
 
 def _exported_exceptions() -> list[type[BaseException]]:
@@ -223,3 +238,38 @@ def test_kernel_modules_import_no_io_layer(name: str) -> None:
 def test_kernel_module_list_names_real_modules() -> None:
     for name in KERNEL:
         assert importlib.import_module(f"leaseward.runtime.{name}").__file__ is not None
+
+
+SHELL_ONLY = {
+    "leaseward.actors",
+    "leaseward.storage",
+    "leaseward.runtime.app",
+    "leaseward.runtime.client",
+    "leaseward.runtime.daemon",
+    "leaseward.runtime.cli",
+}
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "runtime" / "providers").glob("*.py")), ids=lambda p: p.name
+)
+def test_the_providers_use_only_the_kernel(path: Path) -> None:
+    """The adapters talk HTTP to models; they neither store nor schedule anything."""
+    module = f"leaseward.runtime.providers.{path.stem}"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported = {
+        node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+    } | {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    leaseward_imports = {name for name in imported if name.startswith("leaseward")}
+    assert leaseward_imports, module
+    bad = {
+        name
+        for name in leaseward_imports
+        if any(name == shell or name.startswith(f"{shell}.") for shell in SHELL_ONLY)
+    }
+    assert bad == set(), module

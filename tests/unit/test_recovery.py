@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from typing import Any
 
 import attrs
@@ -43,6 +44,7 @@ def oracle(
     max_requeues: int = 3,
     base: float = 30.0,
     cap: float = 600.0,
+    retry_after: float | None = None,
 ) -> tuple[str, str | None, float]:
     """DESIGN section 6 and the project rules, written with plain strings."""
     if mode == "interactive":
@@ -59,6 +61,9 @@ def oracle(
         return ("dead_letter", "not_retryable", 0.0)
     if requeues >= max_requeues:
         return ("dead_letter", "retries_exhausted", 0.0)
+    if retry_after is not None and math.isfinite(retry_after):
+        # The service said how long to wait: that, within [0, cap], instead of the backoff.
+        return ("requeue", None, min(cap, max(0.0, retry_after)))
     delay = 0.0 if reaped and requeues == 0 else min(cap, base * (2**requeues))
     return ("requeue", None, delay)
 
@@ -69,6 +74,7 @@ def as_tuple(recovery: Recovery) -> tuple[str, str | None, float]:
 
 
 EFFECTS: list[ToolEffect | None] = [None, *ToolEffect]
+RETRY_AFTERS = [None, 0.0, 7.5, -1.0, 10_000.0, math.nan, math.inf]
 STATUSES: list[StepStatus | None] = [None, *StepStatus]
 
 
@@ -82,8 +88,15 @@ def test_axes_are_complete() -> None:
 def test_decide_recovery_exhaustively() -> None:
     seen: set[tuple[str, str | None]] = set()
     count = 0
-    for effect, status, failure, mode, requeues, reaped, audit_failed in itertools.product(
-        EFFECTS, STATUSES, FailureClass, RunMode, range(5), (False, True), (False, True)
+    for effect, status, failure, mode, requeues, reaped, audit_failed, after in itertools.product(
+        EFFECTS,
+        STATUSES,
+        FailureClass,
+        RunMode,
+        range(5),
+        (False, True),
+        (False, True),
+        RETRY_AFTERS,
     ):
         result = decide_recovery(
             mode=mode,
@@ -94,6 +107,7 @@ def test_decide_recovery_exhaustively() -> None:
             reaped=reaped,
             audit_failed=audit_failed,
             policy=POLICY,
+            retry_after_seconds=after,
         )
         assert isinstance(result, Recovery)
         expected = oracle(
@@ -104,11 +118,12 @@ def test_decide_recovery_exhaustively() -> None:
             failure=failure.value,
             reaped=reaped,
             audit_failed=audit_failed,
+            retry_after=after,
         )
-        assert as_tuple(result) == expected, (effect, status, failure, mode, requeues, reaped)
+        assert as_tuple(result) == expected, (effect, status, failure, mode, requeues, after)
         seen.add(expected[:2])
         count += 1
-    assert count == 4 * 4 * 8 * 2 * 5 * 2 * 2
+    assert count == 4 * 4 * 8 * 2 * 5 * 2 * 2 * len(RETRY_AFTERS)
     # Every outcome the rules can produce was actually reached.
     assert seen == {
         ("fail", "interactive_interrupted"),

@@ -1,0 +1,367 @@
+"""What the HTTP model adapters share: one JSON endpoint, its secret, and how its failures
+are classed.
+
+Every failure leaves here as a ``ProviderError`` whose ``failure_class`` the
+runtime's recovery acts on; no text that leaves here carries a header or the
+API key. The durable retry and its backoff are the runtime's: this module
+retries a call only once, in the call, when a connection broke under it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import ssl
+import time
+from collections.abc import Mapping
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import attrs
+import httpx
+
+from leaseward.runtime.errors import ConfigurationError, ProviderError
+from leaseward.runtime.failures import FailureClass, failure_class_for_status
+from leaseward.runtime.logs import get_logger
+from leaseward.runtime.model import dump_json
+
+__all__ = [
+    "CONNECTION_RETRY_PAUSE_SECONDS",
+    "QUOTA_EXHAUSTED",
+    "ApiError",
+    "BadReply",
+    "JsonEndpoint",
+    "Secret",
+    "api_key_from",
+    "check_timeout",
+    "error_details",
+    "failure_class_for",
+    "retry_after_seconds",
+    "shown_url",
+]
+
+CONNECTION_RETRY_PAUSE_SECONDS = 0.2
+# Error codes and types that say the account may spend nothing more: waiting does not
+# help, so they are not rate limits whatever the status that carries them.
+QUOTA_EXHAUSTED = frozenset(
+    {"insufficient_quota", "credit_balance_exhausted", "enforced_spend_limit_reached"}
+)
+_SHOWN_CHARS = 300
+
+log = get_logger("leaseward.providers")
+
+
+class Secret:
+    """A credential that never shows itself: not in ``repr``, ``str``, logs or errors."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def redact(self, text: str) -> str:
+        """``text`` with the credential, should a server have echoed it, masked."""
+        return text.replace(self._value, "***")
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+
+def api_key_from(argument: str | None, variable: str) -> Secret | None:
+    """The key given, else the one in the environment ``variable``, else None."""
+    value = argument if argument is not None else os.environ.get(variable)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ConfigurationError(f"api_key must be a string, not {type(value).__name__}")
+    # Keys pasted from files often end in a newline, which no header may carry.
+    value = value.strip()
+    if not value:
+        return None
+    if not value.isascii() or not value.isprintable():
+        source = "api_key" if argument is not None else variable
+        raise ConfigurationError(
+            f"{source} holds characters an HTTP header cannot carry (the key is not shown)"
+        )
+    return Secret(value)
+
+
+def check_timeout(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ConfigurationError(f"timeout_seconds must be a positive number, not {value!r}")
+    return float(value)
+
+
+def _endpoint_url(base_url: Any, path: str) -> httpx.URL:
+    """``path`` under ``base_url``, whose query (an Azure-style ``api-version``) is kept."""
+    if not isinstance(base_url, str):
+        raise ConfigurationError(f"base_url must be a string, not {type(base_url).__name__}")
+    try:
+        base = httpx.URL(base_url)
+    except httpx.InvalidURL as exc:
+        raise ConfigurationError(f"base_url {base_url!r} is not a URL: {exc}") from None
+    if base.scheme not in ("http", "https") or not base.host:
+        raise ConfigurationError(
+            f"base_url {base_url!r} must be an http:// or https:// URL with a host, "
+            "such as http://localhost:11434/v1"
+        )
+    return base.copy_with(path=base.path.rstrip("/") + path, fragment=None)
+
+
+def shown_url(url: httpx.URL) -> str:
+    """``url`` as errors and ``repr`` show it: without the userinfo or query a key may be in."""
+    return str(url.copy_with(query=None, fragment=None, username=None, password=None))
+
+
+def _check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        raise ConfigurationError("extra_headers must map header names to string values")
+    return dict(headers)
+
+
+class BadReply(Exception):
+    """An answer an adapter cannot take as the model's reply, and the failure class of that.
+
+    The pure mapping functions raise it; the adapter names its endpoint in the
+    ProviderError it becomes.
+    """
+
+    def __init__(
+        self, message: str, failure_class: FailureClass = FailureClass.SERVER_ERROR
+    ) -> None:
+        super().__init__(message)
+        self.failure_class = failure_class
+
+
+@attrs.frozen
+class ApiError:
+    """What an error body says, read leniently: gateways word errors their own way."""
+
+    message: str | None = None
+    kinds: tuple[str, ...] = ()
+    """The error's type and code, as far as the body has them (``rate_limit_error``, ...)."""
+
+
+def error_details(body: Any) -> ApiError:
+    """The message and kinds of an error body in OpenAI's, Anthropic's or a gateway's form."""
+    if not isinstance(body, Mapping):
+        return ApiError()
+    error = body.get("error")
+    fields: Mapping[str, Any] = body
+    if isinstance(error, Mapping):
+        fields = error
+    elif isinstance(error, str):
+        return ApiError(message=error)
+    message = fields.get("message", fields.get("detail"))
+    kinds = tuple(
+        value
+        for value in (fields.get("type"), fields.get("code"))
+        if isinstance(value, str) and value not in ("error", "")
+    )
+    return ApiError(message=message if isinstance(message, str) else None, kinds=kinds)
+
+
+def failure_class_for(status: int, error: ApiError) -> FailureClass:
+    """The failure class of an error answer: its quota codes first, then its status."""
+    if QUOTA_EXHAUSTED.intersection(error.kinds):
+        return FailureClass.CONFIGURATION
+    return failure_class_for_status(status) or FailureClass.UNKNOWN
+
+
+def retry_after_seconds(headers: Mapping[str, str], now: float) -> float | None:
+    """How long the server asked to be left alone, from ``retry-after-ms`` (OpenAI's) or
+    ``retry-after`` (seconds or an HTTP date); None when it did not say, or not readably."""
+    milliseconds = headers.get("retry-after-ms")
+    if milliseconds is not None:
+        seconds = _non_negative(milliseconds)
+        if seconds is not None:
+            return seconds / 1000
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    seconds = _non_negative(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(when.timestamp() - now, 0.0)
+
+
+def _non_negative(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 <= value < math.inf else None
+
+
+def _shortened(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+def _cert_problem(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+class JsonEndpoint:
+    """One URL that takes a JSON body by POST and answers JSON.
+
+    ``name`` says whose endpoint it is in errors (``OpenAI-compatible endpoint``);
+    ``path`` is joined to ``base_url``.
+    The HTTP client and its connection pool belong to the event loop that made
+    them, so one is made per loop: a provider object may serve several
+    ``anyio.run`` calls in turn.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        base_url: str,
+        path: str,
+        *,
+        headers: Mapping[str, str] | None,
+        secret: Secret | None,
+        secret_header: tuple[str, str],
+        timeout_seconds: float,
+    ) -> None:
+        self.name = name
+        self._url = _endpoint_url(base_url, path)
+        self.shown_url = shown_url(self._url)
+        self._headers = _check_headers(headers)
+        self._secret = secret
+        self._secret_header = secret_header
+        self.timeout_seconds = timeout_seconds
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: object = None
+
+    def __repr__(self) -> str:
+        return f"JsonEndpoint({self.name!r}, {self.shown_url!r})"
+
+    def _http_client(self) -> httpx.AsyncClient:
+        loop = anyio.lowlevel.current_token()
+        if self._client is None or self._client_loop != loop:
+            self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_seconds))
+            self._client_loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and self._client_loop == anyio.lowlevel.current_token():
+            await client.aclose()
+
+    def _request_headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json", "accept": "application/json"}
+        headers.update(self._headers)
+        if self._secret is not None:
+            name, prefix = self._secret_header
+            headers[name] = prefix + self._secret.reveal()
+        return headers
+
+    def _redacted(self, text: str) -> str:
+        return text if self._secret is None else self._secret.redact(text)
+
+    def failure(
+        self,
+        message: str,
+        failure_class: FailureClass,
+        *,
+        retry_after_seconds: float | None = None,
+    ) -> ProviderError:
+        """An error of this endpoint, named by its URL, with any echoed key masked."""
+        return ProviderError(
+            self._redacted(f"{self.name} {self.shown_url}: {message}"),
+            failure_class=failure_class.value,
+            retry_after_seconds=retry_after_seconds,
+        )
+
+    async def post(self, body: Mapping[str, Any]) -> Any:
+        """POST ``body``; the answer's JSON, or a ProviderError saying what failed."""
+        content = dump_json(dict(body), what="the request").encode()
+        try:
+            with anyio.fail_after(self.timeout_seconds):
+                response = await self._send(content)
+        except (TimeoutError, httpx.TimeoutException):
+            raise self.failure(
+                f"no answer within {self.timeout_seconds:g} s", FailureClass.CONNECTION
+            ) from None
+        except httpx.TransportError as exc:
+            # A certificate that does not verify will not verify on a retry either.
+            failure_class = (
+                FailureClass.CONFIGURATION if _cert_problem(exc) else FailureClass.CONNECTION
+            )
+            raise self.failure(
+                f"the connection failed: {type(exc).__name__}: {exc}", failure_class
+            ) from None
+        return self._read(response)
+
+    async def _send(self, content: bytes) -> httpx.Response:
+        client = self._http_client()
+        headers = self._request_headers()
+        try:
+            return await client.post(self._url, content=content, headers=headers)
+        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            # A pooled connection the server had closed, or a reset: one quick retry
+            # in the call. Anything longer is the runtime's retry, with its backoff.
+            log.warning(
+                "provider.connection_retry",
+                endpoint=self.shown_url,
+                error=self._redacted(f"{type(exc).__name__}: {exc}"),
+            )
+        await anyio.sleep(CONNECTION_RETRY_PAUSE_SECONDS)
+        return await client.post(self._url, content=content, headers=headers)
+
+    def _read(self, response: httpx.Response) -> Any:
+        try:
+            data = json.loads(response.content)
+        except (ValueError, RecursionError):
+            data = None
+            readable = False
+        else:
+            readable = True
+        if 200 <= response.status_code < 300:
+            if not readable:
+                raise self.failure(
+                    f"answered HTTP {response.status_code} with a body that is not JSON: "
+                    f"{_shortened(response.text)!r}",
+                    FailureClass.SERVER_ERROR,
+                )
+            return data
+        raise self._error(response, data if readable else None)
+
+    def _error(self, response: httpx.Response, data: Any) -> ProviderError:
+        status = response.status_code
+        details = error_details(data)
+        failure_class = failure_class_for(status, details)
+        kinds = f" ({', '.join(details.kinds)})" if details.kinds else ""
+        said = details.message if details.message is not None else response.text
+        message = f"answered HTTP {status}{kinds}: {_shortened(said) or '(no body)'}"
+        retry_after = None
+        if failure_class.retryable:
+            retry_after = retry_after_seconds(response.headers, time.time())
+            if retry_after is not None:
+                message += f"; it asked for a retry after {retry_after:g} s"
+        elif failure_class is FailureClass.CONFIGURATION:
+            message += "; the account can spend no more until its quota or limit is raised"
+        return self.failure(message, failure_class, retry_after_seconds=retry_after)
