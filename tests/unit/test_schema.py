@@ -357,7 +357,9 @@ def test_derived_arguments_take_declared_kinds_and_refuse_others(
     arguments = derived(annotation)
     for kind, value in values.items():
         if kind in accepted:
-            assert arguments.parse({"value": value}) == {"value": value}, (kind, value)
+            # A float parameter holds an integer as a float: past 2**53 it is rounded.
+            expected = float(value) if annotation is float else value
+            assert arguments.parse({"value": value}) == {"value": expected}, (kind, value)
         else:
             with pytest.raises(InvalidInput) as raised:
                 arguments.parse({"value": value})
