@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -24,7 +23,7 @@ from leaseward.runtime.model import (
 from leaseward.runtime.providers.endpoint import (
     BadReply,
     JsonEndpoint,
-    api_key_from,
+    base_and_key,
     check_timeout,
 )
 
@@ -247,13 +246,14 @@ class AnthropicMessages:
             extra_body=extra_body if extra_body is not None else {},
         )
         self.timeout_seconds = check_timeout(timeout_seconds)
-        base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_BASE_URL
-        key = api_key_from(api_key, "ANTHROPIC_API_KEY")
-        if key is None and base.rstrip("/") == ANTHROPIC_BASE_URL:
-            raise ConfigurationError(
-                f"AnthropicMessages needs an API key for {ANTHROPIC_BASE_URL}: "
-                "pass api_key= or set ANTHROPIC_API_KEY"
-            )
+        base, key = base_and_key(
+            "AnthropicMessages",
+            base_url,
+            api_key,
+            default_base=ANTHROPIC_BASE_URL,
+            base_variable="ANTHROPIC_BASE_URL",
+            key_variable="ANTHROPIC_API_KEY",
+        )
         self._endpoint = JsonEndpoint(
             "Anthropic Messages endpoint",
             base,

@@ -36,6 +36,7 @@ __all__ = [
     "JsonEndpoint",
     "Secret",
     "api_key_from",
+    "base_and_key",
     "check_timeout",
     "error_details",
     "failure_class_for",
@@ -92,6 +93,26 @@ def api_key_from(argument: str | None, variable: str) -> Secret | None:
             f"{source} holds characters an HTTP header cannot carry (the key is not shown)"
         )
     return Secret(value)
+
+
+def base_and_key(
+    provider: str,
+    base_url: str | None,
+    api_key: str | None,
+    *,
+    default_base: str,
+    base_variable: str,
+    key_variable: str,
+) -> tuple[str, Secret | None]:
+    """The base URL (given, else from the environment, else the provider's own) and the
+    key; only the provider's own URL requires one (a local server may take none)."""
+    base = base_url or os.environ.get(base_variable) or default_base
+    key = api_key_from(api_key, key_variable)
+    if key is None and base.rstrip("/") == default_base:
+        raise ConfigurationError(
+            f"{provider} needs an API key for {default_base}: pass api_key= or set {key_variable}"
+        )
+    return base, key
 
 
 def check_timeout(value: Any) -> float:

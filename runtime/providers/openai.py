@@ -4,7 +4,6 @@ gateways, vLLM, Ollama, LiteLLM, OpenRouter)."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
@@ -25,7 +24,7 @@ from leaseward.runtime.model import (
 from leaseward.runtime.providers.endpoint import (
     BadReply,
     JsonEndpoint,
-    api_key_from,
+    base_and_key,
     check_timeout,
 )
 from leaseward.runtime.schema import strict_schema
@@ -233,13 +232,14 @@ class OpenAIChat:
         )
         self.timeout_seconds = check_timeout(timeout_seconds)
         self.strict = bool(strict)
-        base = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
-        key = api_key_from(api_key, "OPENAI_API_KEY")
-        if key is None and base.rstrip("/") == OPENAI_BASE_URL:
-            raise ConfigurationError(
-                f"OpenAIChat needs an API key for {OPENAI_BASE_URL}: "
-                "pass api_key= or set OPENAI_API_KEY"
-            )
+        base, key = base_and_key(
+            "OpenAIChat",
+            base_url,
+            api_key,
+            default_base=OPENAI_BASE_URL,
+            base_variable="OPENAI_BASE_URL",
+            key_variable="OPENAI_API_KEY",
+        )
         self._endpoint = JsonEndpoint(
             "OpenAI-compatible endpoint",
             base,
