@@ -56,8 +56,9 @@ class Charge:
         self.returned = True
 
     async def drained(self) -> None:
+        # The Supervisor says so only in its log.
         with anyio.fail_after(DRAINED_WITHIN_SECONDS):
-            while "worker.finishing_write" not in events(self._logs):
+            while "worker.finishing_write" not in events(self._logs):  # noqa: ASYNC110
                 await anyio.sleep(POLL_SECONDS)
 
 
@@ -118,18 +119,22 @@ async def test_stop_now_cuts_the_write_off_and_names_it(store_url: str) -> None:
     cut: list[Any] = []
     with capture_logs() as logs:
         charge = Charge(logs)
-        async with anyio.create_task_group() as tasks:
-            async with Runtime.open(store_url, charge.app, **FAST) as rt:
-                run_id = await rt.submit("payer", None)
-                await charge.entered.wait()
+        async with (
+            anyio.create_task_group() as tasks,
+            Runtime.open(store_url, charge.app, **FAST) as rt,
+        ):
+            run_id = await rt.submit("payer", None)
+            await charge.entered.wait()
 
-                async def force() -> None:
-                    await charge.drained()
-                    cut.extend(rt.stop_now())
+            async def force() -> None:
+                await charge.drained()
+                cut.extend(rt.stop_now())
 
-                tasks.start_soon(force)
+            tasks.start_soon(force)
     assert not charge.returned
-    assert [(w.run_id, w.epoch, w.tool, w.call_id) for w in cut] == [(run_id, 1, "charge", "call-1")]
+    assert [(w.run_id, w.epoch, w.tool, w.call_id) for w in cut] == [
+        (run_id, 1, "charge", "call-1")
+    ]
     [warning] = [line for line in logs if line["event"] == "worker.cutting_off"]
     assert warning["log_level"] == "warning"
     assert (warning["run_id"], warning["tool"], warning["call_id"]) == (run_id, "charge", "call-1")
