@@ -283,8 +283,10 @@ class Supervisor:
                 local = self._local.get((run_id, epoch))
                 if local is not None:
                     # The store no longer counts this worker as the holder: stop it
-                    # now, before it spends time on work it could not record anyway.
+                    # now, before it spends time on work it could not record anyway,
+                    # a write included.
                     self._log.warning("lease.lost", run_id=run_id, by="reaper")
+                    local.actor.cut_off()
                     local.scope.cancel()
 
     def _start(self, runs: TaskGroup, record: RunRecord, lease_deadline: float) -> None:

@@ -15,6 +15,7 @@ import pytest
 from support import Calls, capture_logs, events, one_call_agent
 
 from leaseward import App, Reason, RunState, Runtime, StepStatus, ToolContext, ToolEffect
+from leaseward.actors.messages import LeasesReaped
 
 pytestmark = pytest.mark.anyio
 
@@ -141,3 +142,28 @@ async def test_stop_now_cuts_the_write_off_and_names_it(store_url: str) -> None:
     run, _ = await _final(store_url, run_id)
     assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.INTERRUPTED_WRITE)
     assert len(charge.calls) == 1
+
+
+async def test_a_write_whose_lease_the_reaper_took_is_cancelled_at_once(store_url: str) -> None:
+    """Only a drain waits for a write: one whose lease is gone could record nothing."""
+    entered, cancelled = anyio.Event(), anyio.Event()
+
+    async def hold(ctx: ToolContext) -> None:
+        entered.set()
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            cancelled.set()
+            raise
+
+    calls = Calls()
+    agent = one_call_agent(
+        "payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge", body=hold
+    )
+    async with Runtime.open(store_url, App([agent]), **FAST) as rt:
+        run_id = await rt.submit("payer", None)
+        await entered.wait()
+        # What this process's LeaseReaper tells the Supervisor when it reaped a lease.
+        rt.supervisor.mailbox.send_nowait(LeasesReaped(((run_id, 1),)))
+        with anyio.fail_after(5):
+            await cancelled.wait()
