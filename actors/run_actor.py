@@ -288,7 +288,7 @@ class RunActor:
                 self._step_scope = None
                 self.writing = None
 
-    def _finish_write(self, tool: str, call_id: str) -> None:
+    def _protect_write(self, tool: str, call_id: str) -> None:
         """G13: the call about to start has a durable intent, so nothing but cut_off()
         stops it: an interrupted write is one a person must resolve."""
         self.writing = WriteInFlight(self.run_id, self.epoch, tool, call_id)
@@ -601,7 +601,7 @@ class RunActor:
         )
         self._admit()
         if self._unstarted_intent is not None:
-            self._finish_write(bound.name, pending.call.call_id)
+            self._protect_write(bound.name, pending.call.call_id)
         self._unstarted_intent = None
         try:
             result = await self._guarded(

@@ -342,13 +342,7 @@ class Supervisor:
         for local in list(self._local.values()):
             local.scope.cancel()
         for write in self.writes_in_flight():
-            self._log.info(
-                "worker.finishing_write",
-                run_id=write.run_id,
-                epoch=write.epoch,
-                tool=write.tool,
-                call_id=write.call_id,
-            )
+            self._log.info("worker.finishing_write", **attrs.asdict(write))
         await self._until_idle()
 
     def _actors(self) -> list[RunActor]:
@@ -363,13 +357,7 @@ class Supervisor:
         self._stop_now = True
         cut = self.writes_in_flight()
         for write in cut:
-            self._log.warning(
-                "worker.cutting_off",
-                run_id=write.run_id,
-                epoch=write.epoch,
-                tool=write.tool,
-                call_id=write.call_id,
-            )
+            self._log.warning("worker.cutting_off", **attrs.asdict(write))
         for actor in self._actors():
             actor.cut_off()
         if self._drain_scope is not None:
