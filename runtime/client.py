@@ -345,10 +345,10 @@ class Client:
         ``finished_before`` ago (on the store's clock), ``batch_runs`` per transaction.
 
         Only terminal runs are ever deleted, and dead letters (which wait for an
-        operator) only with ``include_dead_letters``. The idempotency key of a run
-        is kept, with how the run ended and when it was purged (see ``forget_keys``). ``state`` narrows the purge to
+        operator) only with ``include_dead_letters``. ``state`` narrows the purge to
         one terminal state. With ``dry_run`` nothing changes: the result counts what
-        would be deleted.
+        would be deleted. The idempotency key of a deleted run is kept, with how the
+        run ended and when it was purged: only ``forget_keys`` deletes keys.
         """
         if not isinstance(finished_before, timedelta) or finished_before <= timedelta(0):
             raise InvalidInput(

@@ -585,9 +585,7 @@ class SQLStore:
         """The run that holds ``new``'s key, stored or purged: the insert of the key
         itself decided which of two racing submits creates it (never check, then insert)."""
         q = self._queries
-        key = await self._executor.fetch_one(
-            q["get_key"], {"idempotency_key": new.idempotency_key}
-        )
+        key = await self._executor.fetch_one(q["get_key"], {"idempotency_key": new.idempotency_key})
         if key is None:
             raise StoreError(
                 f"the idempotency key {new.idempotency_key!r} was not returned by the store"
