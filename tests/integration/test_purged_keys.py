@@ -9,6 +9,7 @@ ago.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import AsyncExitStack
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,32 @@ async def test_rt_run_after_its_run_was_purged_raises_and_runs_nothing(store_url
         assert await rt.submit("payer", ORDER, idempotency_key=KEY) == first.id
         assert await rt.runs() == []
     assert len(calls) == 1
+
+
+async def test_submits_racing_a_purge_of_their_run_all_get_its_id(store_url: str) -> None:
+    async with Client.open(store_url) as owner:
+        run_id = await owner.submit("payer", ORDER, idempotency_key=KEY)
+        assert await owner.cancel(run_id)
+        await anyio.sleep(0.01)
+        async with AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(Client.open(store_url)) for _ in range(4)]
+            seen: list[str] = []
+
+            async def resubmit(client: Client) -> None:
+                for _ in range(10):
+                    seen.append(await client.submit("payer", ORDER, idempotency_key=KEY))
+
+            async def purge() -> None:
+                assert (await owner.purge(finished_before=JUST_NOW)).runs == 1
+
+            async with anyio.create_task_group() as group:
+                for client in clients:
+                    group.start_soon(resubmit, client)
+                group.start_soon(purge)
+        assert seen == [run_id] * 40
+        assert await owner.runs() == []
+        with pytest.raises(RunPurged):
+            await owner.get(run_id)
 
 
 async def test_a_purged_run_without_a_key_is_simply_not_found(store_url: str) -> None:
