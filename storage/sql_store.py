@@ -237,7 +237,7 @@ def _check_same_request(key: Row, new: NewRun) -> None:
     )
 
 
-def purged_from_row(key: Row) -> PurgedRun:
+def _purged_from_row(key: Row) -> PurgedRun:
     return PurgedRun(
         run_id=key["run_id"],
         agent=key["agent"],
@@ -250,8 +250,8 @@ def purged_from_row(key: Row) -> PurgedRun:
 
 
 def _batches(count: int, batch_size: int) -> int:
-    """How many transactions a batched delete of ``count`` rows takes: one per
-    non-empty batch, as the loop that deletes them counts."""
+    """How many batches the loop that deletes ``count`` rows, ``batch_size`` at a
+    time, counts: each one that deleted something (not the empty one that may end it)."""
     return -(-count // batch_size)
 
 
@@ -597,11 +597,15 @@ class SQLStore:
         row = await self._executor.fetch_one(q["get_run"], {"run_id": key["run_id"]})
         if row is not None:
             return run_from_row(row)
-        if key["purged_at"] is None:
+        # Read again, after the run: the purge that deleted the run marked its key in
+        # the same transaction, which the first read may have come before.
+        key = await self._executor.fetch_one(q["get_key"], {"idempotency_key": new.idempotency_key})
+        if key is None or key["purged_at"] is None:
             raise StoreError(
-                f"run {key['run_id']} of idempotency key {new.idempotency_key!r} is missing"
+                f"the run of idempotency key {new.idempotency_key!r} changed while it was "
+                "read; submit again"
             )
-        return RunPurged(purged_from_row(key))
+        return RunPurged(_purged_from_row(key))
 
     async def _cancel_runs(
         self, run_ids: Sequence[str], now: float
@@ -1368,7 +1372,7 @@ class SQLStore:
     async def purged_run(self, run_id: str) -> PurgedRun | None:
         async with self._executor.reading():
             key = await self._executor.fetch_one(self._queries["purged_key"], {"run_id": run_id})
-        return None if key is None else purged_from_row(key)
+        return None if key is None else _purged_from_row(key)
 
     async def forget_keys(
         self,
