@@ -430,7 +430,10 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
         env=False,
     )
     purge.add(
-        "--dry-run", help="count what would be deleted; change nothing", switch=True, env=False
+        "--dry-run",
+        help="count what would be deleted or forgotten; change nothing",
+        switch=True,
+        env=False,
     )
     return parser
 
