@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # For annotations only: the model imports this module.
+    from leaseward.runtime.model import PurgedRun
+
 __all__ = [
     "AuditPersistenceFailed",
     "CommitOutcomeUnknown",
@@ -14,6 +21,7 @@ __all__ = [
     "ProviderError",
     "RequestNotFound",
     "RunNotFound",
+    "RunPurged",
     "StoreError",
     "ToolDefinitionError",
     "ToolError",
@@ -48,6 +56,30 @@ class InvalidInput(LeasewardError):
 
 class RunNotFound(LeasewardError):
     """No run with that id exists."""
+
+
+class RunPurged(RunNotFound):
+    """The run was purged: only its idempotency key, and how it ended, are kept."""
+
+    def __init__(self, purged: PurgedRun) -> None:
+        ended = purged.state.value
+        if purged.reason is not None and purged.reason.value != ended:
+            ended += f" ({purged.reason.value})"
+        if purged.finished_at is not None:
+            ended += f" at {_utc(purged.finished_at)}"
+        super().__init__(
+            f"run {purged.run_id} was purged at {_utc(purged.purged_at)}; it had ended "
+            f"{ended} (idempotency key {purged.idempotency_key!r})"
+        )
+        self.purged = purged
+
+    @property
+    def run_id(self) -> str:
+        return self.purged.run_id
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 class RequestNotFound(LeasewardError):
