@@ -9,6 +9,8 @@ runs on real clocks beside a live reaper.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,7 +31,7 @@ from leaseward import (
     RunState,
 )
 from leaseward.actors.reaper import LeaseReaper
-from leaseward.runtime.lifecycle import RecoveryPolicy
+from leaseward.runtime.lifecycle import RecoveryPolicy, StepStatus
 
 pytestmark = pytest.mark.anyio
 
@@ -149,6 +151,49 @@ async def test_a_late_decision_expires_every_expired_request_of_its_run_and_only
         "late": None,
     }
     assert run.state is WA
+
+
+async def approve_late_behind_the_stores_back(store_url: str, run_id: str) -> None:
+    """What a store that took no notice of the expiry left behind: an approval decided a
+    second after its request expired, and the run requeued by it."""
+    approve = (
+        "UPDATE approvals SET decision = 'approved', operator = 'alice', "
+        "decided_at = expires_at + 1 WHERE run_id = {run}"
+    )
+    requeue = "UPDATE runs SET state = 'queued' WHERE id = {run}"
+    if store_url.startswith("postgresql"):
+        import asyncpg
+
+        connection = await asyncpg.connect(store_url)
+        try:
+            for statement in (approve, requeue):
+                await connection.execute(statement.format(run="$1"), run_id)
+        finally:
+            await connection.close()
+        return
+    with contextlib.closing(sqlite3.connect(store_url.removeprefix("sqlite:///"))) as db, db:
+        for statement in (approve, requeue):
+            db.execute(statement.format(run="?"), (run_id,))
+
+
+async def test_the_gate_never_executes_an_approval_decided_after_its_expiry(
+    store_url: str, tmp_path: Path, clock: StoreClock
+) -> None:
+    async with runtime(store_url, tmp_path, clock=clock) as rt:
+        run_id = await parked(rt, "expiring")
+    await clock.advance(EXPIRY_SECONDS + 2.0)
+    await approve_late_behind_the_stores_back(store_url, run_id)
+    async with runtime(store_url, tmp_path, clock=clock) as rt:
+        run = await rt.wait(run_id, timeout=WAIT_SECONDS)
+        [request] = await rt.requests(run_id)
+        steps = await rt.steps(run_id)
+    assert request.decision is Decision.APPROVED
+    assert request.decided_at is not None and request.expires_at is not None
+    assert request.decided_at > request.expires_at
+    assert (run.state, run.result) == (RunState.COMPLETED, EXPIRED_RESULT)
+    assert executions(tmp_path) == []
+    [refused] = [s for s in steps if s.call_id == "call-1"]
+    assert (refused.status, refused.error) == (StepStatus.FAILED, "rejected: approval expired")
 
 
 # -- the race with a live reaper, on real clocks ---------------------------------------------
