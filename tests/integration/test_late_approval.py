@@ -115,6 +115,22 @@ async def test_an_approval_after_the_expiry_is_refused_and_the_call_never_runs(
     assert executions(tmp_path) == []
 
 
+async def test_a_late_approval_through_a_runtime_resumes_its_run_at_once(
+    store_url: str, tmp_path: Path, clock: StoreClock
+) -> None:
+    # Polling and reaping once a minute: only the late approval expires the request, and
+    # only the runtime's own wake-up can resume the run in time.
+    idle = {"poll_interval_seconds": 60.0, "reap_interval_seconds": 60.0, "lease_seconds": 120.0}
+    async with runtime(store_url, tmp_path, clock=clock, **idle) as rt:
+        run_id = await parked(rt, "expiring")
+        await clock.advance(EXPIRY_SECONDS + 0.5)
+        with pytest.raises(RequestExpired):
+            await rt.approve(run_id)
+        run = await rt.wait(run_id, timeout=WAIT_SECONDS)
+    assert (run.state, run.result) == (RunState.COMPLETED, EXPIRED_RESULT)
+    assert executions(tmp_path) == []
+
+
 async def test_a_decision_at_the_expiry_itself_is_in_time(
     store_url: str, tmp_path: Path, clock: StoreClock
 ) -> None:
