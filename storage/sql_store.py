@@ -966,19 +966,19 @@ class SQLStore:
                     "now": now,
                 },
             )
-            if not decided:
+            if decided:
+                await self._requeue_decided([run_id], kind, now)
+                rows = await self._executor.fetch_all(
+                    q["run_requests"], {"run_id": run_id, "now": now}
+                )
+                after = await self._executor.fetch_one(q["get_run"], {"run_id": run_id})
+            else:
                 # Too late: the request expired before this decision. It is expired now,
                 # in this transaction, as the reaper's next pass would have done it; the
                 # refusal is raised once that is committed.
                 expired = await self._expire_waiting([run_id], now)
                 if not any((r.seq, r.call_id) == (request.seq, request.call_id) for r in expired):
                     raise StoreError(f"the request of call {request.call_id} changed meanwhile")
-            else:
-                await self._requeue_decided([run_id], kind, now)
-                rows = await self._executor.fetch_all(
-                    q["run_requests"], {"run_id": run_id, "now": now}
-                )
-                after = await self._executor.fetch_one(q["get_run"], {"run_id": run_id})
         if not decided:
             assert request.expires_at is not None, "a request with no expiry never expires"
             raise RequestExpired(run_id, request.call_id, request.expires_at)
@@ -1010,7 +1010,9 @@ class SQLStore:
                 if newest is None:
                     last = ""
                 else:
-                    _refuse_expired(newest)
+                    if run.state.value not in _WAITING_STATES:
+                        # Not waiting for anything else: the expired request is the one meant.
+                        _refuse_expired(newest)
                     last = f" ({_decided_text(newest)})"
                 raise IllegalTransition(
                     f"run {run.id} is {_state_text(run)}: it waits for no {kind.value}{last}"

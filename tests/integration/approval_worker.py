@@ -141,6 +141,19 @@ def build_app(ledger: Path) -> App:
                 approval_timeout_seconds=3600.0,
             ),
             Agent(
+                "expire_then_ask",
+                ScriptedProvider(
+                    [
+                        ProviderReply(tool_calls=[ToolCall("wire", {"amount": 8}, "call-1")]),
+                        ProviderReply(
+                            tool_calls=[ToolCall("ask_human", {"question": "Retry?"}, "ask-1")]
+                        ),
+                        last_tool_output,
+                    ]
+                ),
+                tools=[wire, ask_human],
+            ),
+            Agent(
                 "race",
                 one_turn(ToolCall("charge", {"amount": 6}, "call-1")),
                 tools=[charge],

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 from approval_worker import EXPIRY_SECONDS, executions
-from test_approval import WA, WAIT_SECONDS, parked, runtime
+from test_approval import WA, WAIT_SECONDS, WI, parked, runtime, until_state
 from test_store_conformance import StoreClock
 
 from leaseward import (
@@ -167,6 +167,26 @@ async def test_a_late_decision_expires_every_expired_request_of_its_run_and_only
         "late": None,
     }
     assert run.state is WA
+
+
+async def test_an_approval_of_a_run_that_moved_on_names_what_it_waits_for_now(
+    store_url: str, tmp_path: Path, clock: StoreClock
+) -> None:
+    async with runtime(store_url, tmp_path, clock=clock) as rt:
+        run_id = await parked(rt, "expire_then_ask")
+        await clock.advance(EXPIRY_SECONDS + 0.5)
+        # The reaper expires the request; the run goes on and asks a question.
+        await until_state(rt, run_id, WI)
+        with pytest.raises(IllegalTransition) as asking:
+            await rt.approve(run_id)
+        await rt.send_input(run_id, "no")
+        run = await rt.wait(run_id, timeout=WAIT_SECONDS)
+        with pytest.raises(RequestExpired, match="call call-1 of run"):
+            await rt.approve(run_id)
+    assert not isinstance(asking.value, RequestExpired)
+    assert "is waiting_for_input: it waits for no approval" in asking.value.message
+    assert (run.state, run.result) == (RunState.COMPLETED, f"{EXPIRED_RESULT} | no")
+    assert executions(tmp_path) == []
 
 
 async def approve_late_behind_the_stores_back(store_url: str, run_id: str) -> None:
