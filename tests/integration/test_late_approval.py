@@ -1,10 +1,10 @@
 """A decision that arrives after its request expired (G12): refused, and the request is
 expired in the same transaction, exactly as the reaper's expiry pass would have done.
 
-Every test runs on both stores. Where a test moves time, it moves the store's own
-clock (``StoreClock``: SQLite's injected clock, PostgreSQL's database clock), with no
-worker running, so no reaper can expire a request before the decision does. The race
-runs on real clocks beside a live reaper.
+Every test runs on both stores. Most stand the store's own clock still and move it
+(``StoreClock``: SQLite's injected clock, PostgreSQL's database clock), so that no
+reaper expires a request before the test means it to. The race runs on real clocks
+beside a live reaper.
 """
 
 from __future__ import annotations
