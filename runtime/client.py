@@ -17,6 +17,7 @@ from leaseward.runtime.clock import Clock
 from leaseward.runtime.errors import (
     InvalidInput,
     LeasewardError,
+    RequestExpired,
     RunNotFound,
     RunPurged,
     UnknownAgent,
@@ -230,7 +231,9 @@ class Client:
         goes back to the queue (an interactive one too) and resumes from its journal.
 
         Raises RequestNotFound for a call with no request, IllegalTransition for one
-        already decided (a second approve changes nothing) or a run no longer waiting.
+        already decided (a second approve changes nothing) or a run no longer waiting,
+        and RequestExpired (an IllegalTransition) for one whose expiry passed on the
+        store's clock: it is rejected as expired then, as the reaper would have done.
         """
         return await self._decide(run_id, call_id, Decision.APPROVED, operator, note)
 
@@ -273,14 +276,19 @@ class Client:
         *,
         value_json: str | None = None,
     ) -> RunInfo:
-        _, record = await self._store.decide(
-            run_id,
-            call_id,
-            decision,
-            operator=operator or default_operator(),
-            note=note,
-            value_json=value_json,
-        )
+        try:
+            _, record = await self._store.decide(
+                run_id,
+                call_id,
+                decision,
+                operator=operator or default_operator(),
+                note=note,
+                value_json=value_json,
+            )
+        except RequestExpired:
+            # Expiring it may have put the run back in the queue, as a reaper pass does.
+            self._on_queued()
+            raise
         if record.state is RunState.QUEUED:
             self._on_queued()
         return record.info()

@@ -19,6 +19,7 @@ __all__ = [
     "LeaseLost",
     "LeasewardError",
     "ProviderError",
+    "RequestExpired",
     "RequestNotFound",
     "RunNotFound",
     "RunPurged",
@@ -92,6 +93,21 @@ class IdempotencyKeyConflict(LeasewardError):
 
 class IllegalTransition(LeasewardError):
     """The run cannot make that state transition."""
+
+
+class RequestExpired(IllegalTransition):
+    """The request expired before this decision; it was rejected as expired."""
+
+    def __init__(self, run_id: str, call_id: str, expires_at: float) -> None:
+        # Whole seconds in UTC, as `show` prints a request's times.
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires_at))
+        super().__init__(
+            f"call {call_id} of run {run_id}: the request expired at {when}; "
+            "it was rejected as expired"
+        )
+        self.run_id = run_id
+        self.call_id = call_id
+        self.expires_at = expires_at
 
 
 class LeaseLost(LeasewardError):

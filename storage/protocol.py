@@ -265,6 +265,9 @@ class Store(Protocol):
         ``call_id`` None names the run's only pending request of that kind. Raises
         RequestNotFound for a call with no such request, and IllegalTransition for a
         request already decided or a run no longer waiting for it; nothing changes then.
+        A decision after the request's expiry (on the store's clock) raises
+        RequestExpired once it has expired the run's expired requests in its own
+        transaction, exactly as ``expire_requests`` would have.
         """
         ...
 

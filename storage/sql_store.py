@@ -15,6 +15,7 @@ from leaseward.runtime.errors import (
     IllegalTransition,
     InvalidInput,
     LeasewardError,
+    RequestExpired,
     RequestNotFound,
     RunNotFound,
     RunPurged,
@@ -166,6 +167,12 @@ def _kind_of(decision: Decision) -> RequestKind:
 def _decided_text(request: HumanRequest) -> str:
     by = f" by {request.operator}" if request.operator else ""
     return f"call {request.call_id} of run {request.run_id} was already {request.decision}{by}"
+
+
+def _refuse_expired(request: HumanRequest) -> None:
+    """A decision on an expired request is refused with when it expired, however late."""
+    if request.decision is Decision.EXPIRED and request.expires_at is not None:
+        raise RequestExpired(request.run_id, request.call_id, request.expires_at)
 
 
 def _calls(requests: Sequence[HumanRequest]) -> str:
@@ -1023,11 +1030,22 @@ class SQLStore:
                     "now": now,
                 },
             )
-            if len(decided) != 1:
-                raise StoreError(f"the request of call {request.call_id} changed meanwhile")
-            await self._requeue_decided([run_id], kind, now)
-            rows = await self._executor.fetch_all(q["run_requests"], {"run_id": run_id, "now": now})
-            after = await self._executor.fetch_one(q["get_run"], {"run_id": run_id})
+            if decided:
+                await self._requeue_decided([run_id], kind, now)
+                rows = await self._executor.fetch_all(
+                    q["run_requests"], {"run_id": run_id, "now": now}
+                )
+                after = await self._executor.fetch_one(q["get_run"], {"run_id": run_id})
+            else:
+                # Too late: the request expired before this decision. It is expired now,
+                # in this transaction, as the reaper's next pass would have done it; the
+                # refusal is raised once that is committed.
+                expired = await self._expire_waiting([run_id], now)
+                if not any((r.seq, r.call_id) == (request.seq, request.call_id) for r in expired):
+                    raise StoreError(f"the request of call {request.call_id} changed meanwhile")
+        if not decided:
+            assert request.expires_at is not None, "a request with no expiry never expires"
+            raise RequestExpired(run_id, request.call_id, request.expires_at)
         if after is None:
             raise StoreError(f"run {run_id} vanished while it was being decided")
         stored = next(
@@ -1052,11 +1070,14 @@ class SQLStore:
                 return pending[0]
             if not pending:
                 decided = [r for r in requests if r.kind is kind and not r.pending]
-                last = (
-                    ""
-                    if not decided
-                    else f" ({_decided_text(max(decided, key=lambda r: (r.seq, r.position)))})"
-                )
+                newest = max(decided, key=lambda r: (r.seq, r.position), default=None)
+                if newest is None:
+                    last = ""
+                else:
+                    if run.state.value not in _WAITING_STATES:
+                        # Not waiting for anything else: the expired request is the one meant.
+                        _refuse_expired(newest)
+                    last = f" ({_decided_text(newest)})"
                 raise IllegalTransition(
                     f"run {run.id} is {_state_text(run)}: it waits for no {kind.value}{last}"
                 )
@@ -1081,6 +1102,7 @@ class SQLStore:
                 f"call {call_id} of run {run.id} asks for {request.kind.value}, not "
                 f"{kind.value}: {how} decides it"
             )
+        _refuse_expired(request)
         if not request.pending:
             raise IllegalTransition(f"{_decided_text(request)}; nothing changed")
         if not waiting:
@@ -1134,16 +1156,21 @@ class SQLStore:
             ]
             if not waiting:
                 return []
-            expired = await self._executor.fetch_all(
-                q["expire_requests"],
-                {
-                    "ids": waiting,
-                    "decision": Decision.EXPIRED.value,
-                    "note": EXPIRED_REASON,
-                    "now": now,
-                },
-            )
-            requeued = await self._requeue_decided(waiting, RequestKind.APPROVAL, now)
+            return await self._expire_waiting(waiting, now)
+
+    async def _expire_waiting(self, run_ids: Sequence[str], now: float) -> list[ExpiredRequest]:
+        """Expire the requests of ``run_ids`` (locked, waiting for approval) whose expiry
+        passed, and requeue the runs that leave with nothing undecided."""
+        expired = await self._executor.fetch_all(
+            self._queries["expire_requests"],
+            {
+                "ids": list(run_ids),
+                "decision": Decision.EXPIRED.value,
+                "note": EXPIRED_REASON,
+                "now": now,
+            },
+        )
+        requeued = await self._requeue_decided(run_ids, RequestKind.APPROVAL, now)
         return [
             ExpiredRequest(
                 run_id=row["run_id"],

@@ -318,10 +318,13 @@ ORDER BY approvals.requested_at, approvals.run_id, approvals.seq, approvals.posi
 LIMIT :limit;
 
 -- name: decide_request
+-- Not once the request has expired: the exact complement of expire_requests' test,
+-- on the same clock, so that of a decision and an expiry exactly one applies.
 UPDATE approvals
 SET decision = :decision, operator = :operator, note = :note, value_json = :value_json,
     decided_at = :now
 WHERE run_id = :run_id AND seq = :seq AND call_id = :call_id AND decision IS NULL
+  AND (expires_at IS NULL OR expires_at >= :now)
 RETURNING seq;
 
 -- name: requeue_decided
