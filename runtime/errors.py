@@ -100,9 +100,8 @@ class RequestExpired(IllegalTransition):
 
     def __init__(self, run_id: str, call_id: str, expires_at: float) -> None:
         # Whole seconds in UTC, as `show` prints a request's times.
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires_at))
         super().__init__(
-            f"call {call_id} of run {run_id}: the request expired at {when}; "
+            f"call {call_id} of run {run_id}: the request expired at {_utc(expires_at)}; "
             "it was rejected as expired"
         )
         self.run_id = run_id
