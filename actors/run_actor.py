@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import anyio
@@ -66,7 +67,7 @@ from leaseward.runtime.tools import BoundTool, ToolContext
 from leaseward.storage.crash_points import crash_point
 from leaseward.storage.protocol import BatchItem, BatchOutcome
 
-__all__ = ["RunActor", "RunSettings"]
+__all__ = ["RunActor", "RunSettings", "WriteInFlight"]
 
 SETTLE_TIMEOUT_SECONDS = 10.0
 
@@ -89,6 +90,16 @@ class RunSettings:
     )
     """How close to its end a lease may come while a call runs before the call is cut off."""
     policy: RecoveryPolicy = attrs.Factory(RecoveryPolicy)
+
+
+@attrs.frozen
+class WriteInFlight:
+    """A call with a durable intent that has started and whose outcome is not yet recorded."""
+
+    run_id: str
+    epoch: int
+    tool: str
+    call_id: str
 
 
 class _CallNotAdmitted(Exception):
@@ -170,6 +181,12 @@ class RunActor:
         # one that may have run.
         self._unstarted_intent: StepWrite | None = None
         self._before_intent: tuple[ToolEffect | None, StepStatus | None] = (None, None)
+        # The scope of the tool step under way. Once a call with an intent starts, it is
+        # shielded: a drain or a cancel from outside waits for the call to return and
+        # its outcome to be recorded; only cut_off() lets the cancel through.
+        self._step_scope: anyio.CancelScope | None = None
+        self.writing: WriteInFlight | None = None
+        self._cut_off = False
         self._worker_id = worker_id
         self._log = log.bind(run_id=run.id, epoch=run.epoch, worker_id=worker_id, agent=agent.name)
         self.settlement: Settlement | None = None
@@ -237,7 +254,8 @@ class RunActor:
                 self._at_boundary()
                 if pending:
                     gate = self._gate_turn(pending)
-                    messages.append(await self._tool_step(pending.pop(0), gate))
+                    with self._tool_step_scope():
+                        messages.append(await self._tool_step(pending.pop(0), gate))
                     continue
                 if turns >= self._agent.max_steps:
                     return Settlement(
@@ -260,6 +278,29 @@ class RunActor:
             raise _Stop(Settlement(Event.CANCEL_RUNNING, Reason.CANCELLED))
         if self._draining is not None and self._draining.is_set():
             raise _Stop(Settlement(Event.RELEASE))
+
+    @contextmanager
+    def _tool_step_scope(self) -> Iterator[None]:
+        with anyio.CancelScope() as self._step_scope:
+            try:
+                yield
+            finally:
+                self._step_scope = None
+                self.writing = None
+
+    def _protect_write(self, tool: str, call_id: str) -> None:
+        """G13: the call about to start has a durable intent, so nothing but cut_off()
+        stops it: an interrupted write is one a person must resolve."""
+        self.writing = WriteInFlight(self.run_id, self.epoch, tool, call_id)
+        if self._step_scope is not None and not self._cut_off:
+            self._step_scope.shield = True
+
+    def cut_off(self) -> WriteInFlight | None:
+        """Let a cancel reach the write in flight; returns that write, if there is one."""
+        self._cut_off = True
+        if self._step_scope is not None:
+            self._step_scope.shield = False
+        return self.writing
 
     def _take_seq(self) -> int:
         seq = self._next_seq
@@ -559,6 +600,8 @@ class RunActor:
             lease_remaining=self._lease_remaining,
         )
         self._admit()
+        if self._unstarted_intent is not None:
+            self._protect_write(bound.name, pending.call.call_id)
         self._unstarted_intent = None
         try:
             result = await self._guarded(

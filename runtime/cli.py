@@ -283,7 +283,8 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
     daemon.add("--worker-id", help="this worker's name in leases", default=default_worker_id())
     daemon.add(
         "--drain-seconds",
-        help="on SIGTERM/SIGINT, time runs get to reach a step boundary",
+        help="on SIGTERM/SIGINT, time runs get to reach a step boundary "
+        "(a write call in flight always finishes, within its own timeout)",
         default=DRAIN_SECONDS,
         kind=_non_negative_float,
     )
