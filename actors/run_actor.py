@@ -165,6 +165,9 @@ class RunActor:
             run.id, run.epoch, deadline=lease_deadline, cancel_requested=run.cancel_requested
         )
         self._keeper = keeper
+        # Set when a commit of this actor went unanswered, cleared when a renewal is
+        # answered: in between, no call starts (G6, G7).
+        self._lease_in_doubt = False
         # A write's intent that is durable but whose call has not started: if the
         # attempt ends here, the intent is withdrawn, so nobody takes the call for
         # one that may have run.
@@ -594,13 +597,13 @@ class RunActor:
         the provider turn that asked for it. Otherwise a pending record that
         still cannot be stored stays pending and the rest goes ahead alone.
         """
-        outcome = await self._commit((*self._pending, *steps), settlement)
+        outcome = await self._commit(tuple(self._pending), tuple(steps), settlement)
         if outcome.persisted:
             self._pending.clear()
         elif self._pending and not after_pending:
             self._log.warning("step.deferred", count=len(self._pending), error=outcome.error)
             refused = outcome
-            outcome = await self._commit(tuple(steps), settlement)
+            outcome = await self._commit((), tuple(steps), settlement)
             if outcome.persisted and refused.data_error:
                 # The rest went in without them, so the store refuses what the pending
                 # records hold: sent again, they would be refused again, forever.
@@ -609,8 +612,13 @@ class RunActor:
         return outcome
 
     async def _commit(
-        self, steps: tuple[StepWrite, ...], settlement: Settlement | None
+        self,
+        resent: tuple[StepWrite, ...],
+        fresh: tuple[StepWrite, ...],
+        settlement: Settlement | None,
     ) -> BatchOutcome:
+        """Commit records sent before (``resent``) and new ones (``fresh``) in one item."""
+        steps = (*resent, *fresh)
         lease_seconds = 0.0 if settlement is not None else self._settings.lease_seconds
         item = BatchItem(
             run_id=self.run_id,
@@ -623,8 +631,12 @@ class RunActor:
         # for a lock, the database's expiry is no earlier than this.
         sent_at = self._clock.monotonic()
         outcome = await self._persist(item)
-        if outcome.outcome_unknown:
-            outcome = await self._read_back(item, outcome)
+        answered = not outcome.outcome_unknown
+        if not answered:
+            # Whatever the journal says, nobody told this worker that its fence held
+            # when it sent this, let alone now: no call before the store says so.
+            self._lease_in_doubt = True
+            outcome = await self._read_back(item, fresh, outcome)
         if not outcome.lease_held and not outcome.persisted:
             raise LeaseLost(f"run {self.run_id} is no longer held at epoch {self.epoch}")
         if not outcome.persisted:
@@ -644,22 +656,29 @@ class RunActor:
             newest = max(kept, key=lambda s: s.seq)
             self._last_effect = newest.effect
             self._last_status = newest.status if newest.kind is StepKind.TOOL else None
-        if settlement is None:
+        if settlement is None and answered:
             self._lease.renewed(sent_at, lease_seconds, cancel_requested=outcome.cancel_requested)
+            self._lease_in_doubt = False
             self._log.debug("lease.renewed", seconds=lease_seconds)
             self._metrics.lease_renewed()
         return outcome
 
-    async def _read_back(self, item: BatchItem, unanswered: BatchOutcome) -> BatchOutcome:
+    async def _read_back(
+        self, item: BatchItem, fresh: Sequence[StepWrite], unanswered: BatchOutcome
+    ) -> BatchOutcome:
         """The commit of ``item`` went unanswered: whether it is stored is read from the journal.
 
         The item's steps were written only if its lease fence held, and all of them or
-        none: if every one is in the journal exactly as sent under this epoch, the
-        item committed, its renewal or settlement with it. When the journal cannot
-        tell (no steps, or the read fails too) the item counts as not stored, which
-        fails a write closed.
+        none: if every one is in the journal exactly as sent under this epoch, and one
+        of them was sent for the first time in it, the item committed, its settlement
+        with it. Steps sent before may have been stored by an earlier commit, so
+        without a fresh one the journal cannot tell; nor can it when the read fails
+        too: the item then counts as not stored, which fails a write closed. Either
+        way the read proves records stored, never that the lease holds now, so it
+        renews nothing.
         """
-        if not item.steps:
+        if not fresh:
+            self._log.warning("commit.undecided", error=unanswered.error)
             return unanswered
         try:
             journal = {row.seq: row for row in await self._load_steps(self.run_id)}
@@ -716,7 +735,10 @@ class RunActor:
             )
 
     def _admissible(self) -> bool:
-        return self._lease_remaining() >= self._keeper.admission_seconds
+        return (
+            not self._lease_in_doubt
+            and self._lease_remaining() >= self._keeper.admission_seconds
+        )
 
     def _lease_remaining(self) -> float:
         return self._lease.remaining(self._clock.monotonic())
@@ -740,6 +762,8 @@ class RunActor:
         call does not start, and the run goes back to the queue without
         spending a retry.
         """
+        if self._lease_in_doubt:
+            raise _CallNotAdmitted("the store has not answered whether the lease still holds")
         if not self._admissible():
             raise _CallNotAdmitted(
                 f"the lease has {self._lease_remaining():.1f} s left, less than the "
