@@ -24,6 +24,7 @@ from leaseward.runtime.conversation import (
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
+    CallTimedOut,
     InvalidInput,
     LeaseLost,
     LeasewardError,
@@ -99,6 +100,19 @@ class _CallCutOff(Exception):
     """The lease guard cancelled a call whose lease could not be renewed."""
 
 
+class _TimedOut(Exception):
+    """A call did not return within its own timeout."""
+
+
+class _ToolRaised(Exception):
+    """A tool raised something other than ToolError; ``error`` is what it raised."""
+
+    def __init__(self, error: Exception, words: str) -> None:
+        super().__init__(words)
+        self.error = error
+        self.words = words
+
+
 class _Stop(Exception):
     """The run reached its settlement at a step boundary."""
 
@@ -108,6 +122,9 @@ class _Stop(Exception):
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, CallTimedOut):
+        # Its words say what timed out and what that means; its type adds nothing.
+        return exc.message
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -394,7 +411,7 @@ class RunActor:
         began = self._clock.monotonic()
         try:
             reply = await self._guarded(lambda: self._agent.provider.complete(request), timeout)
-        except TimeoutError:
+        except _TimedOut:
             # A bare TimeoutError would leave the run's error saying nothing of what timed out.
             raise ProviderError(
                 f"the provider call timed out (its timeout is {timeout:g} s)",
@@ -506,7 +523,11 @@ class RunActor:
             base = attrs.evolve(base, started_at=self._clock.now())
         crash_point("after_intent")
         await self._renew_before_call()
-        status, output, error = await self._call(bound, pending, dict(call.arguments))
+        try:
+            status, output, error = await self._call(bound, pending, dict(call.arguments))
+        except _ToolRaised as raised:
+            await self._record_raised(base, raised.words, settles=needs_intent)
+            raise raised.error from None
         crash_point("after_call")
         try:
             output_json = dump_json(
@@ -569,17 +590,54 @@ class RunActor:
             )
         except ToolError as exc:
             return StepStatus.FAILED, {"error": exc.message}, exc.message
+        except _TimedOut:
+            words = f"{bound.name} did not return within {bound.timeout_seconds:.1f} s"
+            if bound.effect.is_write:
+                words += "; it may have applied"
+            ctx.log.warning("tool.timed_out", error=words)
+            raise _ToolRaised(CallTimedOut(words), words) from None
+        except (LeaseLost, _CallCutOff):
+            raise
+        except Exception as exc:
+            # A bug in the tool, most likely: whoever fixes it needs the traceback.
+            ctx.log.exception("tool.raised", error=_describe(exc))
+            raise _ToolRaised(exc, _describe(exc)) from exc
         return StepStatus.SUCCEEDED, result, None
+
+    async def _record_raised(self, base: StepWrite, words: str, *, settles: bool) -> None:
+        """Journal a call that raised or timed out, with its arguments and what happened.
+
+        A read's row is settled failed. A write's intent stays open, with the words
+        beside it: the write may have applied before it raised, so only an operator
+        can say whether it did (G2); recovery takes it for an interrupted write.
+        """
+        if not settles:
+            output_json = dump_json({"error": words})
+            failed = attrs.evolve(
+                base, status=StepStatus.FAILED, output_json=output_json, error=words
+            )
+            await self._record_soft(failed)
+            return
+        outcome = await self._send([attrs.evolve(base, settles=True, error=words)])
+        if not outcome.persisted:
+            # The intent is still there, open: the write is handled as interrupted.
+            self._log.warning(
+                "step.record_failed", seq=base.seq, tool=base.tool, error=outcome.error
+            )
 
     async def _guarded(self, call: Callable[[], Awaitable[_T]], timeout: float) -> _T:
         """Make ``call``, bounded by its timeout, while the keeper renews the lease;
-        raise _CallCutOff if the keeper had to cancel it to stay inside the lease."""
+        raise _CallCutOff if the keeper had to cancel it to stay inside the lease, and
+        _TimedOut if its timeout ran out (a TimeoutError the call raised is its own)."""
         with anyio.CancelScope() as guard, self._keeper.guarding(self._lease, guard):
-            with anyio.fail_after(timeout):
+            with anyio.move_on_after(timeout) as timer:
                 return await call()
         if self._lease.lost:
             raise LeaseLost(f"run {self.run_id} was taken from epoch {self.epoch} during a call")
-        raise _CallCutOff(self._lease.cut_off or "the lease could not be renewed")
+        if guard.cancel_called:
+            raise _CallCutOff(self._lease.cut_off or "the lease could not be renewed")
+        assert timer.cancelled_caught, "a call ends by returning, raising or being cancelled"
+        raise _TimedOut()
 
     # -- records --------------------------------------------------------------------
 
@@ -736,8 +794,7 @@ class RunActor:
 
     def _admissible(self) -> bool:
         return (
-            not self._lease_in_doubt
-            and self._lease_remaining() >= self._keeper.admission_seconds
+            not self._lease_in_doubt and self._lease_remaining() >= self._keeper.admission_seconds
         )
 
     def _lease_remaining(self) -> float:
