@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 import attrs
 
 from leaseward.actors.lease_keeper import Lease, LeaseKeeper, default_margin
@@ -514,10 +515,17 @@ class RunActor:
                     "could not be recorded, so neither can the call's intent"
                 )
             self._before_intent = (self._last_effect, self._last_status)
-            await self._record_intent(base)
+            # Shielded (the store's own timeouts bound it): a stop that lands while the
+            # intent is on its way must learn whether it was stored, or a stored one
+            # would be left open, and the next attempt would take a call that never
+            # started for one that may have run.
+            with anyio.CancelScope(shield=True):
+                await self._record_intent(base)
             self._unstarted_intent = base
             if gate is not None and gate.request is not None:
                 self._decision_used(gate.request)
+            # The stop takes effect here, the intent withdrawn, before the call starts.
+            await anyio.lowlevel.checkpoint_if_cancelled()
         else:
             # A read has no intent row, so its record carries when the call began.
             base = attrs.evolve(base, started_at=self._clock.now())
