@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
-from support import Calls, FaultyStore, one_call_agent
+from support import Calls, FaultyStore, one_call_agent, until
 
 from leaseward import App, Reason, RunState, Runtime, StepKind, StepStatus, ToolEffect
 from leaseward.storage import BatchItem, BatchOutcome, open_store
@@ -40,9 +40,8 @@ class HoldsTheIntent(FaultyStore):
             for step in item.steps
         ):
             self.intent_sent.set()
-            with anyio.fail_after(WAIT_SECONDS):
-                while not self.release():
-                    await anyio.sleep(0.005)
+            # Read at each look: the test sets it once the intent is on its way.
+            await until(lambda: self.release(), WAIT_SECONDS)
         return await super().commit_batch(items)
 
 

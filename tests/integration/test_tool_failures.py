@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
-from support import Calls
+from support import Calls, until
 
 from leaseward import (
     Agent,
@@ -58,10 +58,13 @@ def agent_calling(tool_: Any, arguments: dict[str, Any]) -> App:
 async def run_once(store_url: str, app: App) -> tuple[RunInfo, list[StepInfo]]:
     async with Runtime.open(store_url, app, **FAST) as rt:
         run_id = await rt.submit("worker", "go")
-        with anyio.fail_after(WAIT_SECONDS):
-            while not (run := await rt.get(run_id)).state.terminal and not run.requeues:
-                await anyio.sleep(0.02)
-        return run, await rt.steps(run_id)
+
+        async def ended() -> bool:
+            run = await rt.get(run_id)
+            return run.state.terminal or run.requeues > 0
+
+        await until(ended, WAIT_SECONDS)
+        return await rt.get(run_id), await rt.steps(run_id)
 
 
 def the_call(journal: list[StepInfo]) -> StepInfo:

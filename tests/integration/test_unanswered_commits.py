@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import anyio
 import pytest
 from pg_proxy import CommitDropper
-from support import FaultyStore, capture_logs, events
+from support import FaultyStore, capture_logs, events, until
 
 from leaseward import (
     Agent,
@@ -119,9 +119,7 @@ async def test_a_reaped_worker_whose_fenced_commit_went_unanswered_calls_nothing
                     worker_id="A",
                 ) as a:
                     run_id = await a.submit("payer", "go")
-                    with anyio.fail_after(WAIT_SECONDS):
-                        while not proxy.partitioned:
-                            await anyio.sleep(0.01)
+                    await until(lambda: proxy.partitioned, WAIT_SECONDS)
                     async with Runtime.open(
                         pg_server.url_for(pg_database),
                         rescuer(),
@@ -134,9 +132,7 @@ async def test_a_reaped_worker_whose_fenced_commit_went_unanswered_calls_nothing
                     ) as b:
                         run = await b.wait(run_id, timeout=WAIT_SECONDS)
                     proxy.heal()
-                    with anyio.fail_after(WAIT_SECONDS):
-                        while a.supervisor.active_runs:
-                            await anyio.sleep(0.01)
+                    await until(lambda: not a.supervisor.active_runs, WAIT_SECONDS)
         finally:
             await store.aclose()
 
@@ -215,9 +211,7 @@ async def test_a_read_back_of_records_sent_before_renews_nothing(store_url: str)
                 ) as b:
                     run = await b.wait(run_id, timeout=WAIT_SECONDS)
                 partition_over.set()
-                with anyio.fail_after(WAIT_SECONDS):
-                    while a.supervisor.active_runs:
-                        await anyio.sleep(0.01)
+                await until(lambda: not a.supervisor.active_runs, WAIT_SECONDS)
     finally:
         await store.aclose()
 
