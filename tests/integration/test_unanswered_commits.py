@@ -33,6 +33,7 @@ from leaseward import (
     tool,
 )
 from leaseward.runtime.errors import CommitOutcomeUnknown, StoreError
+from leaseward.runtime.model import WorkerRegistration
 from leaseward.storage import BatchItem, BatchOutcome, open_store
 
 pytestmark = pytest.mark.anyio
@@ -56,11 +57,20 @@ class LoseAnswersTo(FaultyStore):
         super().__init__(inner)
         self._proxy = proxy
         self._tool = tool
+        # The proxy loses the next COMMIT of any connection: the worker's heartbeat,
+        # the one other writer beside the Persister, must not send it meanwhile.
+        self._one_commit = anyio.Lock()
 
     async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
-        if any(step.tool == self._tool for item in items for step in item.steps):
+        if not any(step.tool == self._tool for item in items for step in item.steps):
+            return await super().commit_batch(items)
+        async with self._one_commit:
             self._proxy.arm(then_partition=not self._proxy.dropped)
-        return await super().commit_batch(items)
+            return await super().commit_batch(items)
+
+    async def heartbeat_worker(self, worker: WorkerRegistration) -> None:
+        async with self._one_commit:
+            await super().heartbeat_worker(worker)
 
 
 def payer(provider_calls: list[int]) -> App:
