@@ -10,8 +10,8 @@ a network path dies at that moment. Clients must not ask for TLS
 It can also partition its clients from the server: while partitioned nothing
 goes through in either direction and new connections get no server, so every
 statement hangs as on a dead network path; healing resets every connection
-that was open or made meanwhile, as a path that comes back to find its peers'
-sockets gone.
+that tried to carry anything, or was made, meanwhile, as a path that comes back
+to find its peers' sockets gone (an idle one lives on).
 """
 
 from __future__ import annotations
