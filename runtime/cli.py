@@ -46,7 +46,7 @@ from leaseward.runtime.errors import (
     StoreError,
     UnknownAgent,
 )
-from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState, StepKind
+from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState, StepKind, StepStatus
 from leaseward.runtime.logs import LOG_FORMATS, LOG_LEVELS, configure_logging, default_log_format
 from leaseward.runtime.model import (
     MAX_INPUT_BYTES,
@@ -628,7 +628,8 @@ def _next_steps(run: RunInfo, steps: Sequence[StepInfo], store: str) -> list[str
     """What the operator does next with a run that waits for a decision."""
     if run.state is not RunState.DEAD_LETTERED or run.reason is not Reason.INTERRUPTED_WRITE:
         return []
-    open_calls = [s for s in steps if s.finished_at is None and s.tool is not None]
+    # By status: an intent whose call raised or timed out has ended, yet stays open.
+    open_calls = [s for s in steps if s.status is StepStatus.STARTED and s.tool is not None]
     if not open_calls:
         return [
             "the journal records the outcome of every call: nothing is left to decide.",
