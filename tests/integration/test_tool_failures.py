@@ -102,11 +102,12 @@ async def test_a_read_that_raises_is_journaled_failed_and_its_traceback_logged(
     assert row.output == {"error": "ZeroDivisionError: division by zero"}
     assert len(calls) == 1
 
-    [record] = [r for r in caplog.records if r.msg.get("event") == "tool.raised"]  # type: ignore[union-attr]
+    # The record's message is the event dict or its rendering, depending on whether an
+    # earlier test configured leaseward's log output: the text holds the fields either way.
+    [record] = [r for r in caplog.records if "tool.raised" in r.getMessage()]
     assert (record.name, record.levelno) == ("leaseward.run", logging.ERROR)
     assert record.exc_info is not None and record.exc_info[0] is ZeroDivisionError
-    fields: dict[str, Any] = record.msg  # type: ignore[assignment]
-    assert (fields["run_id"], fields["call_id"], fields["tool"]) == (run.id, "call-1", "divide")
+    assert all(value in record.getMessage() for value in (run.id, "call-1", "divide"))
 
 
 @pytest.mark.parametrize(
