@@ -556,13 +556,15 @@ class RunActor:
                     "could not be recorded, so neither can the call's intent"
                 )
             self._before_intent = (self._last_effect, self._last_status)
-            # Shielded (the store's own timeouts bound it): a stop that lands while the
-            # intent is on its way must learn whether it was stored, or a stored one
-            # would be left open, and the next attempt would take a call that never
-            # started for one that may have run.
-            with anyio.CancelScope(shield=True):
-                await self._record_intent(base)
+            # Marked before it is sent: if the attempt ends before the call, with the
+            # intent's commit answered or not, the settlement withdraws whatever of it
+            # was stored, and the next attempt never takes a call that did not start
+            # for one that may have run.
             self._unstarted_intent = base
+            # Shielded, within a bound: a stop that lands while the intent is on its way
+            # waits for the answer, unless the store hangs.
+            with anyio.fail_after(SETTLE_TIMEOUT_SECONDS, shield=True):
+                await self._record_intent(base)
             if gate is not None and gate.request is not None:
                 self._decision_used(gate.request)
             # The stop takes effect here, the intent withdrawn, before the call starts.

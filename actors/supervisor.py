@@ -353,7 +353,10 @@ class Supervisor:
 
     def stop_now(self) -> tuple[WriteInFlight, ...]:
         """Cut a drain short: runs still going are interrupted instead of awaited, writes
-        in flight included. Returns those writes, each logged before it is cut off."""
+        in flight included. Returns those writes, each logged before it is cut off.
+
+        An interactive run (``rt.run``) belongs to its caller's task, which this does
+        not cancel: its write is no longer shielded, so the caller's cancel cuts it."""
         self._stop_now = True
         cut = self.writes_in_flight()
         for write in cut:

@@ -221,7 +221,8 @@ class Runtime(Client):
         call in flight finish and be recorded first, each within its own timeout.
         After this, leaving cuts them off: it returns them (each logged at WARNING),
         and their runs are settled as interrupted, a non-idempotent write's
-        dead-lettered. Call it from another task while leaving waits.
+        dead-lettered. An interactive run's write is cut when its caller's task is
+        cancelled. Call it from another task while leaving waits.
         """
         return self.supervisor.stop_now()
 

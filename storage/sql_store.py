@@ -609,8 +609,8 @@ class SQLStore:
         key = await self._executor.fetch_one(q["get_key"], {"idempotency_key": new.idempotency_key})
         if key is None or key["purged_at"] is None:
             raise StoreError(
-                f"the run of idempotency key {new.idempotency_key!r} changed while it was "
-                "read; submit again"
+                f"the run of idempotency key {new.idempotency_key!r} was purged and its key "
+                "forgotten while the submit read it"
             )
         return RunPurged(_purged_from_row(key))
 
@@ -856,7 +856,15 @@ class SQLStore:
         )
         written = {(row["run_id"], row["seq"]) for row in rows}
         for key, (position, step) in steps.items():
-            if key not in written:
+            if key in written:
+                continue
+            # A withdrawal leaves no open intent behind. An intent whose commit went
+            # unanswered may never have been stored: nothing is left to withdraw. A row
+            # that is there but settled, or another epoch's, is not this attempt's.
+            row = await self._executor.fetch_one(
+                self._queries["get_step"], {"run_id": key[0], "seq": step.seq}
+            )
+            if row is not None:
                 raise _ItemRefused(position, f"step {step.seq} of run {key[0]} has no open intent")
 
     async def _check_unwritten(
