@@ -140,6 +140,7 @@ from leaseward.actors.persister import Persister
 from leaseward.actors.reaper import LeaseReaper, Reaped
 from leaseward.runtime.app import LEASE_SECONDS, REAP_INTERVAL_SECONDS
 from leaseward.runtime.model import RunRecord
+from leaseward.storage import open_store
 from leaseward.storage.protocol import ClaimRequest
 
 AGENT = "leased"
@@ -442,8 +443,7 @@ async def fresh_store(
 ) -> AsyncIterator[str]:
     if store == SQLITE:
         path = directory / "runs.db"
-        async with Client.open(f"sqlite:///{path}"):
-            pass
+        await (await open_store(f"sqlite:///{path}")).aclose()
         yield f"sqlite:///{path}"
         return
     from pg_support import fresh_database

@@ -34,7 +34,7 @@ from leaseward.runtime.app import (
     REAP_INTERVAL_SECONDS,
     default_worker_id,
 )
-from leaseward.runtime.client import Client, default_operator
+from leaseward.runtime.client import Client, default_operator, open_existing_store
 from leaseward.runtime.conversation import usage_from_json
 from leaseward.runtime.daemon import DaemonSettings, load_app, serve
 from leaseward.runtime.errors import (
@@ -59,6 +59,7 @@ from leaseward.runtime.model import (
 )
 from leaseward.runtime.version import VERSION
 from leaseward.storage.connect import open_store
+from leaseward.storage.url import store_location
 
 __all__ = ["DEFAULT_STORE_URL", "EXIT_FAILURE", "EXIT_USAGE", "main"]
 
@@ -782,7 +783,7 @@ def _client_command(
     """A command on an existing store: a mistyped path must not create a database."""
 
     async def command(args: argparse.Namespace) -> int:
-        store = await open_store(args.store, must_exist=True, read_only=read_only)
+        store = await open_existing_store(args.store, read_only=read_only)
         try:
             return await body(Client(store), args)
         finally:
@@ -949,7 +950,7 @@ async def _reply(client: Client, args: argparse.Namespace) -> int:
 
 
 async def _reap(args: argparse.Namespace) -> int:
-    store = await open_store(args.store, must_exist=True)
+    store = await open_existing_store(args.store)
     try:
         reaper = LeaseReaper(store, interval_seconds=1.0, policy=RecoveryPolicy())
         reaped = await reaper.reap_once()
@@ -972,10 +973,13 @@ async def _reap(args: argparse.Namespace) -> int:
 async def _migrate(args: argparse.Namespace) -> int:
     store = await open_store(args.store, migrate=False)
     try:
+        created = not await store.schema_present()
         version = await store.migrate()
     finally:
         with anyio.CancelScope(shield=True):
             await store.aclose()
+    if created:
+        print(f"created a leaseward store at {store_location(args.store)}")
     print(f"schema at version {version}")
     return 0
 

@@ -191,16 +191,65 @@ def test_resolve_and_cancel_on_a_completed_run_are_refused(copy: Path, template:
     )
 
 
-@pytest.mark.parametrize(
-    "command",
-    [("runs",), ("show", "x"), ("submit", "payer"), ("reap", "--once"), ("dead-letters",)],
-)
+OPERATOR_COMMANDS = [
+    ("runs",),
+    ("show", "x"),
+    ("submit", "payer", "--input", "{}"),
+    ("cancel", "x"),
+    ("approvals",),
+    ("approve", "x"),
+    ("reject", "x", "--reason", "no"),
+    ("reply", "x", "--input", "1"),
+    ("resolve", "x", "--applied"),
+    ("redrive", "x"),
+    ("purge", "--finished-before", "1s"),
+    ("purge", "--finished-before", "1s", "--dry-run"),
+    ("workers",),
+    ("reap", "--once"),
+    ("dead-letters",),
+]
+
+
+def no_store_at(path: Path) -> str:
+    return f"no leaseward store at {path}; a daemon or `leaseward migrate` creates one"
+
+
+@pytest.mark.parametrize("command", OPERATOR_COMMANDS, ids=" ".join)
 def test_an_operator_command_on_a_missing_database_creates_nothing(
     store_dir: Path, command: tuple[str, ...]
 ) -> None:
-    result = leaseward(*command, "--store", _url(store_dir))
-    assert_one_line_error(result, EXIT_FAILURE, "no database at", "leaseward migrate")
+    # A relative path, as typed: the message names the file it resolved to.
+    result = leaseward(*command, "--store", "sqlite:///store/lesaeward.db", cwd=store_dir.parent)
+    assert_one_line_error(result, EXIT_FAILURE, no_store_at(store_dir / "lesaeward.db"))
     assert list(store_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", OPERATOR_COMMANDS, ids=" ".join)
+def test_an_operator_command_on_a_database_that_is_no_leaseward_store_changes_nothing(
+    store_dir: Path, command: tuple[str, ...]
+) -> None:
+    other = sqlite3.connect(store_dir / "runs.db")
+    other.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+    other.commit()
+    other.close()
+    assert_unchanged(
+        store_dir,
+        lambda: leaseward(*command, "--store", _url(store_dir)),
+        EXIT_FAILURE,
+        no_store_at(store_dir / "runs.db"),
+    )
+
+
+def test_an_operator_command_on_a_file_that_is_no_database_changes_nothing(
+    store_dir: Path,
+) -> None:
+    (store_dir / "runs.db").write_text("notes, not a database\n")
+    assert_unchanged(
+        store_dir,
+        lambda: leaseward("submit", "payer", "--input", "{}", "--store", _url(store_dir)),
+        EXIT_FAILURE,
+        no_store_at(store_dir / "runs.db"),
+    )
 
 
 # -- submit -----------------------------------------------------------------------------
@@ -268,9 +317,10 @@ def test_a_locked_database_fails_in_one_line_after_the_busy_timeout(copy: Path) 
         started = time.monotonic()
         result = leaseward("submit", "payer", "--input", "{}", "--store", url)
         assert time.monotonic() - started < 10
-        assert_one_line_error(result, EXIT_FAILURE, "database is locked")
+        locked = f"database is locked ({copy / 'runs.db'})"
+        assert_one_line_error(result, EXIT_FAILURE, locked)
         cancel = leaseward("cancel", "x", "--store", url)
-        assert_one_line_error(cancel, EXIT_FAILURE, "database is locked")
+        assert_one_line_error(cancel, EXIT_FAILURE, locked)
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -462,7 +512,9 @@ def test_reap_once_prints_nothing_but_its_summary_on_stdout(url: str) -> None:
 def test_migrate_creates_the_schema_and_prints_its_version(store_dir: Path) -> None:
     url = _url(store_dir)
     newest = MIGRATIONS[-1].version
-    assert ok("migrate", "--store", url).stdout == f"schema at version {newest}\n"
+    assert ok("migrate", "--store", url).stdout == (
+        f"created a leaseward store at {store_dir / 'runs.db'}\nschema at version {newest}\n"
+    )
     assert (store_dir / "runs.db").exists()
     assert ok("migrate", "--store", url).stdout == f"schema at version {newest}\n"
     assert ok("runs", "--json", "--store", url).json() == []

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import pytest
 from approval_worker import LOG_FILE, build_app, executions
+from stores import created
 
 from leaseward import (
     Client,
@@ -434,7 +435,8 @@ async def test_requests_survive_a_killed_worker_that_parked_them(
 ) -> None:
     worker = start_worker(store_url, tmp_path, None)
     try:
-        async with Client.open(store_url) as client:
+        # The worker may not have created the store yet: a client creates none.
+        async with Client.open(created(store_url)) as client:
             run_id = await client.submit("payer", "go")
             await until_state(client, run_id, WA)
     finally:

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 from file_modes import unwritable
+from stores import created
 from support import Calls
 
 from leaseward import (
@@ -163,7 +164,7 @@ async def test_input_limit_counts_utf8_bytes_not_characters(db_url: str) -> None
 
 
 async def test_client_with_an_app_refuses_unknown_agents(db_url: str) -> None:
-    async with Client.open(db_url, app=plain_app()) as client:
+    async with Client.open(created(db_url), app=plain_app()) as client:
         with pytest.raises(UnknownAgent, match="ghost"):
             await client.submit("ghost", None)
         with pytest.raises(InvalidInput):
@@ -172,7 +173,7 @@ async def test_client_with_an_app_refuses_unknown_agents(db_url: str) -> None:
 
 
 async def test_client_without_an_app_refuses_an_empty_agent_name(db_url: str) -> None:
-    async with Client.open(db_url) as client:
+    async with Client.open(created(db_url)) as client:
         with pytest.raises(UnknownAgent):
             await client.submit("", None)
         assert await client.runs() == []
