@@ -167,7 +167,10 @@ class Runtime(Client):
 
         With an ``idempotency_key`` that a run already has (from ``run`` or
         ``submit``, in any process), the agent is not run again: that run is
-        returned once it is finished, waited for if it is not yet. A key already
+        returned once it is finished, waited for if it is not yet. If that run
+        was purged since, this raises RunPurged: it names the run, when it was
+        purged and how it had ended, and the agent does not run again (its result
+        is gone, and running it again could repeat its writes). A key already
         used for another agent or input raises IdempotencyKeyConflict.
         """
         settings = self.supervisor.settings

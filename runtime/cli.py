@@ -405,13 +405,16 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
     workers = command("workers", "list the workers serving this store, live and gone")
     workers.add("--json", help="print JSON", switch=True, env=False)
 
-    purge = command("purge", "delete finished runs and their journals, in short batches")
+    purge = command(
+        "purge",
+        "delete finished runs and their journals, in short batches (their idempotency "
+        "keys are kept); forget old keys",
+    )
     purge.add(
         "--finished-before",
         help="delete runs that finished longer ago than this, e.g. 30d, 12h, 45m, 90s",
         kind=_duration,
         env=False,
-        required=True,
     )
     purge.add("--state", help="only runs in this finished state", kind=_finished_state, env=False)
     purge.add(
@@ -421,7 +424,17 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
         env=False,
     )
     purge.add(
-        "--dry-run", help="count what would be deleted; change nothing", switch=True, env=False
+        "--forget-keys-older-than",
+        help="forget the idempotency keys of purged runs first used longer ago than this "
+        "(e.g. 90d): a submit with one of them then creates a new run",
+        kind=_duration,
+        env=False,
+    )
+    purge.add(
+        "--dry-run",
+        help="count what would be deleted or forgotten; change nothing",
+        switch=True,
+        env=False,
     )
     return parser
 
@@ -1106,10 +1119,22 @@ def _count(number: int, noun: str, plural: str | None = None) -> str:
 
 @_client_command
 async def _purge(client: Client, args: argparse.Namespace) -> int:
+    if args.finished_before is None and args.forget_keys_older_than is None:
+        raise UsageError("purge needs --finished-before, --forget-keys-older-than, or both")
+    if args.finished_before is None and (args.state or args.include_dead_letters):
+        raise UsageError("--state and --include-dead-letters need --finished-before")
     if args.state is RunState.DEAD_LETTERED and not args.include_dead_letters:
         raise UsageError(
             "dead-lettered runs wait for an operator: purging them needs --include-dead-letters"
         )
+    if args.finished_before is not None:
+        await _purge_runs(client, args)
+    if args.forget_keys_older_than is not None:
+        await _forget_keys(client, args)
+    return 0
+
+
+async def _purge_runs(client: Client, args: argparse.Namespace) -> None:
     result = await client.purge(
         finished_before=args.finished_before,
         state=args.state,
@@ -1126,7 +1151,18 @@ async def _purge(client: Client, args: argparse.Namespace) -> int:
         print(f"would delete {counts}{kept}; nothing changed (dry run)")
     else:
         print(f"deleted {counts}{kept}")
-    return 0
+
+
+async def _forget_keys(client: Client, args: argparse.Namespace) -> None:
+    result = await client.forget_keys(older_than=args.forget_keys_older_than, dry_run=args.dry_run)
+    counts = (
+        f"{_count(result.keys, 'idempotency key')} of purged runs first used before "
+        f"{_timestamp(result.created_before)}, in {_count(result.batches, 'batch', 'batches')}"
+    )
+    if result.dry_run:
+        print(f"would forget {counts}; nothing changed (dry run)")
+    else:
+        print(f"forgot {counts}")
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {

@@ -178,6 +178,12 @@ class FaultyStore:
     async def purge_finished(self, *args: Any, **kwargs: Any) -> PurgeResult:
         return await self.inner.purge_finished(*args, **kwargs)
 
+    async def purged_run(self, run_id: str) -> Any:
+        return await self.inner.purged_run(run_id)
+
+    async def forget_keys(self, *args: Any, **kwargs: Any) -> Any:
+        return await self.inner.forget_keys(*args, **kwargs)
+
     async def wait_for_work(self, timeout: float) -> None:
         await self.inner.wait_for_work(timeout)
 

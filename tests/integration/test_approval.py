@@ -26,6 +26,7 @@ from leaseward import (
     IllegalTransition,
     InvalidInput,
     Reason,
+    RequestExpired,
     RequestKind,
     RequestNotFound,
     RunInfo,
@@ -228,7 +229,7 @@ async def test_an_undecided_request_expires_as_a_rejection(store_url: str, tmp_p
         agent_timeout = await rt.submit("agent_expiry", "go")
         runs = [await rt.wait(r, timeout=WAIT_SECONDS) for r in (tool_timeout, agent_timeout)]
         requests = [(await rt.requests(r))[0] for r in (tool_timeout, agent_timeout)]
-        with pytest.raises(IllegalTransition, match="already expired"):
+        with pytest.raises(RequestExpired, match="it was rejected as expired"):
             await rt.approve(tool_timeout, "call-1")
 
     assert [r.result for r in runs] == ['{"error": "rejected: approval expired"}'] * 2
