@@ -620,16 +620,17 @@ def detection_cells(
     *,
     runtime_defaults: bool,
 ) -> list[Cell]:
-    """Every lease with every reap interval at the middle K and with every K at the middle
-    reap interval (``cross``), or every combination (``full``); with ``runtime_defaults``,
-    the Runtime's own lease and reap interval at the middle K as well."""
+    """Every lease with every reap interval shorter than it, at the middle K, and with every
+    K at the middle reap interval (``cross``), or every combination (``full``); with
+    ``runtime_defaults``, the Runtime's own lease and reap interval at the middle K as well."""
     mid_reap, mid_k = median_of(reaps), median_of(ks)
     cells = [
         Cell(store, lease, reap, k)
         for lease in leases
         for reap in reaps
         for k in ks
-        if grid == "full" or k == mid_k or reap == mid_reap
+        # A reap interval not shorter than the lease is refused by the Runtime.
+        if reap < lease and (grid == "full" or k == mid_k or reap == mid_reap)
     ]
     own = Cell(store, LEASE_SECONDS, REAP_INTERVAL_SECONDS, mid_k)
     if runtime_defaults and own not in cells:

@@ -1000,6 +1000,12 @@ async def _migrate(args: argparse.Namespace) -> int:
 async def _daemon(args: argparse.Namespace) -> int:
     if not args.app:
         raise UsageError("--app is required (or LEASEWARD_APP), e.g. --app myproject.agents:app")
+    if args.reap_interval_seconds >= args.lease_seconds:
+        raise UsageError(
+            f"--reap-interval-seconds ({args.reap_interval_seconds:g}) must be shorter than "
+            f"--lease-seconds ({args.lease_seconds:g}): a dead worker's runs wait up to the "
+            "lease plus the reap interval to be recovered"
+        )
     app = load_app(args.app)
     settings = DaemonSettings(
         store_url=args.store,

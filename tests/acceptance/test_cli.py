@@ -130,7 +130,8 @@ def test_a_bad_store_url_in_the_environment_is_a_usage_error(tmp_path: Path) -> 
     [
         ("no_such_module:app", "cannot import 'no_such_module'"),
         ("demo_app:no_such_attribute", "has no attribute"),
-        ("demo_app:NOT_AN_APP", "not a leaseward App"),
+        ("demo_app:NOT_AN_APP", "'demo_app:NOT_AN_APP' is a str, not a leaseward App"),
+        ("demo_app:NOT_AN_APP_EITHER", "'demo_app:NOT_AN_APP_EITHER' is an int, not a leaseward"),
         ("demo_app", "module:attribute"),
     ],
 )
@@ -150,6 +151,25 @@ def test_daemon_without_an_app_or_with_a_bad_store_is_a_usage_error(store_dir: P
     assert_one_line_error(bad_store, EXIT_USAGE, "unknown scheme")
     assert list(store_dir.iterdir()) == []
     assert not (HERE / "x.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "shown"),
+    [
+        (("--lease-seconds", "2", "--reap-interval-seconds", "2"), {}, "(2)"),
+        ((), {"LEASEWARD_REAP_INTERVAL_SECONDS": "30"}, "(30)"),
+    ],
+)
+def test_daemon_with_a_reap_interval_not_shorter_than_the_lease_is_a_usage_error(
+    store_dir: Path, flags: tuple[str, ...], env: dict[str, str], shown: str
+) -> None:
+    result = leaseward(
+        "daemon", "--app", "demo_app:app", *flags, "--store", _url(store_dir), env=base_env(**env)
+    )
+    assert_one_line_error(
+        result, EXIT_USAGE, f"--reap-interval-seconds {shown} must be shorter than --lease-seconds"
+    )
+    assert list(store_dir.iterdir()) == []
 
 
 # -- operator commands on runs that are not there ------------------------------------

@@ -456,7 +456,9 @@ async def test_requests_survive_a_killed_worker_that_parked_them(
 async def test_a_cancelled_runs_requests_never_expire_nor_crowd_out_those_that_do(
     store_url: str, tmp_path: Path
 ) -> None:
-    async with runtime(store_url, tmp_path, reap_interval_seconds=3600.0) as rt:
+    async with runtime(
+        store_url, tmp_path, lease_seconds=7200.0, reap_interval_seconds=3600.0
+    ) as rt:
         cancelled = await parked(rt, "expiring")
         waiting = await parked(rt, "expiring")
         await rt.cancel(cancelled)

@@ -440,6 +440,11 @@ async def test_tool_call_arguments_that_are_not_a_mapping_end_the_run_naming_the
         ({"lease_seconds": math.nan}, "lease_seconds"),
         ({"reap_interval_seconds": 0}, "reap_interval_seconds"),
         ({"poll_interval_seconds": -0.5}, "poll_interval_seconds"),
+        (
+            {"lease_seconds": 2, "reap_interval_seconds": 2},
+            r"^reap_interval_seconds \(2\) must be shorter than lease_seconds \(2\)",
+        ),
+        ({"reap_interval_seconds": 3600}, r"reap_interval_seconds \(3600\) must be shorter"),
         ({"app": "not an app"}, "App"),
         ({"app": [Agent("x", ScriptedProvider([]))]}, "App"),
     ],
