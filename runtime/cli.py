@@ -46,7 +46,15 @@ from leaseward.runtime.errors import (
     StoreError,
     UnknownAgent,
 )
-from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState, StepKind
+from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.lifecycle import (
+    Reason,
+    RecoveryAction,
+    RecoveryPolicy,
+    RunState,
+    StepKind,
+    decide_recovery,
+)
 from leaseward.runtime.logs import LOG_FORMATS, LOG_LEVELS, configure_logging, default_log_format
 from leaseward.runtime.model import (
     MAX_INPUT_BYTES,
@@ -648,6 +656,62 @@ def _next_steps(run: RunInfo, steps: Sequence[StepInfo], store: str) -> list[str
     ]
 
 
+def _span(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    minutes = int(seconds) // 60
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
+
+
+def _reaper_will(run: RunInfo, steps: Sequence[StepInfo]) -> str:
+    """What the next reaper pass does with this run's expired lease (the reaper's own rule,
+    under the default recovery policy)."""
+    # The reaper looks at the newest journal row, when it is a tool call's.
+    last = steps[-1] if steps and steps[-1].kind is StepKind.TOOL else None
+    recovery = decide_recovery(
+        mode=run.mode,
+        requeues=run.requeues,
+        last_effect=None if last is None else last.effect,
+        last_status=None if last is None else last.status,
+        failure_class=FailureClass.CONNECTION,
+        reaped=True,
+        audit_failed=False,
+        policy=RecoveryPolicy(),
+    )
+    why = "" if recovery.reason is None else f" ({recovery.reason.value})"
+    verb = {
+        RecoveryAction.REQUEUE: "requeues",
+        RecoveryAction.DEAD_LETTER: "dead-letters",
+        RecoveryAction.FAIL: "fails",
+    }[recovery.action]
+    return f"the next reaper pass {verb} it{why}"
+
+
+def _lease_lines(run: RunInfo, steps: Sequence[StepInfo]) -> list[str]:
+    """Who holds a running run's lease and for how long, or that it expired; when a
+    requeued run's next attempt is due. Times are the store's, as the reaper sees them."""
+    now = run.read_at
+    if now is None:
+        return []
+    if run.state is RunState.RUNNING and run.lease_expires_at is not None:
+        left = run.lease_expires_at - now
+        if left > 0:
+            return [f"lease held by {run.lease_owner}, for {_span(left)} more"]
+        return [f"lease expired {_span(-left)} ago; {_reaper_will(run, steps)}"]
+    if run.state is RunState.QUEUED and run.requeues and run.available_at is not None:
+        retries = f"requeued {_count(run.requeues, 'time')}"
+        if run.available_at > now:
+            return [
+                f"{retries}; the next attempt is due in {_span(run.available_at - now)} "
+                f"(at {_timestamp(run.available_at)})"
+            ]
+        return [f"{retries}; the next attempt is due now"]
+    return []
+
+
 def _request_lines(request: HumanRequest, run: RunInfo) -> list[str]:
     asked = (
         f"question: {_shortened(json.dumps(request.question, ensure_ascii=False))}"
@@ -711,6 +775,10 @@ def _print_timeline(
         print(f"result: {json.dumps(run.result, ensure_ascii=False)}")
     if run.error:
         print(f"error: {run.error}")
+    if run.failure_class is not None:
+        print(f"failure class: {run.failure_class.value}")
+    for line in _lease_lines(run, steps):
+        print(line)
     if steps:
         rows = [
             (
@@ -881,8 +949,14 @@ async def _dead_letters(client: Client, args: argparse.Namespace) -> int:
 @_client_command
 async def _redrive(client: Client, args: argparse.Namespace) -> int:
     run = await client.redrive(args.run)
-    print(f"run {run.id} requeued at epoch {run.epoch}")
+    print(f"run {run.id} requeued: {_next_attempt(run)}")
     return 0
+
+
+def _next_attempt(run: RunInfo) -> str:
+    # The operator's action opened an epoch of its own (G9); the claim that resumes the
+    # run opens the next one, which its new steps carry and show then reports.
+    return f"it resumes from its journal at epoch {run.epoch + 1}"
 
 
 @_client_command
@@ -894,7 +968,7 @@ async def _resolve(client: Client, args: argparse.Namespace) -> int:
         note=args.note,
     )
     verdict = "applied" if args.applied else "not applied"
-    print(f"run {run.id}: call recorded as {verdict}; requeued at epoch {run.epoch}")
+    print(f"run {run.id}: call recorded as {verdict}; requeued: {_next_attempt(run)}")
     return 0
 
 

@@ -26,6 +26,7 @@ from acceptance_support import (
     base_env,
     leaseward,
     ok,
+    read_lines,
     show,
     snapshot,
     sqlite_url,
@@ -818,3 +819,84 @@ def test_a_database_that_cannot_be_opened_is_one_line_every_time(
     for result in results:
         assert_one_line_error(result, EXIT_FAILURE, "unable to open database file")
     assert list(store_dir.iterdir()) == []
+
+
+# -- what show says about leases, retries and the epoch an operator reopened ----------------
+
+
+def _line(text: str, start: str) -> str:
+    found = [line for line in text.splitlines() if line.startswith(start)]
+    assert len(found) == 1, text
+    return found[0]
+
+
+def test_show_says_a_lease_expired_and_what_the_next_reaper_pass_does(url: str) -> None:
+    run_id = _expired_claim(url)
+    text = ok("show", run_id, "--store", url).stdout
+    assert re.fullmatch(
+        r"lease expired \d+\.\d s ago; the next reaper pass requeues it",
+        _line(text, "lease expired"),
+    )
+
+
+def test_show_says_an_expired_lease_over_an_interrupted_write_is_dead_lettered(
+    url: str,
+) -> None:
+    ok("migrate", "--store", url)
+    ok("submit", "payer", "--input", "{}", "--store", url)
+    run_id = anyio.run(_interrupt_a_charge, url, 1.0)
+    time.sleep(0.1)
+    text = ok("show", run_id, "--store", url).stdout
+    assert _line(text, "lease expired").endswith(
+        "ago; the next reaper pass dead-letters it (interrupted_write)"
+    )
+
+
+def test_show_prints_a_requeued_runs_failure_class_and_when_its_retry_is_due(url: str) -> None:
+    run_id = _expired_claim(url)
+    ok("reap", "--once", "--store", url)
+    # A worker lost once is retried at once.
+    text = ok("show", run_id, "--store", url).stdout
+    assert _line(text, "failure class") == "failure class: connection"
+    assert _line(text, "requeued") == "requeued 1 time; the next attempt is due now"
+    # Lost again: from the second retry on, the run backs off (60 s by default).
+    assert anyio.run(_claim_with_a_tiny_lease, url, "greeter") == run_id
+    time.sleep(0.1)
+    ok("reap", "--once", "--store", url)
+    text = ok("show", run_id, "--store", url).stdout
+    assert re.fullmatch(
+        r"requeued 2 times; the next attempt is due in (59|60) s \(at \S+Z\)",
+        _line(text, "requeued"),
+    )
+    assert show(url, run_id)["failure_class"] == "connection"
+
+
+def test_resolve_names_the_epoch_that_show_then_reports(
+    daemons: DaemonPool, url: str, calls_file: Path
+) -> None:
+    ok("migrate", "--store", url)
+    ok("submit", "payer", "--input", "{}", "--store", url)
+    run_id = anyio.run(_interrupt_a_charge, url, 1.0)
+    time.sleep(0.1)
+    ok("reap", "--once", "--store", url)
+    dead = show(url, run_id)
+    assert (dead["state"], dead["reason"], dead["epoch"]) == (
+        "dead_lettered",
+        "interrupted_write",
+        1,
+    )
+
+    resolved = ok("resolve", run_id, "--applied", "--store", url).stdout
+    said = re.fullmatch(
+        rf"run {run_id}: call recorded as applied; requeued: it resumes from its journal "
+        r"at epoch (\d+)\n",
+        resolved,
+    )
+    assert said is not None, resolved
+    daemon = daemons.start(url, worker_id="acc-resolve", DEMO_CALLS_FILE=str(calls_file))
+    daemon.wait_for("run.settled", run_id=run_id, state="completed")
+    done = show(url, run_id)
+    assert done["epoch"] == int(said[1])
+    # The steps of the attempt that resumed it carry that epoch too.
+    assert {s["epoch"] for s in done["steps"] if s["seq"] >= 2} == {int(said[1])}
+    assert not calls_file.exists() or read_lines(calls_file) == [], "the charge ran again"
