@@ -15,6 +15,7 @@ from leaseward.runtime.clock import Clock, ManualClock, SystemClock
 from leaseward.runtime.effects import ToolEffect, ToolEffectResolver
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
+    CallTimedOut,
     CommitOutcomeUnknown,
     ConfigurationError,
     IdempotencyKeyConflict,
@@ -78,6 +79,7 @@ __all__ = [
     "Agent",
     "App",
     "AuditPersistenceFailed",
+    "CallTimedOut",
     "Clock",
     "CommitOutcomeUnknown",
     "ConfigurationError",

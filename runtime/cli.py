@@ -53,6 +53,7 @@ from leaseward.runtime.lifecycle import (
     RecoveryPolicy,
     RunState,
     StepKind,
+    StepStatus,
     decide_recovery,
 )
 from leaseward.runtime.logs import LOG_FORMATS, LOG_LEVELS, configure_logging, default_log_format
@@ -292,7 +293,8 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
     daemon.add("--worker-id", help="this worker's name in leases", default=default_worker_id())
     daemon.add(
         "--drain-seconds",
-        help="on SIGTERM/SIGINT, time runs get to reach a step boundary",
+        help="on SIGTERM/SIGINT, time runs get to reach a step boundary "
+        "(a write call in flight always finishes, within its own timeout)",
         default=DRAIN_SECONDS,
         kind=_non_negative_float,
     )
@@ -636,7 +638,8 @@ def _next_steps(run: RunInfo, steps: Sequence[StepInfo], store: str) -> list[str
     """What the operator does next with a run that waits for a decision."""
     if run.state is not RunState.DEAD_LETTERED or run.reason is not Reason.INTERRUPTED_WRITE:
         return []
-    open_calls = [s for s in steps if s.finished_at is None and s.tool is not None]
+    # By status: an intent whose call raised or timed out has ended, yet stays open.
+    open_calls = [s for s in steps if s.status is StepStatus.STARTED and s.tool is not None]
     if not open_calls:
         return [
             "the journal records the outcome of every call: nothing is left to decide.",

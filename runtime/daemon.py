@@ -91,8 +91,12 @@ async def _second_signal_stops_at_once(
 ) -> None:
     task_status.started()
     async for signum in signals:
-        log.warning("daemon.stopping_now", signal=signal.Signals(signum).name)
-        runtime.supervisor.stop_now()
+        log.warning(
+            "daemon.stopping_now",
+            signal=signal.Signals(signum).name,
+            writes_cut_off=len(runtime.supervisor.writes_in_flight()),
+        )
+        runtime.stop_now()
         return
 
 

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AuditPersistenceFailed",
+    "CallTimedOut",
     "CommitOutcomeUnknown",
     "ConfigurationError",
     "IdempotencyKeyConflict",
@@ -140,6 +141,10 @@ class StoreNotFound(StoreError):
 
 class CommitOutcomeUnknown(StoreError):
     """The store's connection was lost during a commit: the change may or may not be stored."""
+
+
+class CallTimedOut(LeasewardError):
+    """A tool did not return within its timeout; a write may have applied."""
 
 
 class ToolError(LeasewardError):
