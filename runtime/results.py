@@ -119,6 +119,10 @@ def result_encoder(tool: str, function: Callable[..., Any] | None) -> ResultEnco
     globalns = getattr(inspect.unwrap(function), "__globals__", None)
     try:
         hint = typing.get_type_hints(holder, globalns=globalns, include_extras=True)["return"]
+        if hint is Any:
+            # Says nothing about the value: encoded by value, like a tool with no annotation
+            # (through an adapter a NaN would quietly become null).
+            return ResultEncoder(tool)
         return ResultEncoder(tool, pydantic.TypeAdapter(hint))
     # An annotation pydantic cannot take, or one naming a type that only exists for the type
     # checker, is no reason to refuse the tool: its results are then encoded by value.
