@@ -580,13 +580,8 @@ class RunActor:
             await self._record_raised(base, raised.words, settles=needs_intent)
             raise raised.error from None
         crash_point("after_call")
-        try:
-            output_json = dump_json(
-                output, what=f"the result of {call.name}", limit=MAX_RESULT_BYTES
-            )
-        except InvalidInput as exc:
-            output = {"error": exc.message}
-            output_json = dump_json(output)
+        encoded = bound.encode_result(output, returned=status is StepStatus.SUCCEEDED)
+        output, output_json = encoded.value, encoded.text
         outcome = attrs.evolve(base, status=status, output_json=output_json, error=error)
         if needs_intent:
             await self._record_outcome(attrs.evolve(outcome, settles=True))

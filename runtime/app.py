@@ -112,6 +112,14 @@ class Runtime(Client):
         _positive("lease_seconds", lease_seconds)
         _positive("reap_interval_seconds", reap_interval_seconds)
         _positive("poll_interval_seconds", poll_interval_seconds)
+        if reap_interval_seconds >= lease_seconds:
+            # A reaper that looks less often than a lease lasts leaves a dead worker's
+            # runs waiting for it longer than the lease that was meant to bound that.
+            raise ConfigurationError(
+                f"reap_interval_seconds ({reap_interval_seconds:g}) must be shorter than "
+                f"lease_seconds ({lease_seconds:g}): a dead worker's runs wait up to "
+                "lease_seconds + reap_interval_seconds to be recovered"
+            )
         if drain_seconds < 0:
             raise ConfigurationError(f"drain_seconds must be >= 0, not {drain_seconds!r}")
         margin = _margin(deadline_margin_seconds, lease_seconds)

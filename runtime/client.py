@@ -20,6 +20,7 @@ from leaseward.runtime.errors import (
     RequestExpired,
     RunNotFound,
     RunPurged,
+    StoreNotFound,
     UnknownAgent,
     WaitTimeout,
 )
@@ -42,11 +43,25 @@ from leaseward.runtime.model import (
 )
 from leaseward.storage.connect import open_store
 from leaseward.storage.protocol import CancelOutcome, Store, WriteBatch, unwrap
-from leaseward.storage.sql_store import PURGE_BATCH_RUNS
+from leaseward.storage.sql_store import PURGE_BATCH_RUNS, SQLStore
 
-__all__ = ["WAIT_POLL_SECONDS", "Client"]
+__all__ = ["WAIT_POLL_SECONDS", "Client", "open_existing_store"]
 
 WAIT_POLL_SECONDS = 0.5
+
+
+async def open_existing_store(
+    url: str, *, clock: Clock | None = None, read_only: bool = False
+) -> SQLStore:
+    """The leaseward store at ``url``; raises StoreNotFound, creating nothing, if there is
+    none (see ``open_store``)."""
+    try:
+        return await open_store(url, clock=clock, must_exist=True, read_only=read_only)
+    except StoreNotFound as exc:
+        raise StoreNotFound(
+            exc.location,
+            f"no leaseward store at {exc.location}; a daemon or `leaseward migrate` creates one",
+        ) from None
 
 
 def new_run_id() -> str:
@@ -81,7 +96,10 @@ class Client:
     async def open(
         cls, url: str, *, app: App | None = None, clock: Clock | None = None
     ) -> AsyncIterator[Client]:
-        store = await open_store(url, clock=clock)
+        """Open the store at ``url``, which a Runtime, a daemon or ``leaseward migrate``
+        created: a Client never creates one, so a mistyped path raises StoreNotFound
+        instead of queueing runs in a new database that no worker reads."""
+        store = await open_existing_store(url, clock=clock)
         try:
             yield cls(store, app=app)
         finally:

@@ -25,6 +25,7 @@ __all__ = [
     "RunNotFound",
     "RunPurged",
     "StoreError",
+    "StoreNotFound",
     "ToolDefinitionError",
     "ToolError",
     "UnknownAgent",
@@ -127,6 +128,15 @@ class StoreError(LeasewardError):
         # number out of range, a row that contradicts a stored one): sending the same
         # again fails the same way. False for faults that may pass (I/O, locks, network).
         self.data_error = data_error
+
+
+class StoreNotFound(StoreError):
+    """No leaseward store is there."""
+
+    def __init__(self, location: str, message: str | None = None) -> None:
+        super().__init__(message or f"no leaseward store at {location}")
+        # The absolute path of a SQLite file, or a PostgreSQL URL without its password.
+        self.location = location
 
 
 class CommitOutcomeUnknown(StoreError):

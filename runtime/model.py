@@ -423,6 +423,13 @@ class RunInfo:
     finished_at: float | None
     error: str | None = None
     idempotency_key: str | None = None
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    available_at: float | None = None
+    """When a queued run may be claimed: a requeued one's retry is due then."""
+    read_at: float | None = attrs.field(default=None, eq=False)
+    """The store's clock when the run was read, which its times compare with (a worker's
+    clock may differ); None where the store did not say."""
 
 
 @attrs.frozen
@@ -448,6 +455,8 @@ class RunRecord:
     updated_at: float
     finished_at: float | None
     idempotency_key: str | None = None
+    read_at: float | None = attrs.field(default=None, eq=False)
+    """The store's clock when the row was read, if the read said."""
 
     def info(self) -> RunInfo:
         return RunInfo(
@@ -464,6 +473,10 @@ class RunRecord:
             finished_at=self.finished_at,
             error=self.error,
             idempotency_key=self.idempotency_key,
+            lease_owner=self.lease_owner,
+            lease_expires_at=self.lease_expires_at,
+            available_at=self.available_at,
+            read_at=self.read_at,
         )
 
 

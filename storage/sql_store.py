@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import anyio
+import attrs
 
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.effects import ToolEffect
@@ -934,8 +935,10 @@ class SQLStore:
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         async with self._executor.reading():
-            row = await self._executor.fetch_one(self._queries["get_run"], {"run_id": run_id})
-        return None if row is None else run_from_row(row)
+            row = await self._executor.fetch_one(
+                self._queries["read_run"], {"run_id": run_id, "now": self._now()}
+            )
+        return None if row is None else attrs.evolve(run_from_row(row), read_at=row["read_at"])
 
     async def list_runs(
         self,

@@ -62,6 +62,7 @@ APPROVAL_TIMEOUT_SECONDS = 1.0
 
 # A module attribute that is not an App, for the `--app demo_app:NOT_AN_APP` test.
 NOT_AN_APP = "just a string"
+NOT_AN_APP_EITHER = 42
 
 
 def _append(variable: str, record: dict[str, Any]) -> None:

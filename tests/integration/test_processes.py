@@ -9,10 +9,18 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from stores import created
 
 from leaseward import Client, RunState
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def store_url(store_url: str) -> str:
+    """The conftest store, created: these tests open a Client first, which creates none."""
+    return created(store_url)
+
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("pool_worker.py")

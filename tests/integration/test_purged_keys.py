@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
+from stores import created
 from support import Calls, one_call_agent
 
 from leaseward import (
@@ -36,6 +37,14 @@ from leaseward.storage import SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def store_url(store_url: str) -> str:
+    """The conftest store, created: some of these tests open a Client first, which
+    creates none."""
+    return created(store_url)
+
 
 ORDER = {"order": "A-42", "amount_cents": 1999}
 KEY = "checkout-A-42"

@@ -129,6 +129,10 @@ RETURNING runs.id AS run_id, runs.epoch AS epoch;
 -- name: get_run
 SELECT * FROM runs WHERE id = :run_id;
 
+-- name: read_run
+-- With the store's clock, which the run's lease and retry times compare with.
+SELECT *, :now AS read_at FROM runs WHERE id = :run_id;
+
 -- name: get_key
 SELECT * FROM idempotency_keys WHERE idempotency_key = :idempotency_key;
 
