@@ -34,4 +34,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "statement_clock"),
     Migration(5, "submit_keys"),
     Migration(6, "approvals"),
+    Migration(8, "lease_renewals"),
 )
