@@ -91,11 +91,11 @@ async def work(url: str, worker_id: str, calls_file: str) -> None:
     ) as rt:
         while True:
             await anyio.sleep(0.1)
-            live = [
-                *await rt.runs(state=RunState.QUEUED, limit=1),
-                *await rt.runs(state=RunState.RUNNING, limit=1),
-            ]
-            if not live:
+            # One statement, so one snapshot: read in two, a run reaped between the
+            # reads is in neither (running, then queued), and a worker that stopped
+            # then would release the runs it had just claimed for another to take.
+            counts = await rt.store.count_runs()
+            if not counts.get(RunState.QUEUED) and not counts.get(RunState.RUNNING):
                 return
 
 

@@ -234,17 +234,10 @@ async def test_lease_times_come_from_the_database_clock_not_the_workers(pg_url: 
         assert before - 1 <= run.created_at <= after + 1
 
         skewed.advance(86_400 * 8)
-        # The worker's clock says the lease ran out long ago: the database disagrees.
-        assert await store.expired_runs(10) == []
+        # The worker's clock a week ahead changes nothing: the database dates the renewal.
         (outcome,) = await store.commit_batch([BatchItem(run.id, run.epoch, lease_seconds=5.0)])
         assert outcome.persisted and outcome.lease_expires_at is not None
         assert outcome.lease_expires_at == pytest.approx(time.time() + 5.0, abs=1.0)
-        # And a lease that did run out on the database clock is found whatever it says.
-        (short,) = await store.commit_batch([BatchItem(run.id, run.epoch, lease_seconds=0.01)])
-        assert short.persisted
-        await anyio.sleep(0.05)
-        skewed.advance(-86_400 * 30)
-        assert [e.run.id for e in await store.expired_runs(10)] == [run.id]
     finally:
         await store.aclose()
 
@@ -604,7 +597,7 @@ async def test_claim_and_expiry_scans_use_the_partial_indexes(pg_url: str) -> No
             agents=["a"],
             exclude=["r1"],
         )
-        expired = await plan("expired_runs", source="running", limit=5)
+        expired = await plan("running_leases", source="running")
     finally:
         await connection.close()
     assert "runs_claimable" in claim, claim
