@@ -192,7 +192,7 @@ OPERATIONS = (
 # that differ from one query to the next.
 PLANNED_QUERIES: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("claim", "claim_runs", {"source": "queued", "limit": 32}),
-    ("reap scan", "expired_runs", {"source": "running", "limit": EXPIRED_PER_PASS}),
+    ("reap scan", "running_leases", {"source": "running"}),
     ("reap journal read", "last_step", {}),
     ("reap write", "settle_runs", {}),
     ("lease renewal", "renew_leases", {"source": "running"}),
@@ -306,7 +306,7 @@ def settlement_json() -> str:
                 "spent_retries": 1,
                 "delay_seconds": 1.0,
                 "terminal": False,
-                "check_expired": True,
+                "renewals": 1,
             }
         ]
     )
@@ -741,7 +741,7 @@ def print_history(result: dict[str, Any]) -> None:
     print()
     print(
         "claim N = store.claim_runs of N runs (a transaction each); reap = "
-        "LeaseReaper.reap_once(): the expired_runs scan, one last_step read per expired run\n"
+        "LeaseReaper.reap_once(): the running_leases scan, one last_step read per expired run\n"
         "and the settle_runs write; fill s = the untimed bulk insert (and on PostgreSQL "
         "VACUUM ANALYZE) before the size."
     )
