@@ -28,7 +28,10 @@ from support import Calls, capture_logs, events, one_call_agent
 from test_store_conformance import new_run
 
 from leaseward import App, RunState, Runtime, ToolContext, ToolEffect
-from leaseward.storage import open_store
+from leaseward.actors import LeaseReaper
+from leaseward.runtime.clock import ManualClock
+from leaseward.runtime.lifecycle import RecoveryPolicy
+from leaseward.storage import BatchItem, open_store
 
 pytestmark = pytest.mark.anyio
 
@@ -220,3 +223,52 @@ async def test_the_steps_reach_the_store(store_url: str, clocks: Clocks) -> None
     finally:
         await store.aclose()
     assert run.created_at > time.time() + STEP_SECONDS / 2
+
+
+async def test_a_reaper_reaps_only_a_lease_it_watched_unrenewed_for_the_seconds_granted(
+    store_url: str,
+) -> None:
+    """On the reaper's own monotonic clock: a fresh reaper reaps nothing; each renewal
+    starts the wait again; a lease left alone for its 5 s is reaped, at 5 s, not before."""
+    clock = ManualClock()
+    store = await open_store(store_url)
+    try:
+        reaper = LeaseReaper(store, interval_seconds=1.0, policy=RecoveryPolicy(), clock=clock)
+        await store.create_run(new_run())
+        (run,) = await store.claim_runs("w1", 1, 5.0, ["a"])
+        assert await reaper.reap_once() == ()
+        clock.advance(4.9)
+        assert await reaper.reap_once() == ()
+        (renewed,) = await store.commit_batch([BatchItem(run.id, run.epoch, lease_seconds=5.0)])
+        assert renewed.persisted
+        clock.advance(0.2)
+        assert await reaper.reap_once() == ()
+        clock.advance(4.9)
+        assert await reaper.reap_once() == ()
+        clock.advance(0.1)
+        reaped = await reaper.reap_once()
+        after = await store.get_run(run.id)
+    finally:
+        await store.aclose()
+    assert [(r.run_id, r.epoch) for r in reaped] == [(run.id, 1)]
+    assert after is not None and (after.state, after.requeues) == (RunState.QUEUED, 1)
+
+
+async def test_a_reaper_wakes_when_a_lease_it_watches_comes_due_not_at_its_next_tick(
+    store_url: str,
+) -> None:
+    """A dead claim with a 0.3 s lease and a reaper whose timer ticks every 30 s: the run
+    is reaped a lease after the reaper first saw it, not a tick later."""
+    store = await open_store(store_url)
+    try:
+        await store.create_run(new_run())
+        (run,) = await store.claim_runs("ghost", 1, 0.3, ["a"])
+        claimed_at = time.monotonic()
+    finally:
+        await store.aclose()
+    async with Runtime.open(store_url, App([]), reap_interval_seconds=30.0) as rt:
+        with anyio.fail_after(10):
+            while (await rt.get(run.id)).state is RunState.RUNNING:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+    # Never before the lease the claim granted, and far sooner than the next tick.
+    assert 0.3 <= time.monotonic() - claimed_at < 10.0
