@@ -113,7 +113,7 @@ class LeaseReaper:
         """Reap on every tick, and as soon as a lease it watches comes due between
         ticks; approval expiry and a worker's heartbeat ride on the tick."""
         task_status.started()
-        tick = self._clock.monotonic()
+        tick: float | None = None
         while True:
             try:
                 reaped = await self.reap_once()
@@ -123,12 +123,14 @@ class LeaseReaper:
                 if reaped and self._on_reaped is not None:
                     await self._on_reaped(reaped)
             now = self._clock.monotonic()
-            if now >= tick:
+            if tick is None or now >= tick:
+                if tick is not None:
+                    # Not at the start: registering the worker was its first beat.
+                    await self._beat()
                 try:
                     await self.expire_once()
                 except LeasewardError as exc:
                     log.warning("reaper.expiry_failed", error=exc.message)
-                await self._beat()
                 tick = now + self._interval
             await anyio.sleep(max(0.0, min(tick, self._next_due(now)) - now))
 
