@@ -488,8 +488,17 @@ async def test_three_worker_processes_one_killed_midway(pg_url: str, tmp_path: P
     async with Client.open(pg_url) as client:
         ids = [await client.submit("payer", i) for i in range(RUNS)]
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "POOL_WORKER_CHARGE_SECONDS": "0.02"}
     names = ("w1", "w2", "w3")
+    # Nobody claims before all three are up: on a loaded machine one slow to start
+    # would otherwise find the work done, and the victim might hold nothing.
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "POOL_WORKER_CHARGE_SECONDS": "0.02",
+        "POOL_WORKER_BARRIER": f"{barrier}:{len(names)}",
+    }
     workers = {
         name: subprocess.Popen(
             [
@@ -546,6 +555,10 @@ async def test_three_worker_processes_one_killed_midway(pg_url: str, tmp_path: P
     # G6/G7: a run is held by one live worker at a time. Every claim of a run but
     # its last was the victim's; every reap took the victim's lease, after it died.
     everything = [e for name in names for e in read_events(tmp_path / f"events-{name}.jsonl")]
+    # A worker stops once no run is queued or running; one that stopped with runs in
+    # hand released them to the others, and their claims would read as taken leases.
+    drained = [e for e in everything if e["event"] == "worker.draining"]
+    assert not drained, drained
     claims: dict[str, list[tuple[int, str]]] = defaultdict(list)
     for event in everything:
         if event["event"] == "run.claimed":
