@@ -104,7 +104,7 @@ async def clocks(anyio_backend: str, store_url: str) -> AsyncIterator[Clocks]:
 async def test_a_clock_step_mid_call_does_not_reap_the_renewing_holder(
     store_url: str, clocks: Clocks, direction: int
 ) -> None:
-    """A 2.5 s charge under a 1 s lease, another worker reaping every 50 ms; one minute
+    """A 3 s charge under a 1.5 s lease, another worker reaping every 50 ms; one minute
     into the future on the reaper's side ("ahead") or into the past on the holder's
     ("back"), then set right 0.8 s later: the charge is neither reaped nor run twice."""
     calls = Calls()
@@ -112,7 +112,7 @@ async def test_a_clock_step_mid_call_does_not_reap_the_renewing_holder(
 
     async def charge(ctx: ToolContext) -> None:
         entered.set()
-        await anyio.sleep(2.5)
+        await anyio.sleep(3.0)
 
     agent = one_call_agent(
         "payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, timeout_seconds=30.0, body=charge
@@ -123,7 +123,7 @@ async def test_a_clock_step_mid_call_does_not_reap_the_renewing_holder(
             Runtime.open(
                 store_url,
                 App([agent]),
-                lease_seconds=1.0,
+                lease_seconds=1.5,
                 reap_interval_seconds=3600.0,
                 poll_interval_seconds=0.02,
                 worker_id="holder",
@@ -140,7 +140,7 @@ async def test_a_clock_step_mid_call_does_not_reap_the_renewing_holder(
             run_id = await holder.submit("payer", None)
             await entered.wait()
             # Past the first renewal, so the lease the step meets is a renewal's.
-            await anyio.sleep(0.4)
+            await anyio.sleep(0.6)
             await clocks.step(direction * STEP_SECONDS, on=stepped)
             await anyio.sleep(0.8)
             await clocks.step(-direction * STEP_SECONDS, on=stepped)
@@ -165,6 +165,11 @@ def _spawn_worker(store_url: str, marker_dir: Path) -> subprocess.Popen[str]:
     )
 
 
+async def _lease_owner(rt: Runtime, run_id: str) -> str | None:
+    record = await rt.store.get_run(run_id)
+    return None if record is None else record.lease_owner
+
+
 async def _until(check: Any, timeout: float = 20.0) -> None:
     """Poll a file another process writes: nothing in this process can signal it."""
     with anyio.fail_after(timeout):
@@ -184,6 +189,7 @@ async def test_a_killed_worker_is_reaped_within_the_bound_whatever_the_clock_did
         await _until(lambda: any(c["pid"] == worker.pid for c in read_lines(tmp_path / CALLS_FILE)))
         assert worker.stdout is not None
         run_id = worker.stdout.readline().strip().removeprefix("run_id=")
+        worker_id = f"paused-worker:{worker.pid}"
         async with Runtime.open(
             store_url,
             build_app(tmp_path, lookup_seconds=0.0),
@@ -198,9 +204,9 @@ async def test_a_killed_worker_is_reaped_within_the_bound_whatever_the_clock_did
             killed_at = time.monotonic()
             await clocks.step(direction * STEP_SECONDS, on=clocks.reaper)
             with anyio.fail_after(30):
-                while (await rt.get(run_id)).epoch < 2:  # noqa: ASYNC110 -- taken over in another task
+                while await _lease_owner(rt, run_id) == worker_id:  # noqa: ASYNC110
                     await anyio.sleep(0.01)
-            taken_after = time.monotonic() - killed_at
+            reaped_after = time.monotonic() - killed_at
             run = await rt.wait(run_id, timeout=30)
     finally:
         worker.kill()
@@ -208,8 +214,8 @@ async def test_a_killed_worker_is_reaped_within_the_bound_whatever_the_clock_did
         if worker.stdout is not None:
             worker.stdout.close()
 
-    # The documented bound, and a second of scheduling on a loaded machine.
-    assert taken_after < LEASE_SECONDS + REAP_INTERVAL_SECONDS + 1.0, taken_after
+    # The documented bound, and scheduling on a loaded machine.
+    assert reaped_after < LEASE_SECONDS + REAP_INTERVAL_SECONDS + 1.5, reaped_after
     assert (run.state, run.epoch) == (RunState.COMPLETED, 2)
 
 
