@@ -516,12 +516,15 @@ async def test_three_worker_processes_one_killed_midway(pg_url: str, tmp_path: P
     }
     victim = "w1"
     try:
-        await eventually(
-            lambda: (
-                calls_file.exists() and len(calls_file.read_text().splitlines()) >= KILL_AFTER_CALLS
-            ),
-            60.0,
-        )
+
+        def victim_busy() -> bool:
+            # Once the victim has charged, it holds runs until the queue runs dry: a
+            # victim slow to open its store may otherwise be killed holding nothing.
+            lines = [line.split() for line in calls_file.read_text().splitlines()]
+            callers = [fields[1] for fields in lines if len(fields) == 3]
+            return len(callers) >= KILL_AFTER_CALLS and victim in callers
+
+        await eventually(lambda: calls_file.exists() and victim_busy(), 60.0)
         workers[victim].send_signal(signal.SIGKILL)
         workers[victim].wait()
         killed_at = time.time()
