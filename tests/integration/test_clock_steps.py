@@ -178,6 +178,7 @@ async def _until(check: Any, timeout: float = 20.0) -> None:
 
 
 @pytest.mark.parametrize("direction", [1, -1], ids=["ahead", "back"])
+@pytest.mark.slow
 async def test_a_killed_worker_is_reaped_within_the_bound_whatever_the_clock_did(
     store_url: str, clocks: Clocks, tmp_path: Path, direction: int
 ) -> None:

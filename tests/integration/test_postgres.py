@@ -483,6 +483,7 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 async def test_three_worker_processes_one_killed_midway(pg_url: str, tmp_path: Path) -> None:
     calls_file = tmp_path / "calls.txt"
     async with Client.open(pg_url) as client:

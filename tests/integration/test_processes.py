@@ -12,7 +12,8 @@ import pytest
 
 from leaseward import Client, RunState
 
-pytestmark = pytest.mark.anyio
+# Real worker processes killed and waited for: make test-fast skips these.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("pool_worker.py")
