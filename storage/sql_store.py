@@ -330,11 +330,11 @@ class SQLStore:
     """A store over any executor: domain operations here, SQL in the dialect's query file.
 
     No absolute time is computed here. The queries get durations
-    (``lease_seconds``, ``delay_seconds``) and flags (``terminal``,
-    ``check_expired``, ``finished``) and add them to the dialect's "now": the
-    injected clock's reading passed as ``:now`` (SQLite), or the database clock
-    (PostgreSQL, whose queries ignore ``:now``), so that on a shared database
-    clock skew between workers can neither reap a live run nor keep a dead one.
+    (``lease_seconds``, ``delay_seconds``) and flags (``terminal``, ``finished``)
+    and add them to the dialect's "now": the injected clock's reading passed as
+    ``:now`` (SQLite), or the database clock (PostgreSQL, whose queries ignore
+    ``:now``). No reap depends on any of these clocks: a reaper goes by the lease
+    marks it watched (``running_leases``) and fences its reap on them.
     """
 
     def __init__(self, executor: Executor, clock: Clock) -> None:
