@@ -490,14 +490,15 @@ async def test_three_worker_processes_one_killed_midway(pg_url: str, tmp_path: P
         ids = [await client.submit("payer", i) for i in range(RUNS)]
 
     names = ("w1", "w2", "w3")
+    victim = "w1"
     # Nobody claims before all three are up: on a loaded machine one slow to start
-    # would otherwise find the work done, and the victim might hold nothing.
+    # would otherwise find the work done. The victim's charges last a second, so that
+    # once it has started one it surely holds runs when it is killed.
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
-        "POOL_WORKER_CHARGE_SECONDS": "0.02",
         "POOL_WORKER_BARRIER": f"{barrier}:{len(names)}",
     }
     workers = {
@@ -510,17 +511,16 @@ async def test_three_worker_processes_one_killed_midway(pg_url: str, tmp_path: P
                 str(calls_file),
                 str(tmp_path / f"events-{name}.jsonl"),
             ],
-            env=env,
+            env={**env, "POOL_WORKER_CHARGE_SECONDS": "1.0" if name == victim else "0.02"},
             stderr=(tmp_path / f"stderr-{name}.txt").open("w"),
         )
         for name in names
     }
-    victim = "w1"
     try:
 
         def victim_busy() -> bool:
-            # Once the victim has charged, it holds runs until the queue runs dry: a
-            # victim slow to open its store may otherwise be killed holding nothing.
+            # Inside a charge: a victim slow to open its store might otherwise be
+            # killed after the others emptied the queue, holding nothing.
             lines = [line.split() for line in calls_file.read_text().splitlines()]
             callers = [fields[1] for fields in lines if len(fields) == 3]
             return len(callers) >= KILL_AFTER_CALLS and victim in callers
