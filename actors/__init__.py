@@ -13,7 +13,7 @@ from leaseward.actors.messages import (
 from leaseward.actors.metrics import Metrics
 from leaseward.actors.persister import MAX_BATCH_ITEMS, Persister, PersisterStats
 from leaseward.actors.reaper import REAP_BATCH, LeaseReaper, Reaped, plan_reap
-from leaseward.actors.run_actor import RunActor, RunSettings
+from leaseward.actors.run_actor import RunActor, RunSettings, WriteInFlight
 from leaseward.actors.supervisor import (
     CLAIM_BATCH,
     WORKER_GONE_AFTER_BEATS,
@@ -49,6 +49,7 @@ __all__ = [
     "SupervisorMessage",
     "SupervisorSettings",
     "Wake",
+    "WriteInFlight",
     "default_margin",
     "plan_reap",
     "stale_after_seconds",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 import attrs
 
 from leaseward.actors.lease_keeper import Lease, LeaseKeeper, default_margin
@@ -24,6 +26,7 @@ from leaseward.runtime.conversation import (
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
+    CallTimedOut,
     InvalidInput,
     LeaseLost,
     LeasewardError,
@@ -66,7 +69,7 @@ from leaseward.runtime.tools import BoundTool, ToolContext
 from leaseward.storage.crash_points import crash_point
 from leaseward.storage.protocol import BatchItem, BatchOutcome
 
-__all__ = ["RunActor", "RunSettings"]
+__all__ = ["RunActor", "RunSettings", "WriteInFlight"]
 
 SETTLE_TIMEOUT_SECONDS = 10.0
 
@@ -91,12 +94,35 @@ class RunSettings:
     policy: RecoveryPolicy = attrs.Factory(RecoveryPolicy)
 
 
+@attrs.frozen
+class WriteInFlight:
+    """A call with a durable intent that has started and whose outcome is not yet recorded."""
+
+    run_id: str
+    epoch: int
+    tool: str
+    call_id: str
+
+
 class _CallNotAdmitted(Exception):
     """The lease could not be made to last until its next renewal, so the call did not start."""
 
 
 class _CallCutOff(Exception):
     """The lease guard cancelled a call whose lease could not be renewed."""
+
+
+class _TimedOut(Exception):
+    """A call did not return within its own timeout."""
+
+
+class _ToolRaised(Exception):
+    """A tool raised something other than ToolError; ``error`` is what it raised."""
+
+    def __init__(self, error: Exception, words: str) -> None:
+        super().__init__(words)
+        self.error = error
+        self.words = words
 
 
 class _Stop(Exception):
@@ -108,6 +134,9 @@ class _Stop(Exception):
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, CallTimedOut):
+        # Its words say what timed out and what that means; its type adds nothing.
+        return exc.message
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -165,11 +194,20 @@ class RunActor:
             run.id, run.epoch, deadline=lease_deadline, cancel_requested=run.cancel_requested
         )
         self._keeper = keeper
+        # Set when a commit of this actor went unanswered, cleared when a renewal is
+        # answered: in between, no call starts (G6, G7).
+        self._lease_in_doubt = False
         # A write's intent that is durable but whose call has not started: if the
         # attempt ends here, the intent is withdrawn, so nobody takes the call for
         # one that may have run.
         self._unstarted_intent: StepWrite | None = None
         self._before_intent: tuple[ToolEffect | None, StepStatus | None] = (None, None)
+        # The scope of the tool step under way. Once a call with an intent starts, it is
+        # shielded: a drain or a cancel from outside waits for the call to return and
+        # its outcome to be recorded; only cut_off() lets the cancel through.
+        self._step_scope: anyio.CancelScope | None = None
+        self.writing: WriteInFlight | None = None
+        self._cut_off = False
         self._worker_id = worker_id
         self._log = log.bind(run_id=run.id, epoch=run.epoch, worker_id=worker_id, agent=agent.name)
         self.settlement: Settlement | None = None
@@ -237,7 +275,8 @@ class RunActor:
                 self._at_boundary()
                 if pending:
                     gate = self._gate_turn(pending)
-                    messages.append(await self._tool_step(pending.pop(0), gate))
+                    with self._tool_step_scope():
+                        messages.append(await self._tool_step(pending.pop(0), gate))
                     continue
                 if turns >= self._agent.max_steps:
                     return Settlement(
@@ -260,6 +299,29 @@ class RunActor:
             raise _Stop(Settlement(Event.CANCEL_RUNNING, Reason.CANCELLED))
         if self._draining is not None and self._draining.is_set():
             raise _Stop(Settlement(Event.RELEASE))
+
+    @contextmanager
+    def _tool_step_scope(self) -> Iterator[None]:
+        with anyio.CancelScope() as self._step_scope:
+            try:
+                yield
+            finally:
+                self._step_scope = None
+                self.writing = None
+
+    def _protect_write(self, tool: str, call_id: str) -> None:
+        """G13: the call about to start has a durable intent, so nothing but cut_off()
+        stops it: an interrupted write is one a person must resolve."""
+        self.writing = WriteInFlight(self.run_id, self.epoch, tool, call_id)
+        if self._step_scope is not None and not self._cut_off:
+            self._step_scope.shield = True
+
+    def cut_off(self) -> WriteInFlight | None:
+        """Let a cancel reach the write in flight; returns that write, if there is one."""
+        self._cut_off = True
+        if self._step_scope is not None:
+            self._step_scope.shield = False
+        return self.writing
 
     def _take_seq(self) -> int:
         seq = self._next_seq
@@ -391,7 +453,7 @@ class RunActor:
         began = self._clock.monotonic()
         try:
             reply = await self._guarded(lambda: self._agent.provider.complete(request), timeout)
-        except TimeoutError:
+        except _TimedOut:
             # A bare TimeoutError would leave the run's error saying nothing of what timed out.
             raise ProviderError(
                 f"the provider call timed out (its timeout is {timeout:g} s)",
@@ -494,24 +556,32 @@ class RunActor:
                     "could not be recorded, so neither can the call's intent"
                 )
             self._before_intent = (self._last_effect, self._last_status)
-            await self._record_intent(base)
+            # Marked before it is sent: if the attempt ends before the call, with the
+            # intent's commit answered or not, the settlement withdraws whatever of it
+            # was stored, and the next attempt never takes a call that did not start
+            # for one that may have run.
             self._unstarted_intent = base
+            # Shielded, within a bound: a stop that lands while the intent is on its way
+            # waits for the answer, unless the store hangs.
+            with anyio.fail_after(SETTLE_TIMEOUT_SECONDS, shield=True):
+                await self._record_intent(base)
             if gate is not None and gate.request is not None:
                 self._decision_used(gate.request)
+            # The stop takes effect here, the intent withdrawn, before the call starts.
+            await anyio.lowlevel.checkpoint_if_cancelled()
         else:
             # A read has no intent row, so its record carries when the call began.
             base = attrs.evolve(base, started_at=self._clock.now())
         crash_point("after_intent")
         await self._renew_before_call()
-        status, output, error = await self._call(bound, pending, dict(call.arguments))
-        crash_point("after_call")
         try:
-            output_json = dump_json(
-                output, what=f"the result of {call.name}", limit=MAX_RESULT_BYTES
-            )
-        except InvalidInput as exc:
-            output = {"error": exc.message}
-            output_json = dump_json(output)
+            status, output, error = await self._call(bound, pending, dict(call.arguments))
+        except _ToolRaised as raised:
+            await self._record_raised(base, raised.words, settles=needs_intent)
+            raise raised.error from None
+        crash_point("after_call")
+        encoded = bound.encode_result(output, returned=status is StepStatus.SUCCEEDED)
+        output, output_json = encoded.value, encoded.text
         outcome = attrs.evolve(base, status=status, output_json=output_json, error=error)
         if needs_intent:
             await self._record_outcome(attrs.evolve(outcome, settles=True))
@@ -559,6 +629,8 @@ class RunActor:
             lease_remaining=self._lease_remaining,
         )
         self._admit()
+        if self._unstarted_intent is not None:
+            self._protect_write(bound.name, pending.call.call_id)
         self._unstarted_intent = None
         try:
             result = await self._guarded(
@@ -566,17 +638,54 @@ class RunActor:
             )
         except ToolError as exc:
             return StepStatus.FAILED, {"error": exc.message}, exc.message
+        except _TimedOut:
+            words = f"{bound.name} did not return within {bound.timeout_seconds:.1f} s"
+            if bound.effect.is_write:
+                words += "; it may have applied"
+            ctx.log.warning("tool.timed_out", error=words)
+            raise _ToolRaised(CallTimedOut(words), words) from None
+        except (LeaseLost, _CallCutOff):
+            raise
+        except Exception as exc:
+            # A bug in the tool, most likely: whoever fixes it needs the traceback.
+            ctx.log.exception("tool.raised", error=_describe(exc))
+            raise _ToolRaised(exc, _describe(exc)) from exc
         return StepStatus.SUCCEEDED, result, None
+
+    async def _record_raised(self, base: StepWrite, words: str, *, settles: bool) -> None:
+        """Journal a call that raised or timed out, with its arguments and what happened.
+
+        A read's row is settled failed. A write's intent stays open, with the words
+        beside it: the write may have applied before it raised, so only an operator
+        can say whether it did (G2); recovery takes it for an interrupted write.
+        """
+        if not settles:
+            output_json = dump_json({"error": words})
+            failed = attrs.evolve(
+                base, status=StepStatus.FAILED, output_json=output_json, error=words
+            )
+            await self._record_soft(failed)
+            return
+        outcome = await self._send([attrs.evolve(base, settles=True, error=words)])
+        if not outcome.persisted:
+            # The intent is still there, open: the write is handled as interrupted.
+            self._log.warning(
+                "step.record_failed", seq=base.seq, tool=base.tool, error=outcome.error
+            )
 
     async def _guarded(self, call: Callable[[], Awaitable[_T]], timeout: float) -> _T:
         """Make ``call``, bounded by its timeout, while the keeper renews the lease;
-        raise _CallCutOff if the keeper had to cancel it to stay inside the lease."""
+        raise _CallCutOff if the keeper had to cancel it to stay inside the lease, and
+        _TimedOut if its timeout ran out (a TimeoutError the call raised is its own)."""
         with anyio.CancelScope() as guard, self._keeper.guarding(self._lease, guard):
-            with anyio.fail_after(timeout):
+            with anyio.move_on_after(timeout) as timer:
                 return await call()
         if self._lease.lost:
             raise LeaseLost(f"run {self.run_id} was taken from epoch {self.epoch} during a call")
-        raise _CallCutOff(self._lease.cut_off or "the lease could not be renewed")
+        if guard.cancel_called:
+            raise _CallCutOff(self._lease.cut_off or "the lease could not be renewed")
+        assert timer.cancelled_caught, "a call ends by returning, raising or being cancelled"
+        raise _TimedOut()
 
     # -- records --------------------------------------------------------------------
 
@@ -594,13 +703,13 @@ class RunActor:
         the provider turn that asked for it. Otherwise a pending record that
         still cannot be stored stays pending and the rest goes ahead alone.
         """
-        outcome = await self._commit((*self._pending, *steps), settlement)
+        outcome = await self._commit(tuple(self._pending), tuple(steps), settlement)
         if outcome.persisted:
             self._pending.clear()
         elif self._pending and not after_pending:
             self._log.warning("step.deferred", count=len(self._pending), error=outcome.error)
             refused = outcome
-            outcome = await self._commit(tuple(steps), settlement)
+            outcome = await self._commit((), tuple(steps), settlement)
             if outcome.persisted and refused.data_error:
                 # The rest went in without them, so the store refuses what the pending
                 # records hold: sent again, they would be refused again, forever.
@@ -609,8 +718,13 @@ class RunActor:
         return outcome
 
     async def _commit(
-        self, steps: tuple[StepWrite, ...], settlement: Settlement | None
+        self,
+        resent: tuple[StepWrite, ...],
+        fresh: tuple[StepWrite, ...],
+        settlement: Settlement | None,
     ) -> BatchOutcome:
+        """Commit records sent before (``resent``) and new ones (``fresh``) in one item."""
+        steps = (*resent, *fresh)
         lease_seconds = 0.0 if settlement is not None else self._settings.lease_seconds
         item = BatchItem(
             run_id=self.run_id,
@@ -623,8 +737,12 @@ class RunActor:
         # for a lock, the database's expiry is no earlier than this.
         sent_at = self._clock.monotonic()
         outcome = await self._persist(item)
-        if outcome.outcome_unknown:
-            outcome = await self._read_back(item, outcome)
+        answered = not outcome.outcome_unknown
+        if not answered:
+            # Whatever the journal says, nobody told this worker that its fence held
+            # when it sent this, let alone now: no call before the store says so.
+            self._lease_in_doubt = True
+            outcome = await self._read_back(item, fresh, outcome)
         if not outcome.lease_held and not outcome.persisted:
             raise LeaseLost(f"run {self.run_id} is no longer held at epoch {self.epoch}")
         if not outcome.persisted:
@@ -644,22 +762,29 @@ class RunActor:
             newest = max(kept, key=lambda s: s.seq)
             self._last_effect = newest.effect
             self._last_status = newest.status if newest.kind is StepKind.TOOL else None
-        if settlement is None:
+        if settlement is None and answered:
             self._lease.renewed(sent_at, lease_seconds, cancel_requested=outcome.cancel_requested)
+            self._lease_in_doubt = False
             self._log.debug("lease.renewed", seconds=lease_seconds)
             self._metrics.lease_renewed()
         return outcome
 
-    async def _read_back(self, item: BatchItem, unanswered: BatchOutcome) -> BatchOutcome:
+    async def _read_back(
+        self, item: BatchItem, fresh: Sequence[StepWrite], unanswered: BatchOutcome
+    ) -> BatchOutcome:
         """The commit of ``item`` went unanswered: whether it is stored is read from the journal.
 
         The item's steps were written only if its lease fence held, and all of them or
-        none: if every one is in the journal exactly as sent under this epoch, the
-        item committed, its renewal or settlement with it. When the journal cannot
-        tell (no steps, or the read fails too) the item counts as not stored, which
-        fails a write closed.
+        none: if every one is in the journal exactly as sent under this epoch, and one
+        of them was sent for the first time in it, the item committed, its settlement
+        with it. Steps sent before may have been stored by an earlier commit, so
+        without a fresh one the journal cannot tell; nor can it when the read fails
+        too: the item then counts as not stored, which fails a write closed. Either
+        way the read proves records stored, never that the lease holds now, so it
+        renews nothing.
         """
-        if not item.steps:
+        if not fresh:
+            self._log.warning("commit.undecided", error=unanswered.error)
             return unanswered
         try:
             journal = {row.seq: row for row in await self._load_steps(self.run_id)}
@@ -716,7 +841,9 @@ class RunActor:
             )
 
     def _admissible(self) -> bool:
-        return self._lease_remaining() >= self._keeper.admission_seconds
+        return (
+            not self._lease_in_doubt and self._lease_remaining() >= self._keeper.admission_seconds
+        )
 
     def _lease_remaining(self) -> float:
         return self._lease.remaining(self._clock.monotonic())
@@ -740,6 +867,8 @@ class RunActor:
         call does not start, and the run goes back to the queue without
         spending a retry.
         """
+        if self._lease_in_doubt:
+            raise _CallNotAdmitted("the store has not answered whether the lease still holds")
         if not self._admissible():
             raise _CallNotAdmitted(
                 f"the lease has {self._lease_remaining():.1f} s left, less than the "

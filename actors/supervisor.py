@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import anyio
 import anyio.lowlevel
@@ -18,7 +18,7 @@ from leaseward.actors.messages import LeasesReaped, RunEnded, SupervisorMessage,
 from leaseward.actors.metrics import Metrics
 from leaseward.actors.persister import MAX_BATCH_ITEMS, Persister
 from leaseward.actors.reaper import LeaseReaper, Reaped
-from leaseward.actors.run_actor import RunActor, RunSettings
+from leaseward.actors.run_actor import RunActor, RunSettings, WriteInFlight
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.errors import LeasewardError
@@ -138,6 +138,11 @@ class Supervisor:
             clock=clock,
         )
         self._local: dict[_LocalKey, _Local] = {}
+        # Interactive runs execute in their callers' tasks, but a forced stop reaches them too.
+        self._interactive: set[RunActor] = set()
+        # Helpers outlive a cancel from outside until the runs are over: a write that is
+        # finishing needs the Persister to record it and the keeper to renew its lease.
+        self._helper_scopes: list[anyio.CancelScope] = []
         self._run_ended = anyio.Event()
         self._draining = anyio.Event()
         self._drain_scope: anyio.CancelScope | None = None
@@ -154,18 +159,21 @@ class Supervisor:
         await self._registry(self._store.register_worker)
         try:
             async with anyio.create_task_group() as helpers:
-                await helpers.start(self._keep_alive, "persister", self.persister.run)
-                await helpers.start(self._keep_alive, "keeper", self.keeper.run)
-                await helpers.start(self._keep_alive, "reaper", self.reaper.run)
-                async with anyio.create_task_group() as runs:
-                    runs.start_soon(self._claim_loop, runs)
-                    try:
-                        yield self
-                    finally:
-                        with anyio.CancelScope(shield=True):
-                            await self._drain()
-                        runs.cancel_scope.cancel()
-                helpers.cancel_scope.cancel()
+                try:
+                    await helpers.start(self._keep_alive, "persister", self.persister.run)
+                    await helpers.start(self._keep_alive, "keeper", self.keeper.run)
+                    await helpers.start(self._keep_alive, "reaper", self.reaper.run)
+                    async with anyio.create_task_group() as runs:
+                        runs.start_soon(self._claim_loop, runs)
+                        try:
+                            yield self
+                        finally:
+                            with anyio.CancelScope(shield=True):
+                                await self._drain()
+                            runs.cancel_scope.cancel()
+                finally:
+                    for scope in self._helper_scopes:
+                        scope.cancel()
         except BaseExceptionGroup as group:
             # The caller's own exception comes back wrapped by our task groups;
             # hand it back as it was raised, so `except StoreError:` still works.
@@ -195,17 +203,19 @@ class Supervisor:
     ) -> None:
         """Run a helper actor, restarting it when it crashes; its mailbox survives."""
         started = False
-        while True:
-            try:
-                if started:
-                    await body()
-                else:
-                    started = True
-                    await body(task_status=task_status)
-            except Exception:
-                self._log.exception("actor.crashed", actor=name)
-                await anyio.sleep(RESTART_DELAY_SECONDS)
-                self._log.info("actor.restarted", actor=name)
+        with anyio.CancelScope(shield=True) as scope:
+            self._helper_scopes.append(scope)
+            while True:
+                try:
+                    if started:
+                        await body()
+                    else:
+                        started = True
+                        await body(task_status=task_status)
+                except Exception:
+                    self._log.exception("actor.crashed", actor=name)
+                    await anyio.sleep(RESTART_DELAY_SECONDS)
+                    self._log.info("actor.restarted", actor=name)
 
     def wake(self) -> None:
         self.mailbox.send_nowait(Wake())
@@ -274,8 +284,10 @@ class Supervisor:
                 local = self._local.get((run_id, epoch))
                 if local is not None:
                     # The store no longer counts this worker as the holder: stop it
-                    # now, before it spends time on work it could not record anyway.
+                    # now, before it spends time on work it could not record anyway,
+                    # a write included.
                     self._log.warning("lease.lost", run_id=run_id, by="reaper")
+                    local.actor.cut_off()
                     local.scope.cancel()
 
     def _start(self, runs: TaskGroup, record: RunRecord, lease_deadline: float) -> None:
@@ -313,7 +325,12 @@ class Supervisor:
                 self.ended(actor.run_id, settlement)
 
     async def _drain(self) -> None:
-        """Stop claiming, let runs reach a step boundary, and release their leases."""
+        """Stop claiming, let runs reach a step boundary, and release their leases.
+
+        Past the drain's time, runs are cancelled: a provider or read-only call is cut
+        off and its run released, but a write in flight is finished and recorded first,
+        however long its own timeout lets it take (G13).
+        """
         self._claiming = False
         self._draining.set()
         self.mailbox.send_nowait(Wake())
@@ -325,13 +342,40 @@ class Supervisor:
             await self._until_idle()
         for local in list(self._local.values()):
             local.scope.cancel()
+        for write in self.writes_in_flight():
+            self._log.info("worker.finishing_write", **attrs.asdict(write))
         await self._until_idle()
 
-    def stop_now(self) -> None:
-        """Cut a drain short: runs still going are interrupted instead of awaited."""
+    def _actors(self) -> list[RunActor]:
+        return [local.actor for local in self._local.values()] + list(self._interactive)
+
+    def writes_in_flight(self) -> tuple[WriteInFlight, ...]:
+        return tuple(actor.writing for actor in self._actors() if actor.writing is not None)
+
+    def stop_now(self) -> tuple[WriteInFlight, ...]:
+        """Cut a drain short: runs still going are interrupted instead of awaited, writes
+        in flight included. Returns those writes, each logged before it is cut off.
+
+        An interactive run (``rt.run``) belongs to its caller's task, which this does
+        not cancel: its write is no longer shielded, so the caller's cancel cuts it."""
         self._stop_now = True
+        cut = self.writes_in_flight()
+        for write in cut:
+            self._log.warning("worker.cutting_off", **attrs.asdict(write))
+        for actor in self._actors():
+            actor.cut_off()
         if self._drain_scope is not None:
             self._drain_scope.cancel()
+        return cut
+
+    @contextmanager
+    def interactive(self, actor: RunActor) -> Iterator[None]:
+        """While inside, ``actor`` (a run of this process's caller) is one stop_now() reaches."""
+        self._interactive.add(actor)
+        try:
+            yield
+        finally:
+            self._interactive.discard(actor)
 
     async def _until_idle(self) -> None:
         while self._local:

@@ -140,6 +140,7 @@ from leaseward.actors.persister import Persister
 from leaseward.actors.reaper import LeaseReaper, Reaped
 from leaseward.runtime.app import LEASE_SECONDS, REAP_INTERVAL_SECONDS
 from leaseward.runtime.model import RunRecord
+from leaseward.storage import open_store
 from leaseward.storage.protocol import ClaimRequest
 
 AGENT = "leased"
@@ -442,8 +443,7 @@ async def fresh_store(
 ) -> AsyncIterator[str]:
     if store == SQLITE:
         path = directory / "runs.db"
-        async with Client.open(f"sqlite:///{path}"):
-            pass
+        await (await open_store(f"sqlite:///{path}")).aclose()
         yield f"sqlite:///{path}"
         return
     from pg_support import fresh_database
@@ -620,16 +620,17 @@ def detection_cells(
     *,
     runtime_defaults: bool,
 ) -> list[Cell]:
-    """Every lease with every reap interval at the middle K and with every K at the middle
-    reap interval (``cross``), or every combination (``full``); with ``runtime_defaults``,
-    the Runtime's own lease and reap interval at the middle K as well."""
+    """Every lease with every reap interval shorter than it, at the middle K, and with every
+    K at the middle reap interval (``cross``), or every combination (``full``); with
+    ``runtime_defaults``, the Runtime's own lease and reap interval at the middle K as well."""
     mid_reap, mid_k = median_of(reaps), median_of(ks)
     cells = [
         Cell(store, lease, reap, k)
         for lease in leases
         for reap in reaps
         for k in ks
-        if grid == "full" or k == mid_k or reap == mid_reap
+        # A reap interval not shorter than the lease is refused by the Runtime.
+        if reap < lease and (grid == "full" or k == mid_k or reap == mid_reap)
     ]
     own = Cell(store, LEASE_SECONDS, REAP_INTERVAL_SECONDS, mid_k)
     if runtime_defaults and own not in cells:

@@ -99,6 +99,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.storage import open_store
 from leaseward.storage.protocol import BatchItem, BatchOutcome
 
 AGENT = "bench"
@@ -529,7 +530,10 @@ def wanting(taken: Sequence[Measurement], args: argparse.Namespace, failed: int 
 async def store_for(args: argparse.Namespace, db_path: Path) -> AsyncIterator[str]:
     """The store URL of one sample: a fresh SQLite file, or a fresh PostgreSQL database."""
     if args.store is None:
-        yield f"sqlite:///{db_path.resolve()}?synchronous={args.synchronous}"
+        url = f"sqlite:///{db_path.resolve()}?synchronous={args.synchronous}"
+        # Created here, as a worker would: the Client that queues the runs creates none.
+        await (await open_store(url)).aclose()
+        yield url
         return
     from pg_support import fresh_database
 

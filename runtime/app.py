@@ -14,7 +14,7 @@ from leaseward.actors.lease_keeper import RENEWALS_PER_LEASE, default_margin
 from leaseward.actors.metrics import Metrics
 from leaseward.actors.persister import MAX_BATCH_ITEMS
 from leaseward.actors.reaper import Reaped
-from leaseward.actors.run_actor import RunActor, RunSettings
+from leaseward.actors.run_actor import RunActor, RunSettings, WriteInFlight
 from leaseward.actors.supervisor import Supervisor, SupervisorSettings
 from leaseward.runtime.agents import App
 from leaseward.runtime.client import Client
@@ -97,7 +97,14 @@ class Runtime(Client):
         max_batch: int = MAX_BATCH_ITEMS,
         metrics: Metrics | None = None,
     ) -> AsyncIterator[Runtime]:
-        """Open the store (a URL, or a Store you own), start the actors, drain on exit."""
+        """Open the store (a URL, or a Store you own), start the actors, drain on exit.
+
+        Leaving, normally or by a cancel from outside, stops claiming and releases each
+        run at its next step boundary without spending a retry. Past ``drain_seconds``
+        (at once, for a cancel from outside) provider and read-only calls are cancelled
+        and their runs released; a write call in flight is never cut off by either: it
+        finishes, within its own timeout, and is recorded first. See stop_now().
+        """
         if not isinstance(app, App):
             raise ConfigurationError(f"app must be an App, not {type(app).__name__}")
         _positive("concurrency", concurrency, integer=True)
@@ -105,6 +112,14 @@ class Runtime(Client):
         _positive("lease_seconds", lease_seconds)
         _positive("reap_interval_seconds", reap_interval_seconds)
         _positive("poll_interval_seconds", poll_interval_seconds)
+        if reap_interval_seconds >= lease_seconds:
+            # A reaper that looks less often than a lease lasts leaves a dead worker's
+            # runs waiting for it longer than the lease that was meant to bound that.
+            raise ConfigurationError(
+                f"reap_interval_seconds ({reap_interval_seconds:g}) must be shorter than "
+                f"lease_seconds ({lease_seconds:g}): a dead worker's runs wait up to "
+                "lease_seconds + reap_interval_seconds to be recovered"
+            )
         if drain_seconds < 0:
             raise ConfigurationError(f"drain_seconds must be >= 0, not {drain_seconds!r}")
         margin = _margin(deadline_margin_seconds, lease_seconds)
@@ -167,7 +182,10 @@ class Runtime(Client):
 
         With an ``idempotency_key`` that a run already has (from ``run`` or
         ``submit``, in any process), the agent is not run again: that run is
-        returned once it is finished, waited for if it is not yet. A key already
+        returned once it is finished, waited for if it is not yet. If that run
+        was purged since, this raises RunPurged: it names the run, when it was
+        purged and how it had ended, and the agent does not run again (its result
+        is gone, and running it again could repeat its writes). A key already
         used for another agent or input raises IdempotencyKeyConflict.
         """
         settings = self.supervisor.settings
@@ -199,9 +217,22 @@ class Runtime(Client):
             keeper=self.supervisor.keeper,
             metrics=self.supervisor.metrics,
         )
-        await actor.run()
+        with self.supervisor.interactive(actor):
+            await actor.run()
         self._settled(record.id)
         return await self.get(record.id)
+
+    def stop_now(self) -> tuple[WriteInFlight, ...]:
+        """Stop without waiting for writes: the second signal of a daemon.
+
+        Leaving ``Runtime.open`` (or a cancel of it from outside) lets every write
+        call in flight finish and be recorded first, each within its own timeout.
+        After this, leaving cuts them off: it returns them (each logged at WARNING),
+        and their runs are settled as interrupted, a non-idempotent write's
+        dead-lettered. An interactive run's write is cut when its caller's task is
+        cancelled. Call it from another task while leaving waits.
+        """
+        return self.supervisor.stop_now()
 
     async def reap_once(self) -> tuple[Reaped, ...]:
         """One reaper pass now, instead of waiting for the timer."""

@@ -22,7 +22,7 @@ from leaseward.runtime.model import (
     arguments_digest,
 )
 
-__all__ = ["Gate", "GateAction", "gate_call", "refusal"]
+__all__ = ["Gate", "GateAction", "decided_late", "gate_call", "refusal"]
 
 
 class GateAction(enum.StrEnum):
@@ -47,9 +47,22 @@ class Gate:
     error: str | None = None
 
 
+def decided_late(request: HumanRequest) -> bool:
+    """Whether the request was decided after it had expired.
+
+    The store refuses such a decision and expires the request instead; a journal
+    written before it did so may still hold one, and it authorises nothing.
+    """
+    return (
+        request.expires_at is not None
+        and request.decided_at is not None
+        and request.decided_at > request.expires_at
+    )
+
+
 def refusal(request: HumanRequest) -> str:
     """The error a rejected or expired call returns to the model."""
-    if request.decision is Decision.EXPIRED:
+    if request.decision is Decision.EXPIRED or decided_late(request):
         return f"rejected: {EXPIRED_REASON}"
     return f"rejected by {request.operator}: {request.note}"
 
@@ -76,7 +89,7 @@ def gate_call(
         return Gate(GateAction.PARK, request.kind, request)
     if request.decision is Decision.ANSWERED:
         return Gate(GateAction.ANSWER, request=request, output=request.value)
-    if request.decision is Decision.APPROVED:
+    if request.decision is Decision.APPROVED and not decided_late(request):
         if arguments_digest(arguments) != request.arguments_digest:
             # The journal cannot change under a request; if it ever did, nobody
             # approved these arguments.

@@ -34,7 +34,7 @@ from leaseward.runtime.app import (
     REAP_INTERVAL_SECONDS,
     default_worker_id,
 )
-from leaseward.runtime.client import Client, default_operator
+from leaseward.runtime.client import Client, default_operator, open_existing_store
 from leaseward.runtime.conversation import usage_from_json
 from leaseward.runtime.daemon import DaemonSettings, load_app, serve
 from leaseward.runtime.errors import (
@@ -46,7 +46,16 @@ from leaseward.runtime.errors import (
     StoreError,
     UnknownAgent,
 )
-from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState, StepKind
+from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.lifecycle import (
+    Reason,
+    RecoveryAction,
+    RecoveryPolicy,
+    RunState,
+    StepKind,
+    StepStatus,
+    decide_recovery,
+)
 from leaseward.runtime.logs import LOG_FORMATS, LOG_LEVELS, configure_logging, default_log_format
 from leaseward.runtime.model import (
     MAX_INPUT_BYTES,
@@ -59,6 +68,7 @@ from leaseward.runtime.model import (
 )
 from leaseward.runtime.version import VERSION
 from leaseward.storage.connect import open_store
+from leaseward.storage.url import store_location
 
 __all__ = ["DEFAULT_STORE_URL", "EXIT_FAILURE", "EXIT_USAGE", "main"]
 
@@ -283,7 +293,8 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
     daemon.add("--worker-id", help="this worker's name in leases", default=default_worker_id())
     daemon.add(
         "--drain-seconds",
-        help="on SIGTERM/SIGINT, time runs get to reach a step boundary",
+        help="on SIGTERM/SIGINT, time runs get to reach a step boundary "
+        "(a write call in flight always finishes, within its own timeout)",
         default=DRAIN_SECONDS,
         kind=_non_negative_float,
     )
@@ -407,13 +418,16 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
     workers = command("workers", "list the workers serving this store, live and gone")
     workers.add("--json", help="print JSON", switch=True, env=False)
 
-    purge = command("purge", "delete finished runs and their journals, in short batches")
+    purge = command(
+        "purge",
+        "delete finished runs and their journals, in short batches (their idempotency "
+        "keys are kept); forget old keys",
+    )
     purge.add(
         "--finished-before",
         help="delete runs that finished longer ago than this, e.g. 30d, 12h, 45m, 90s",
         kind=_duration,
         env=False,
-        required=True,
     )
     purge.add("--state", help="only runs in this finished state", kind=_finished_state, env=False)
     purge.add(
@@ -423,7 +437,17 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
         env=False,
     )
     purge.add(
-        "--dry-run", help="count what would be deleted; change nothing", switch=True, env=False
+        "--forget-keys-older-than",
+        help="forget the idempotency keys of purged runs first used longer ago than this "
+        "(e.g. 90d): a submit with one of them then creates a new run",
+        kind=_duration,
+        env=False,
+    )
+    purge.add(
+        "--dry-run",
+        help="count what would be deleted or forgotten; change nothing",
+        switch=True,
+        env=False,
     )
     return parser
 
@@ -617,7 +641,8 @@ def _next_steps(run: RunInfo, steps: Sequence[StepInfo], store: str) -> list[str
     """What the operator does next with a run that waits for a decision."""
     if run.state is not RunState.DEAD_LETTERED or run.reason is not Reason.INTERRUPTED_WRITE:
         return []
-    open_calls = [s for s in steps if s.finished_at is None and s.tool is not None]
+    # By status: an intent whose call raised or timed out has ended, yet stays open.
+    open_calls = [s for s in steps if s.status is StepStatus.STARTED and s.tool is not None]
     if not open_calls:
         return [
             "the journal records the outcome of every call: nothing is left to decide.",
@@ -635,6 +660,62 @@ def _next_steps(run: RunInfo, steps: Sequence[StepInfo], store: str) -> list[str
         f"  {command} --not-applied{flag}",
         'with --note "..." to keep why in the journal.',
     ]
+
+
+def _span(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    minutes = int(seconds) // 60
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
+
+
+def _reaper_will(run: RunInfo, steps: Sequence[StepInfo]) -> str:
+    """What the next reaper pass does with this run's expired lease (the reaper's own rule,
+    under the default recovery policy)."""
+    # The reaper looks at the newest journal row, when it is a tool call's.
+    last = steps[-1] if steps and steps[-1].kind is StepKind.TOOL else None
+    recovery = decide_recovery(
+        mode=run.mode,
+        requeues=run.requeues,
+        last_effect=None if last is None else last.effect,
+        last_status=None if last is None else last.status,
+        failure_class=FailureClass.CONNECTION,
+        reaped=True,
+        audit_failed=False,
+        policy=RecoveryPolicy(),
+    )
+    why = "" if recovery.reason is None else f" ({recovery.reason.value})"
+    verb = {
+        RecoveryAction.REQUEUE: "requeues",
+        RecoveryAction.DEAD_LETTER: "dead-letters",
+        RecoveryAction.FAIL: "fails",
+    }[recovery.action]
+    return f"the next reaper pass {verb} it{why}"
+
+
+def _lease_lines(run: RunInfo, steps: Sequence[StepInfo]) -> list[str]:
+    """Who holds a running run's lease and for how long, or that it expired; when a
+    requeued run's next attempt is due. Times are the store's, as the reaper sees them."""
+    now = run.read_at
+    if now is None:
+        return []
+    if run.state is RunState.RUNNING and run.lease_expires_at is not None:
+        left = run.lease_expires_at - now
+        if left > 0:
+            return [f"lease held by {run.lease_owner}, for {_span(left)} more"]
+        return [f"lease expired {_span(-left)} ago; {_reaper_will(run, steps)}"]
+    if run.state is RunState.QUEUED and run.requeues and run.available_at is not None:
+        retries = f"requeued {_count(run.requeues, 'time')}"
+        if run.available_at > now:
+            return [
+                f"{retries}; the next attempt is due in {_span(run.available_at - now)} "
+                f"(at {_timestamp(run.available_at)})"
+            ]
+        return [f"{retries}; the next attempt is due now"]
+    return []
 
 
 def _request_lines(request: HumanRequest, run: RunInfo) -> list[str]:
@@ -700,6 +781,10 @@ def _print_timeline(
         print(f"result: {json.dumps(run.result, ensure_ascii=False)}")
     if run.error:
         print(f"error: {run.error}")
+    if run.failure_class is not None:
+        print(f"failure class: {run.failure_class.value}")
+    for line in _lease_lines(run, steps):
+        print(line)
     if steps:
         rows = [
             (
@@ -785,7 +870,7 @@ def _client_command(
     """A command on an existing store: a mistyped path must not create a database."""
 
     async def command(args: argparse.Namespace) -> int:
-        store = await open_store(args.store, must_exist=True, read_only=read_only)
+        store = await open_existing_store(args.store, read_only=read_only)
         try:
             return await body(Client(store), args)
         finally:
@@ -870,8 +955,14 @@ async def _dead_letters(client: Client, args: argparse.Namespace) -> int:
 @_client_command
 async def _redrive(client: Client, args: argparse.Namespace) -> int:
     run = await client.redrive(args.run)
-    print(f"run {run.id} requeued at epoch {run.epoch}")
+    print(f"run {run.id} requeued: {_next_attempt(run)}")
     return 0
+
+
+def _next_attempt(run: RunInfo) -> str:
+    # The operator's action opened an epoch of its own (G9); the claim that resumes the
+    # run opens the next one, which its new steps carry and show then reports.
+    return f"it resumes from its journal at epoch {run.epoch + 1}"
 
 
 @_client_command
@@ -883,7 +974,7 @@ async def _resolve(client: Client, args: argparse.Namespace) -> int:
         note=args.note,
     )
     verdict = "applied" if args.applied else "not applied"
-    print(f"run {run.id}: call recorded as {verdict}; requeued at epoch {run.epoch}")
+    print(f"run {run.id}: call recorded as {verdict}; requeued: {_next_attempt(run)}")
     return 0
 
 
@@ -952,7 +1043,7 @@ async def _reply(client: Client, args: argparse.Namespace) -> int:
 
 
 async def _reap(args: argparse.Namespace) -> int:
-    store = await open_store(args.store, must_exist=True)
+    store = await open_existing_store(args.store)
     try:
         reaper = LeaseReaper(store, interval_seconds=1.0, policy=RecoveryPolicy())
         reaped = await reaper.reap_watching()
@@ -975,10 +1066,13 @@ async def _reap(args: argparse.Namespace) -> int:
 async def _migrate(args: argparse.Namespace) -> int:
     store = await open_store(args.store, migrate=False)
     try:
+        created = not await store.schema_present()
         version = await store.migrate()
     finally:
         with anyio.CancelScope(shield=True):
             await store.aclose()
+    if created:
+        print(f"created a leaseward store at {store_location(args.store)}")
     print(f"schema at version {version}")
     return 0
 
@@ -986,6 +1080,12 @@ async def _migrate(args: argparse.Namespace) -> int:
 async def _daemon(args: argparse.Namespace) -> int:
     if not args.app:
         raise UsageError("--app is required (or LEASEWARD_APP), e.g. --app myproject.agents:app")
+    if args.reap_interval_seconds >= args.lease_seconds:
+        raise UsageError(
+            f"--reap-interval-seconds ({args.reap_interval_seconds:g}) must be shorter than "
+            f"--lease-seconds ({args.lease_seconds:g}): a dead worker's runs wait up to the "
+            "lease plus the reap interval to be recovered"
+        )
     app = load_app(args.app)
     settings = DaemonSettings(
         store_url=args.store,
@@ -1105,10 +1205,22 @@ def _count(number: int, noun: str, plural: str | None = None) -> str:
 
 @_client_command
 async def _purge(client: Client, args: argparse.Namespace) -> int:
+    if args.finished_before is None and args.forget_keys_older_than is None:
+        raise UsageError("purge needs --finished-before, --forget-keys-older-than, or both")
+    if args.finished_before is None and (args.state or args.include_dead_letters):
+        raise UsageError("--state and --include-dead-letters need --finished-before")
     if args.state is RunState.DEAD_LETTERED and not args.include_dead_letters:
         raise UsageError(
             "dead-lettered runs wait for an operator: purging them needs --include-dead-letters"
         )
+    if args.finished_before is not None:
+        await _purge_runs(client, args)
+    if args.forget_keys_older_than is not None:
+        await _forget_keys(client, args)
+    return 0
+
+
+async def _purge_runs(client: Client, args: argparse.Namespace) -> None:
     result = await client.purge(
         finished_before=args.finished_before,
         state=args.state,
@@ -1125,7 +1237,18 @@ async def _purge(client: Client, args: argparse.Namespace) -> int:
         print(f"would delete {counts}{kept}; nothing changed (dry run)")
     else:
         print(f"deleted {counts}{kept}")
-    return 0
+
+
+async def _forget_keys(client: Client, args: argparse.Namespace) -> None:
+    result = await client.forget_keys(older_than=args.forget_keys_older_than, dry_run=args.dry_run)
+    counts = (
+        f"{_count(result.keys, 'idempotency key')} of purged runs first used before "
+        f"{_timestamp(result.created_before)}, in {_count(result.batches, 'batch', 'batches')}"
+    )
+    if result.dry_run:
+        print(f"would forget {counts}; nothing changed (dry run)")
+    else:
+        print(f"forgot {counts}")
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {

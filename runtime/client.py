@@ -17,7 +17,10 @@ from leaseward.runtime.clock import Clock
 from leaseward.runtime.errors import (
     InvalidInput,
     LeasewardError,
+    RequestExpired,
     RunNotFound,
+    RunPurged,
+    StoreNotFound,
     UnknownAgent,
     WaitTimeout,
 )
@@ -26,6 +29,7 @@ from leaseward.runtime.model import (
     MAX_INPUT_BYTES,
     MAX_RESULT_BYTES,
     Decision,
+    ForgetKeysResult,
     HumanRequest,
     NewRun,
     PurgeResult,
@@ -39,11 +43,25 @@ from leaseward.runtime.model import (
 )
 from leaseward.storage.connect import open_store
 from leaseward.storage.protocol import CancelOutcome, Store, WriteBatch, unwrap
-from leaseward.storage.sql_store import PURGE_BATCH_RUNS
+from leaseward.storage.sql_store import PURGE_BATCH_RUNS, SQLStore
 
-__all__ = ["WAIT_POLL_SECONDS", "Client"]
+__all__ = ["WAIT_POLL_SECONDS", "Client", "open_existing_store"]
 
 WAIT_POLL_SECONDS = 0.5
+
+
+async def open_existing_store(
+    url: str, *, clock: Clock | None = None, read_only: bool = False
+) -> SQLStore:
+    """The leaseward store at ``url``; raises StoreNotFound, creating nothing, if there is
+    none (see ``open_store``)."""
+    try:
+        return await open_store(url, clock=clock, must_exist=True, read_only=read_only)
+    except StoreNotFound as exc:
+        raise StoreNotFound(
+            exc.location,
+            f"no leaseward store at {exc.location}; a daemon or `leaseward migrate` creates one",
+        ) from None
 
 
 def new_run_id() -> str:
@@ -78,7 +96,10 @@ class Client:
     async def open(
         cls, url: str, *, app: App | None = None, clock: Clock | None = None
     ) -> AsyncIterator[Client]:
-        store = await open_store(url, clock=clock)
+        """Open the store at ``url``, which a Runtime, a daemon or ``leaseward migrate``
+        created: a Client never creates one, so a mistyped path raises StoreNotFound
+        instead of queueing runs in a new database that no worker reads."""
+        store = await open_existing_store(url, clock=clock)
         try:
             yield cls(store, app=app)
         finally:
@@ -133,12 +154,16 @@ class Client:
 
         With an ``idempotency_key``, a submit is made once however often it is
         retried, from any process: if a run already has that key, its id is
-        returned (whatever its state) and nothing new is queued. A key already
-        used for another agent or input raises IdempotencyKeyConflict.
+        returned (whatever its state, even once it was purged) and nothing new is
+        queued. A key already used for another agent or input raises
+        IdempotencyKeyConflict. Only ``forget_keys`` makes a key new again.
         """
         new = self._new_run(agent, input, RunMode.QUEUED, idempotency_key=idempotency_key)
         [result] = await self._create_runs([new])
-        record = unwrap(result)
+        try:
+            record = unwrap(result)
+        except RunPurged as purged:
+            return purged.run_id
         if record.id == new.id:
             self._on_queued()
         return record.id
@@ -161,11 +186,17 @@ class Client:
 
     async def _record(self, run_id: str) -> RunRecord:
         record = await self._store.get_run(run_id)
-        if record is None:
-            raise RunNotFound(f"no run with id {run_id!r}")
-        return record
+        if record is not None:
+            return record
+        purged = await self._store.purged_run(run_id)
+        if purged is not None:
+            raise RunPurged(purged)
+        raise RunNotFound(f"no run with id {run_id!r}")
 
     async def get(self, run_id: str) -> RunInfo:
+        """The run as it is now. Raises RunNotFound for an unknown run, and RunPurged
+        (a RunNotFound) for one purged with its idempotency key kept: it says when,
+        and how the run had ended."""
         return (await self._record(run_id)).info()
 
     async def runs(
@@ -218,7 +249,9 @@ class Client:
         goes back to the queue (an interactive one too) and resumes from its journal.
 
         Raises RequestNotFound for a call with no request, IllegalTransition for one
-        already decided (a second approve changes nothing) or a run no longer waiting.
+        already decided (a second approve changes nothing) or a run no longer waiting,
+        and RequestExpired (an IllegalTransition) for one whose expiry passed on the
+        store's clock: it is rejected as expired then, as the reaper would have done.
         """
         return await self._decide(run_id, call_id, Decision.APPROVED, operator, note)
 
@@ -261,14 +294,19 @@ class Client:
         *,
         value_json: str | None = None,
     ) -> RunInfo:
-        _, record = await self._store.decide(
-            run_id,
-            call_id,
-            decision,
-            operator=operator or default_operator(),
-            note=note,
-            value_json=value_json,
-        )
+        try:
+            _, record = await self._store.decide(
+                run_id,
+                call_id,
+                decision,
+                operator=operator or default_operator(),
+                note=note,
+                value_json=value_json,
+            )
+        except RequestExpired:
+            # Expiring it may have put the run back in the queue, as a reaper pass does.
+            self._on_queued()
+            raise
         if record.state is RunState.QUEUED:
             self._on_queued()
         return record.info()
@@ -335,7 +373,8 @@ class Client:
         Only terminal runs are ever deleted, and dead letters (which wait for an
         operator) only with ``include_dead_letters``. ``state`` narrows the purge to
         one terminal state. With ``dry_run`` nothing changes: the result counts what
-        would be deleted.
+        would be deleted. The idempotency key of a deleted run is kept, with how the
+        run ended and when it was purged: only ``forget_keys`` deletes keys.
         """
         if not isinstance(finished_before, timedelta) or finished_before <= timedelta(0):
             raise InvalidInput(
@@ -360,6 +399,26 @@ class Client:
         )
         return await self._store.purge_finished(
             states, finished_before.total_seconds(), dry_run=dry_run, batch_runs=batch_runs
+        )
+
+    async def forget_keys(
+        self, *, older_than: timedelta, dry_run: bool = False, batch_keys: int = PURGE_BATCH_RUNS
+    ) -> ForgetKeysResult:
+        """Forget the idempotency keys of purged runs that were first used more than
+        ``older_than`` ago (on the store's clock), ``batch_keys`` per transaction.
+
+        A purge keeps every key, so that a submit retried after its run was purged
+        still gets that run's id instead of making a second run (a second charge).
+        Once forgotten, a submit with the key creates a new run: forget only keys
+        no client can still be retrying. The key of a run still stored is never
+        forgotten. With ``dry_run`` nothing changes: the result counts the keys.
+        """
+        if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
+            raise InvalidInput(f"older_than must be a positive timedelta, not {older_than!r}")
+        if isinstance(batch_keys, bool) or not isinstance(batch_keys, int) or batch_keys < 1:
+            raise InvalidInput(f"batch_keys must be a positive integer, not {batch_keys!r}")
+        return await self._store.forget_keys(
+            older_than.total_seconds(), dry_run=dry_run, batch_keys=batch_keys
         )
 
     async def cancel(self, run_id: str) -> bool:

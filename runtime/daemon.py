@@ -71,8 +71,16 @@ def load_app(path: str) -> App:
                 f"--app {path!r}: calling {attribute} failed: {type(exc).__name__}: {exc}"
             ) from None
     if not isinstance(value, App):
-        raise ConfigurationError(f"--app {path!r} is a {type(value).__name__}, not a leaseward App")
+        raise ConfigurationError(
+            f"--app {path!r} is {_with_article(type(value).__name__)}, not a leaseward App"
+        )
     return value
+
+
+def _with_article(noun: str) -> str:
+    # By the first letter, which is right for the names of types (an int, an object, a
+    # str); a leading u is left out, for it mostly sounds like "you" (a UUID, a Union).
+    return f"{'an' if noun[:1].lower() in ('a', 'e', 'i', 'o') else 'a'} {noun}"
 
 
 async def _second_signal_stops_at_once(
@@ -83,8 +91,12 @@ async def _second_signal_stops_at_once(
 ) -> None:
     task_status.started()
     async for signum in signals:
-        log.warning("daemon.stopping_now", signal=signal.Signals(signum).name)
-        runtime.supervisor.stop_now()
+        log.warning(
+            "daemon.stopping_now",
+            signal=signal.Signals(signum).name,
+            writes_cut_off=len(runtime.supervisor.writes_in_flight()),
+        )
+        runtime.stop_now()
         return
 
 

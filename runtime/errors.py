@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # For annotations only: the model imports this module.
+    from leaseward.runtime.model import PurgedRun
+
 __all__ = [
     "AuditPersistenceFailed",
+    "CallTimedOut",
     "CommitOutcomeUnknown",
     "ConfigurationError",
     "IdempotencyKeyConflict",
@@ -12,9 +20,12 @@ __all__ = [
     "LeaseLost",
     "LeasewardError",
     "ProviderError",
+    "RequestExpired",
     "RequestNotFound",
     "RunNotFound",
+    "RunPurged",
     "StoreError",
+    "StoreNotFound",
     "ToolDefinitionError",
     "ToolError",
     "UnknownAgent",
@@ -50,6 +61,30 @@ class RunNotFound(LeasewardError):
     """No run with that id exists."""
 
 
+class RunPurged(RunNotFound):
+    """The run was purged: only its idempotency key, and how it ended, are kept."""
+
+    def __init__(self, purged: PurgedRun) -> None:
+        ended = purged.state.value
+        if purged.reason is not None and purged.reason.value != ended:
+            ended += f" ({purged.reason.value})"
+        if purged.finished_at is not None:
+            ended += f" at {_utc(purged.finished_at)}"
+        super().__init__(
+            f"run {purged.run_id} was purged at {_utc(purged.purged_at)}; it had ended "
+            f"{ended} (idempotency key {purged.idempotency_key!r})"
+        )
+        self.purged = purged
+
+    @property
+    def run_id(self) -> str:
+        return self.purged.run_id
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
 class RequestNotFound(LeasewardError):
     """The run has no pending request for a person's decision with that call id."""
 
@@ -60,6 +95,20 @@ class IdempotencyKeyConflict(LeasewardError):
 
 class IllegalTransition(LeasewardError):
     """The run cannot make that state transition."""
+
+
+class RequestExpired(IllegalTransition):
+    """The request expired before this decision; it was rejected as expired."""
+
+    def __init__(self, run_id: str, call_id: str, expires_at: float) -> None:
+        # Whole seconds in UTC, as `show` prints a request's times.
+        super().__init__(
+            f"call {call_id} of run {run_id}: the request expired at {_utc(expires_at)}; "
+            "it was rejected as expired"
+        )
+        self.run_id = run_id
+        self.call_id = call_id
+        self.expires_at = expires_at
 
 
 class LeaseLost(LeasewardError):
@@ -81,8 +130,21 @@ class StoreError(LeasewardError):
         self.data_error = data_error
 
 
+class StoreNotFound(StoreError):
+    """No leaseward store is there."""
+
+    def __init__(self, location: str, message: str | None = None) -> None:
+        super().__init__(message or f"no leaseward store at {location}")
+        # The absolute path of a SQLite file, or a PostgreSQL URL without its password.
+        self.location = location
+
+
 class CommitOutcomeUnknown(StoreError):
     """The store's connection was lost during a commit: the change may or may not be stored."""
+
+
+class CallTimedOut(LeasewardError):
+    """A tool did not return within its timeout; a write may have applied."""
 
 
 class ToolError(LeasewardError):

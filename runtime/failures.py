@@ -7,6 +7,7 @@ import ssl
 
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
+    CallTimedOut,
     ConfigurationError,
     InvalidInput,
     ProviderError,
@@ -22,6 +23,7 @@ class FailureClass(enum.StrEnum):
     RATE_LIMIT = "rate_limit"
     SERVER_ERROR = "server_error"
     CIRCUIT_OPEN = "circuit_open"
+    TIMEOUT = "timeout"
     AUTH = "auth"
     CONFIGURATION = "configuration"
     CLIENT_ERROR = "client_error"
@@ -38,6 +40,10 @@ RETRYABLE = frozenset(
         FailureClass.RATE_LIMIT,
         FailureClass.SERVER_ERROR,
         FailureClass.CIRCUIT_OPEN,
+        # A call that may be made again: a read, or a write under its idempotency key.
+        # A NON_IDEMPOTENT_WRITE that timed out is never retried, whatever its class:
+        # its intent stays open, and recovery dead-letters it interrupted_write first.
+        FailureClass.TIMEOUT,
     }
 )
 
@@ -71,6 +77,8 @@ def classify(exc: BaseException) -> FailureClass:
             return FailureClass.UNKNOWN
     if isinstance(exc, StoreError):
         return FailureClass.CONNECTION
+    if isinstance(exc, CallTimedOut):
+        return FailureClass.TIMEOUT
     if isinstance(exc, ConfigurationError | UnknownAgent):
         return FailureClass.CONFIGURATION
     if isinstance(exc, InvalidInput):

@@ -36,6 +36,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_RESULT_BYTES",
     "Decision",
+    "ForgetKeysResult",
     "HumanRequest",
     "Message",
     "ModelSettings",
@@ -44,6 +45,7 @@ __all__ = [
     "ProviderReply",
     "ProviderRequest",
     "PurgeResult",
+    "PurgedRun",
     "RequestKind",
     "Role",
     "RunInfo",
@@ -421,6 +423,13 @@ class RunInfo:
     finished_at: float | None
     error: str | None = None
     idempotency_key: str | None = None
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    available_at: float | None = None
+    """When a queued run may be claimed: a requeued one's retry is due then."""
+    read_at: float | None = attrs.field(default=None, eq=False)
+    """The store's clock when the run was read, which its times compare with (a worker's
+    clock may differ); None where the store did not say."""
 
 
 @attrs.frozen
@@ -446,6 +455,8 @@ class RunRecord:
     updated_at: float
     finished_at: float | None
     idempotency_key: str | None = None
+    read_at: float | None = attrs.field(default=None, eq=False)
+    """The store's clock when the row was read, if the read said."""
 
     def info(self) -> RunInfo:
         return RunInfo(
@@ -462,6 +473,10 @@ class RunRecord:
             finished_at=self.finished_at,
             error=self.error,
             idempotency_key=self.idempotency_key,
+            lease_owner=self.lease_owner,
+            lease_expires_at=self.lease_expires_at,
+            available_at=self.available_at,
+            read_at=self.read_at,
         )
 
 
@@ -518,6 +533,32 @@ class PurgeResult:
     batches: int
     finished_before: float
     """The cutoff, on the store's clock: runs that finished before it qualified."""
+    dry_run: bool
+
+
+@attrs.frozen
+class PurgedRun:
+    """What a purge keeps of a run submitted with an idempotency key: the key, which
+    still names the run, and how the run ended. Its input, result and journal are gone."""
+
+    run_id: str
+    agent: str
+    idempotency_key: str
+    state: RunState
+    reason: Reason | None
+    finished_at: float | None
+    purged_at: float
+    """On the store's clock."""
+
+
+@attrs.frozen
+class ForgetKeysResult:
+    """What forgetting idempotency keys deleted, or with ``dry_run`` would delete."""
+
+    keys: int
+    batches: int
+    created_before: float
+    """The cutoff, on the store's clock: keys first used before it qualified."""
     dry_run: bool
 
 

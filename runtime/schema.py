@@ -42,7 +42,13 @@ if TYPE_CHECKING:
     # A resolver is what a Registry hands out; referencing names its class only here.
     from referencing._core import Resolver
 
-__all__ = ["ToolArguments", "schema_arguments", "signature_arguments", "strict_schema"]
+__all__ = [
+    "ToolArguments",
+    "schema_arguments",
+    "signature_arguments",
+    "strict_schema",
+    "takes_context",
+]
 
 
 class ToolArguments(Protocol):
@@ -101,17 +107,39 @@ def _unicode(value: Any) -> Any:
     return value
 
 
+def takes_context(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn``'s first parameter receives the ToolContext: only if it is named ``ctx``
+    or annotated ToolContext. Every other parameter is an argument the model sends."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        # signature_arguments reports an unreadable signature, naming the tool.
+        return True
+    return bool(parameters) and (
+        parameters[0].name == "ctx" or _names_context(parameters[0].annotation)
+    )
+
+
 def signature_arguments(fn: Callable[..., Any]) -> ToolArguments:
-    """The arguments of ``fn(ctx, ...)``: every parameter after the context."""
+    """The arguments of ``fn(ctx, ...)``, every parameter after the context, or of a plain
+    ``fn(...)`` (see ``takes_context``), every parameter."""
     name = getattr(fn, "__qualname__", repr(fn))
-    parameters = _argument_parameters(fn, name)
+    context = takes_context(fn)
+    parameters = _argument_parameters(fn, name, takes_context=context)
     hints = _argument_hints(fn, name, parameters)
     fields: dict[str, Any] = {}
     names: dict[str, str] = {}
     for index, parameter in enumerate(parameters):
         if parameter.name not in hints:
+            hint = (
+                ""
+                if context or index
+                else "; if it is meant to receive the context, name it ctx or annotate it "
+                "ToolContext"
+            )
             raise ToolDefinitionError(
                 f"tool function {name!r}: parameter {parameter.name!r} has no type annotation"
+                + hint
             )
         default = (
             pydantic_core.PydanticUndefined
@@ -133,7 +161,9 @@ def signature_arguments(fn: Callable[..., Any]) -> ToolArguments:
     return _ModelArguments(schema, model, names)
 
 
-def _argument_parameters(fn: Callable[..., Any], name: str) -> list[inspect.Parameter]:
+def _argument_parameters(
+    fn: Callable[..., Any], name: str, *, takes_context: bool
+) -> list[inspect.Parameter]:
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError) as exc:
@@ -149,18 +179,33 @@ def _argument_parameters(fn: Callable[..., Any], name: str) -> list[inspect.Para
                 "tool arguments must be named parameters (or give the schema as parameters=)"
             )
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    if not parameters or parameters[0].kind not in positional:
-        raise ToolDefinitionError(
-            f"tool function {name!r} has no context parameter: its first parameter must be a "
-            "positional parameter that receives the context"
-        )
-    for parameter in parameters[1:]:
+    if takes_context:
+        if not parameters or parameters[0].kind not in positional:
+            raise ToolDefinitionError(
+                f"tool function {name!r}: the context parameter must come first, as a "
+                "positional parameter"
+            )
+        parameters = parameters[1:]
+    for parameter in parameters:
         if parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
             raise ToolDefinitionError(
                 f"tool function {name!r}: parameter {parameter.name!r} is positional-only, "
                 "but tool arguments are passed by name"
             )
-    return parameters[1:]
+        if parameter.name == "ctx" or _names_context(parameter.annotation):
+            raise ToolDefinitionError(
+                f"tool function {name!r}: parameter {parameter.name!r} would receive the "
+                "context, so it must be the first parameter"
+            )
+    return parameters
+
+
+def _names_context(annotation: Any) -> bool:
+    # By name: the tools module, which defines ToolContext, imports this one. A string
+    # annotation is not resolved: it may name a type imported only for the type checker.
+    if isinstance(annotation, str):
+        return annotation.rpartition(".")[2] == "ToolContext"
+    return getattr(annotation, "__name__", None) == "ToolContext"
 
 
 def _argument_hints(

@@ -12,7 +12,13 @@ import structlog
 
 from leaseward.runtime.effects import ToolEffect, declared_effect
 from leaseward.runtime.errors import ToolDefinitionError, ToolError
-from leaseward.runtime.schema import ToolArguments, schema_arguments, signature_arguments
+from leaseward.runtime.results import EncodedResult, ResultEncoder, result_encoder
+from leaseward.runtime.schema import (
+    ToolArguments,
+    schema_arguments,
+    signature_arguments,
+    takes_context,
+)
 
 __all__ = [
     "DEFAULT_TOOL_TIMEOUT_SECONDS",
@@ -83,7 +89,8 @@ ToolFunction = Callable[..., Awaitable[Any]]
 @attrs.frozen
 class FunctionTool:
     """An ``async def`` made into a tool by ``@tool``; awaiting it with a call's JSON arguments
-    checks them and calls the function with the values its annotations ask for."""
+    checks them and calls the function with the values its annotations ask for (and the
+    context first, if it takes one)."""
 
     function: ToolFunction
     name: str
@@ -93,13 +100,17 @@ class FunctionTool:
     arguments: ToolArguments
     requires_approval: bool | ApprovalPolicy = False
     approval_timeout_seconds: float | None = None
+    takes_context: bool = True
 
     @property
     def parameters(self) -> Mapping[str, Any]:
         return self.arguments.schema
 
     async def __call__(self, ctx: ToolContext, /, **arguments: Any) -> Any:
-        return await self.function(ctx, **self.arguments.parse(arguments))
+        given = self.arguments.parse(arguments)
+        if self.takes_context:
+            return await self.function(ctx, **given)
+        return await self.function(**given)
 
 
 def _positive_timeout(owner: str, value: Any, what: str = "timeout_seconds") -> float:
@@ -149,6 +160,7 @@ def _make_function_tool(
         ),
         requires_approval=requires,
         approval_timeout_seconds=approval_timeout,
+        takes_context=takes_context(function),
     )
 
 
@@ -182,6 +194,10 @@ def tool(
     approval_timeout_seconds: float | None = None,
 ) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
     """Make ``async def f(ctx: ToolContext, ...)`` a tool; ``@tool`` alone declares a read.
+
+    The first parameter receives the context only if it is named ``ctx`` or annotated
+    ToolContext: ``async def f(city: str)`` is a plain tool, each of its parameters an
+    argument the model sends.
 
     ``requires_approval`` (True, or a function of the arguments that says so per call)
     makes every call wait for a person's approval before it executes; an undecided
@@ -219,10 +235,18 @@ class BoundTool:
     approval_timeout_seconds: float | None = None
     asks_human: bool = False
     """Its calls are answered by a person (``ask_human``), never executed."""
+    results: ResultEncoder | None = None
+    """How its results become JSON; None encodes them by value."""
 
     @property
     def parameters(self) -> Mapping[str, Any]:
         return self.arguments.schema
+
+    def encode_result(self, result: Any, *, returned: bool) -> EncodedResult:
+        """A call's result as JSON, for the journal and the model. A write that ``returned``
+        ran: whatever it returned, the model is told it succeeded (G13)."""
+        encoder = self.results or ResultEncoder(self.name)
+        return encoder.encode(result, applied=returned and self.effect.is_write)
 
     def needs_approval(self, arguments: Mapping[str, Any]) -> bool:
         policy = self.requires_approval
@@ -260,7 +284,9 @@ def bind_tool(candidate: Any) -> BoundTool:
     if isinstance(candidate, FunctionTool):
         arguments = candidate.arguments
         implementation = candidate
+        returns: Callable[..., Any] = candidate.function
     else:
+        returns = type(candidate).__call__
         arguments = schema_arguments(candidate.parameters)
         # The tool gets the arguments as they were checked: a null that a model in strict
         # mode sent for a property it left out is dropped, as for a function tool.
@@ -275,6 +301,7 @@ def bind_tool(candidate: Any) -> BoundTool:
         requires_approval=requires,
         approval_timeout_seconds=approval_timeout,
         asks_human=getattr(candidate, "asks_human", False) is True,
+        results=result_encoder(name, returns),
     )
 
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 import anyio
 
 from leaseward.runtime.clock import Clock, SystemClock
-from leaseward.runtime.errors import ConfigurationError, StoreError
+from leaseward.runtime.errors import ConfigurationError, StoreError, StoreNotFound
+from leaseward.runtime.logs import get_logger
 from leaseward.storage.executor import Executor
 from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.sql_store import SQLStore
-from leaseward.storage.sqlite import SQLiteExecutor
+from leaseward.storage.sqlite import SQLiteExecutor, SQLiteOptions
 from leaseward.storage.url import DEFAULT_POOL_SIZE, StoreURL, parse_store_url
 
 __all__ = ["open_store"]
+
+log = get_logger("leaseward.store")
 
 
 async def open_store(
@@ -26,11 +29,13 @@ async def open_store(
 ) -> SQLStore:
     """Connect to the store a URL names; by default create or upgrade its schema.
 
-    With ``must_exist`` a database that is not there yet is an error instead of
-    being created, so a mistyped path in an operator command changes nothing. A
-    PostgreSQL database is never created by connecting (a wrong name is a
-    ConfigurationError); with ``must_exist`` one without leaseward's schema is an
-    error too, instead of being migrated.
+    With ``must_exist`` the store must be there already: a SQLite file that does not
+    exist, or holds no leaseward schema (another program's database, an empty file,
+    no database at all), and a PostgreSQL database without the schema raise
+    StoreNotFound, and nothing is created or changed, so a mistyped path in a client
+    changes nothing. A PostgreSQL database is never created by connecting (a wrong
+    name is a ConfigurationError). Otherwise a store that had no schema is created,
+    and logged (``store.created``, at INFO, with its location).
     ``read_only`` is for looking only: the database must exist with the schema
     this leaseward knows (an older or newer one is an error, never migrated), and
     every change is refused. It works where this process may only read.
@@ -42,20 +47,28 @@ async def open_store(
         isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1
     ):
         raise ConfigurationError(f"pool_size must be a positive integer, not {pool_size!r}")
+    must_exist = must_exist or read_only
+    if must_exist and parsed.sqlite is not None:
+        # Looked at without writing: opening it for writing would switch another
+        # program's database to WAL and leave side files beside it.
+        await _check_sqlite_store(parsed.sqlite, parsed.location)
     executor = await _connect(
-        parsed, must_exist=must_exist or read_only, pool_size=pool_size, read_only=read_only
+        parsed, must_exist=must_exist, pool_size=pool_size, read_only=read_only
     )
     store = SQLStore(executor, clock or SystemClock())
     try:
         if read_only:
             await _check_schema(store, parsed)
             return store
+        present = await store.schema_present()
         # Connecting never creates a PostgreSQL database, but migrating would fill
         # whatever database the URL names (postgres, say) with leaseward's tables.
-        if must_exist and parsed.postgresql is not None and not await store.schema_present():
-            raise StoreError(_no_schema(parsed))
+        if must_exist and not present:
+            raise StoreNotFound(parsed.location)
         if migrate:
             await store.migrate()
+            if not present:
+                log.info("store.created", store=parsed.location)
     except BaseException:
         with anyio.CancelScope(shield=True):
             await store.aclose()
@@ -63,30 +76,32 @@ async def open_store(
     return store
 
 
-def _where(parsed: StoreURL) -> str:
-    if parsed.postgresql is not None:
-        return parsed.postgresql.display
-    assert parsed.sqlite is not None
-    return repr(parsed.sqlite.path)
-
-
-def _no_schema(parsed: StoreURL) -> str:
-    return f"no leaseward schema in {_where(parsed)}; create it with `leaseward migrate`"
+async def _check_sqlite_store(options: SQLiteOptions, location: str) -> None:
+    if not await anyio.Path(options.path).is_file():
+        raise StoreNotFound(location)
+    reader = await SQLiteExecutor.connect(options, read_only=True)
+    try:
+        present = await SQLStore(reader, SystemClock()).schema_present()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await reader.aclose()
+    if not present:
+        raise StoreNotFound(location)
 
 
 async def _check_schema(store: SQLStore, parsed: StoreURL) -> None:
     version = await store.schema_version()
     newest = MIGRATIONS[-1].version
     if version == 0:
-        raise StoreError(_no_schema(parsed))
+        raise StoreNotFound(parsed.location)
     if version < newest:
         raise StoreError(
-            f"the schema in {_where(parsed)} is at version {version}, older than this "
+            f"the schema in {parsed.location} is at version {version}, older than this "
             f"leaseward's ({newest}); bring it up to date with `leaseward migrate`"
         )
     if version > newest:
         raise StoreError(
-            f"the schema in {_where(parsed)} is at version {version}, newer than this "
+            f"the schema in {parsed.location} is at version {version}, newer than this "
             f"leaseward knows ({newest}); upgrade leaseward"
         )
 
@@ -107,8 +122,4 @@ async def _connect(
             parsed.postgresql, pool_size=pool_size or DEFAULT_POOL_SIZE, read_only=read_only
         )
     assert parsed.sqlite is not None
-    if must_exist and not await anyio.Path(parsed.sqlite.path).exists():
-        raise StoreError(
-            f"no database at {parsed.sqlite.path!r}; create it with `leaseward migrate`"
-        )
-    return await SQLiteExecutor.connect(parsed.sqlite, read_only=read_only)
+    return await SQLiteExecutor.connect(parsed.sqlite, read_only=read_only, create=not must_exist)

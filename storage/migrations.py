@@ -34,5 +34,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "statement_clock"),
     Migration(5, "submit_keys"),
     Migration(6, "approvals"),
+    Migration(7, "idempotency_keys"),
     Migration(8, "lease_renewals"),
 )

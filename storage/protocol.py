@@ -13,8 +13,10 @@ from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.lifecycle import Reason, RunState, StepStatus
 from leaseward.runtime.model import (
     Decision,
+    ForgetKeysResult,
     HumanRequest,
     NewRun,
+    PurgedRun,
     PurgeResult,
     RunRecord,
     Settlement,
@@ -190,7 +192,8 @@ class Store(Protocol):
 
         That run is returned instead, whatever its state (its id is not
         ``new.id``), if it was made for the same agent and input; otherwise
-        this raises IdempotencyKeyConflict. Either way nothing new is stored.
+        this raises IdempotencyKeyConflict. If that run was purged, this raises
+        RunPurged, which names it. Either way nothing new is stored.
         """
         ...
 
@@ -288,6 +291,9 @@ class Store(Protocol):
         ``call_id`` None names the run's only pending request of that kind. Raises
         RequestNotFound for a call with no such request, and IllegalTransition for a
         request already decided or a run no longer waiting for it; nothing changes then.
+        A decision after the request's expiry (on the store's clock) raises
+        RequestExpired once it has expired the run's expired requests in its own
+        transaction, exactly as ``expire_requests`` would have.
         """
         ...
 
@@ -322,7 +328,24 @@ class Store(Protocol):
     ) -> PurgeResult:
         """Delete runs in these terminal states, with their journals, that finished more
         than ``older_than_seconds`` ago on the store's clock; ``batch_runs`` runs a
-        transaction. With ``dry_run``, count them and change nothing."""
+        transaction. With ``dry_run``, count them and change nothing.
+
+        The idempotency key of a purged run is kept (``purged_run``, and a submit
+        with it names the run): only ``forget_keys`` deletes keys."""
+        ...
+
+    async def purged_run(self, run_id: str) -> PurgedRun | None:
+        """What a purge kept of a run that had an idempotency key; None for a run that
+        was never purged, or had no key, or whose key was forgotten."""
+        ...
+
+    async def forget_keys(
+        self, older_than_seconds: float, *, dry_run: bool = False, batch_keys: int = ...
+    ) -> ForgetKeysResult:
+        """Delete the idempotency keys of purged runs first used more than
+        ``older_than_seconds`` ago on the store's clock, ``batch_keys`` a transaction;
+        a submit with one of them then creates a new run. The key of a run still
+        stored is never forgotten. With ``dry_run``, count them and change nothing."""
         ...
 
     async def wait_for_work(self, timeout: float) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
+import attrs
 
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.effects import ToolEffect
@@ -15,8 +16,10 @@ from leaseward.runtime.errors import (
     IllegalTransition,
     InvalidInput,
     LeasewardError,
+    RequestExpired,
     RequestNotFound,
     RunNotFound,
+    RunPurged,
     StoreError,
 )
 from leaseward.runtime.failures import FailureClass
@@ -34,9 +37,11 @@ from leaseward.runtime.lifecycle import (
 from leaseward.runtime.model import (
     EXPIRED_REASON,
     Decision,
+    ForgetKeysResult,
     HumanRequest,
     NewRequest,
     NewRun,
+    PurgedRun,
     PurgeResult,
     RequestKind,
     RunRecord,
@@ -71,7 +76,8 @@ WORK_CHANNEL = "leaseward_runs"
 """Where a store announces that a run became claimable (submitted, requeued, reopened)."""
 
 PURGE_BATCH_RUNS = 500
-"""Runs a purge deletes per transaction: each batch holds its locks only briefly."""
+"""Runs a purge deletes (or idempotency keys it forgets) per transaction: each batch
+holds its locks only briefly."""
 
 _CANCEL_EVENTS = {
     RunState.QUEUED: Event.CANCEL_QUEUED,
@@ -165,6 +171,12 @@ def _decided_text(request: HumanRequest) -> str:
     return f"call {request.call_id} of run {request.run_id} was already {request.decision}{by}"
 
 
+def _refuse_expired(request: HumanRequest) -> None:
+    """A decision on an expired request is refused with when it expired, however late."""
+    if request.decision is Decision.EXPIRED and request.expires_at is not None:
+        raise RequestExpired(request.run_id, request.call_id, request.expires_at)
+
+
 def _calls(requests: Sequence[HumanRequest]) -> str:
     return ", ".join(r.call_id for r in requests) or "none"
 
@@ -219,19 +231,37 @@ def _makes_claimable(settlement: Settlement | None) -> bool:
     )
 
 
-def _same_request(existing: Row, new: NewRun) -> RunRecord:
-    """The run that already has ``new``'s key, if ``new`` asks for what it was made for."""
-    run = run_from_row(existing)
-    if existing["request_digest"] == new.request_digest:
-        return run
+def _check_same_request(key: Row, new: NewRun) -> None:
+    """Refuse ``new`` if its key was used for another agent or input than it asks for."""
+    if key["request_digest"] == new.request_digest:
+        return
     what = (
-        f"agent {run.agent!r}, not {new.agent!r}"
-        if run.agent != new.agent
-        else f"a different input to {run.agent!r}"
+        f"agent {key['agent']!r}, not {new.agent!r}"
+        if key["agent"] != new.agent
+        else f"a different input to {key['agent']!r}"
     )
     raise IdempotencyKeyConflict(
-        f"the idempotency key {new.idempotency_key!r} was already used by run {run.id} for {what}"
+        f"the idempotency key {new.idempotency_key!r} was already used by run "
+        f"{key['run_id']} for {what}"
     )
+
+
+def _purged_from_row(key: Row) -> PurgedRun:
+    return PurgedRun(
+        run_id=key["run_id"],
+        agent=key["agent"],
+        idempotency_key=key["idempotency_key"],
+        state=RunState(key["final_state"]),
+        reason=_optional(Reason, key["final_reason"]),
+        finished_at=key["finished_at"],
+        purged_at=key["purged_at"],
+    )
+
+
+def _batches(count: int, batch_size: int) -> int:
+    """How many batches the loop that deletes ``count`` rows, ``batch_size`` at a
+    time, counts: each one that deleted something (not the empty one that may end it)."""
+    return -(-count // batch_size)
 
 
 _CANCELLED = TRANSITIONS[Event.CANCEL_QUEUED][1]
@@ -324,6 +354,12 @@ class _ItemRefused(Exception):
 
 def _state_text(run: RunRecord) -> str:
     return run.state.value if run.reason is None else f"{run.state.value} ({run.reason.value})"
+
+
+async def _yield_to_writers(batch_started: float) -> None:
+    """Wait as long as the batch took, with its lock released: SQLite's waiters (the
+    daemon's Persister among them) get in between batches instead of timing out."""
+    await anyio.sleep(anyio.current_time() - batch_started)
 
 
 class SQLStore:
@@ -512,37 +548,73 @@ class SQLStore:
     async def _insert_runs(
         self, runs: Sequence[NewRun], now: float
     ) -> tuple[RunRecord | LeasewardError, ...]:
-        rows = await self._executor.fetch_all(
-            self._queries["insert_runs"],
-            {"runs": _json_set(_run_row(new) for new in runs), "now": now},
+        q = self._queries
+        keyed = sorted(
+            (new for new in runs if new.idempotency_key is not None),
+            # One order for every batch: two batches taking the same keys cannot deadlock.
+            key=lambda new: str(new.idempotency_key),
         )
-        inserted = {row["id"]: run_from_row(row) for row in rows}
+        taken: set[str] = set()
+        if keyed:
+            rows = await self._executor.fetch_all(
+                q["insert_keys"],
+                {
+                    "keys": _json_set(
+                        {
+                            "idempotency_key": new.idempotency_key,
+                            "id": new.id,
+                            "agent": new.agent,
+                            "request_digest": new.request_digest,
+                        }
+                        for new in keyed
+                    ),
+                    "now": now,
+                },
+            )
+            taken = {row["run_id"] for row in rows}
+        fresh = [new for new in runs if new.idempotency_key is None or new.id in taken]
+        inserted: dict[str, RunRecord] = {}
+        if fresh:
+            rows = await self._executor.fetch_all(
+                q["insert_runs"], {"runs": _json_set(_run_row(new) for new in fresh), "now": now}
+            )
+            inserted = {row["id"]: run_from_row(row) for row in rows}
         results: list[RunRecord | LeasewardError] = []
         for new in runs:
             run = inserted.get(new.id)
             if run is not None:
                 results.append(run)
-            elif new.idempotency_key is None:
+            elif new.idempotency_key is None or new.id in taken:
                 raise StoreError("the new run was not returned by the store")
             else:
                 results.append(await self._keyed_run(new))
         return tuple(results)
 
     async def _keyed_run(self, new: NewRun) -> RunRecord | LeasewardError:
-        """The run that holds ``new``'s key: the insert itself, through the unique index,
-        decided which of two racing submits creates it (never check, then insert)."""
-        existing = await self._executor.fetch_one(
-            self._queries["get_run_by_key"], {"idempotency_key": new.idempotency_key}
-        )
-        if existing is None:
+        """The run that holds ``new``'s key, stored or purged: the insert of the key
+        itself decided which of two racing submits creates it (never check, then insert)."""
+        q = self._queries
+        key = await self._executor.fetch_one(q["get_key"], {"idempotency_key": new.idempotency_key})
+        if key is None:
             raise StoreError(
-                f"the run with idempotency key {new.idempotency_key!r} "
-                "was not returned by the store"
+                f"the idempotency key {new.idempotency_key!r} was not returned by the store"
             )
         try:
-            return _same_request(existing, new)
+            _check_same_request(key, new)
         except IdempotencyKeyConflict as conflict:
             return conflict
+        row = await self._executor.fetch_one(q["get_run"], {"run_id": key["run_id"]})
+        if row is not None:
+            return run_from_row(row)
+        # Read again, after the run: the purge that deleted the run marked its key in
+        # the same transaction, which the first read may have come before.
+        key = await self._executor.fetch_one(q["get_key"], {"idempotency_key": new.idempotency_key})
+        if key is None or key["purged_at"] is None:
+            raise StoreError(
+                f"the run of idempotency key {new.idempotency_key!r} was purged and its key "
+                "forgotten while the submit read it"
+            )
+        return RunPurged(_purged_from_row(key))
 
     async def _cancel_runs(
         self, run_ids: Sequence[str], now: float
@@ -786,7 +858,15 @@ class SQLStore:
         )
         written = {(row["run_id"], row["seq"]) for row in rows}
         for key, (position, step) in steps.items():
-            if key not in written:
+            if key in written:
+                continue
+            # A withdrawal leaves no open intent behind. An intent whose commit went
+            # unanswered may never have been stored: nothing is left to withdraw. A row
+            # that is there but settled, or another epoch's, is not this attempt's.
+            row = await self._executor.fetch_one(
+                self._queries["get_step"], {"run_id": key[0], "seq": step.seq}
+            )
+            if row is not None:
                 raise _ItemRefused(position, f"step {step.seq} of run {key[0]} has no open intent")
 
     async def _check_unwritten(
@@ -857,8 +937,10 @@ class SQLStore:
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         async with self._executor.reading():
-            row = await self._executor.fetch_one(self._queries["get_run"], {"run_id": run_id})
-        return None if row is None else run_from_row(row)
+            row = await self._executor.fetch_one(
+                self._queries["read_run"], {"run_id": run_id, "now": self._now()}
+            )
+        return None if row is None else attrs.evolve(run_from_row(row), read_at=row["read_at"])
 
     async def list_runs(
         self,
@@ -983,11 +1065,22 @@ class SQLStore:
                     "now": now,
                 },
             )
-            if len(decided) != 1:
-                raise StoreError(f"the request of call {request.call_id} changed meanwhile")
-            await self._requeue_decided([run_id], kind, now)
-            rows = await self._executor.fetch_all(q["run_requests"], {"run_id": run_id, "now": now})
-            after = await self._executor.fetch_one(q["get_run"], {"run_id": run_id})
+            if decided:
+                await self._requeue_decided([run_id], kind, now)
+                rows = await self._executor.fetch_all(
+                    q["run_requests"], {"run_id": run_id, "now": now}
+                )
+                after = await self._executor.fetch_one(q["get_run"], {"run_id": run_id})
+            else:
+                # Too late: the request expired before this decision. It is expired now,
+                # in this transaction, as the reaper's next pass would have done it; the
+                # refusal is raised once that is committed.
+                expired = await self._expire_waiting([run_id], now)
+                if not any((r.seq, r.call_id) == (request.seq, request.call_id) for r in expired):
+                    raise StoreError(f"the request of call {request.call_id} changed meanwhile")
+        if not decided:
+            assert request.expires_at is not None, "a request with no expiry never expires"
+            raise RequestExpired(run_id, request.call_id, request.expires_at)
         if after is None:
             raise StoreError(f"run {run_id} vanished while it was being decided")
         stored = next(
@@ -1012,11 +1105,14 @@ class SQLStore:
                 return pending[0]
             if not pending:
                 decided = [r for r in requests if r.kind is kind and not r.pending]
-                last = (
-                    ""
-                    if not decided
-                    else f" ({_decided_text(max(decided, key=lambda r: (r.seq, r.position)))})"
-                )
+                newest = max(decided, key=lambda r: (r.seq, r.position), default=None)
+                if newest is None:
+                    last = ""
+                else:
+                    if run.state.value not in _WAITING_STATES:
+                        # Not waiting for anything else: the expired request is the one meant.
+                        _refuse_expired(newest)
+                    last = f" ({_decided_text(newest)})"
                 raise IllegalTransition(
                     f"run {run.id} is {_state_text(run)}: it waits for no {kind.value}{last}"
                 )
@@ -1041,6 +1137,7 @@ class SQLStore:
                 f"call {call_id} of run {run.id} asks for {request.kind.value}, not "
                 f"{kind.value}: {how} decides it"
             )
+        _refuse_expired(request)
         if not request.pending:
             raise IllegalTransition(f"{_decided_text(request)}; nothing changed")
         if not waiting:
@@ -1094,16 +1191,21 @@ class SQLStore:
             ]
             if not waiting:
                 return []
-            expired = await self._executor.fetch_all(
-                q["expire_requests"],
-                {
-                    "ids": waiting,
-                    "decision": Decision.EXPIRED.value,
-                    "note": EXPIRED_REASON,
-                    "now": now,
-                },
-            )
-            requeued = await self._requeue_decided(waiting, RequestKind.APPROVAL, now)
+            return await self._expire_waiting(waiting, now)
+
+    async def _expire_waiting(self, run_ids: Sequence[str], now: float) -> list[ExpiredRequest]:
+        """Expire the requests of ``run_ids`` (locked, waiting for approval) whose expiry
+        passed, and requeue the runs that leave with nothing undecided."""
+        expired = await self._executor.fetch_all(
+            self._queries["expire_requests"],
+            {
+                "ids": list(run_ids),
+                "decision": Decision.EXPIRED.value,
+                "note": EXPIRED_REASON,
+                "now": now,
+            },
+        )
+        requeued = await self._requeue_decided(run_ids, RequestKind.APPROVAL, now)
         return [
             ExpiredRequest(
                 run_id=row["run_id"],
@@ -1260,15 +1362,8 @@ class SQLStore:
             )
         if not older_than_seconds > 0 or batch_runs < 1:
             raise InvalidInput("a purge needs a positive age and batch size")
-        async with self._executor.reading():
-            row = await self._executor.fetch_one(
-                self._queries["purge_cutoff"],
-                {"older_than_seconds": older_than_seconds, "now": self._now()},
-            )
-        if row is None:
-            raise StoreError("the store returned no time for the purge's cutoff")
         # Fixed once: runs that finish while the purge goes on never qualify, so it ends.
-        cutoff = float(row["cutoff"])
+        cutoff = await self._cutoff(older_than_seconds)
         if dry_run:
             return await self._count_purgeable(states, cutoff, batch_runs)
         runs = steps = batches = 0
@@ -1280,12 +1375,21 @@ class SQLStore:
                     runs, steps, batches = runs + gone_runs, steps + gone_steps, batches + 1
                 if picked < batch_runs:
                     break
-                # As long again with the lock released: SQLite's waiters (the daemon's
-                # Persister among them) get in between batches instead of timing out.
-                await anyio.sleep(anyio.current_time() - started)
+                await _yield_to_writers(started)
         return PurgeResult(
             runs=runs, steps=steps, batches=batches, finished_before=cutoff, dry_run=False
         )
+
+    async def _cutoff(self, older_than_seconds: float) -> float:
+        """The store's "now" less ``older_than_seconds``."""
+        async with self._executor.reading():
+            row = await self._executor.fetch_one(
+                self._queries["purge_cutoff"],
+                {"older_than_seconds": older_than_seconds, "now": self._now()},
+            )
+        if row is None:
+            raise StoreError("the store returned no time for the cutoff")
+        return float(row["cutoff"])
 
     async def _purge_batch(
         self, state: RunState, cutoff: float, batch_runs: int
@@ -1301,6 +1405,9 @@ class SQLStore:
             ids = [r["id"] for r in picked]
             steps = await self._executor.fetch_all(q["purge_steps"], {"ids": ids})
             await self._executor.execute(q["purge_approvals"], {"ids": ids})
+            await self._executor.execute(
+                q["purge_keys"], {"ids": ids, "state": state.value, "now": self._now()}
+            )
             runs = await self._executor.fetch_all(
                 q["purge_runs"], {"ids": ids, "state": state.value}
             )
@@ -1319,10 +1426,52 @@ class SQLStore:
                     raise StoreError("the store returned no count for the purge")
                 runs += int(row["runs"])
                 steps += int(row["steps"])
-                batches += -(-int(row["runs"]) // batch_runs)
+                batches += _batches(int(row["runs"]), batch_runs)
         return PurgeResult(
             runs=runs, steps=steps, batches=batches, finished_before=cutoff, dry_run=True
         )
+
+    async def purged_run(self, run_id: str) -> PurgedRun | None:
+        async with self._executor.reading():
+            key = await self._executor.fetch_one(self._queries["purged_key"], {"run_id": run_id})
+        return None if key is None else _purged_from_row(key)
+
+    async def forget_keys(
+        self,
+        older_than_seconds: float,
+        *,
+        dry_run: bool = False,
+        batch_keys: int = PURGE_BATCH_RUNS,
+    ) -> ForgetKeysResult:
+        if not older_than_seconds > 0 or batch_keys < 1:
+            raise InvalidInput("forgetting keys needs a positive age and batch size")
+        cutoff = await self._cutoff(older_than_seconds)
+        q = self._queries
+        if dry_run:
+            async with self._executor.reading():
+                row = await self._executor.fetch_one(q["forget_count"], {"cutoff": cutoff})
+            if row is None:
+                raise StoreError("the store returned no count of keys to forget")
+            keys = int(row["keys"])
+            return ForgetKeysResult(
+                keys=keys,
+                batches=_batches(keys, batch_keys),
+                created_before=cutoff,
+                dry_run=True,
+            )
+        keys = batches = 0
+        while True:
+            started = anyio.current_time()
+            async with self._executor.transaction():
+                gone = await self._executor.fetch_all(
+                    q["forget_keys"], {"cutoff": cutoff, "limit": batch_keys}
+                )
+            if gone:
+                keys, batches = keys + len(gone), batches + 1
+            if len(gone) < batch_keys:
+                break
+            await _yield_to_writers(started)
+        return ForgetKeysResult(keys=keys, batches=batches, created_before=cutoff, dry_run=False)
 
     async def wait_for_work(self, timeout: float) -> None:
         await self._executor.wait_for_notification(WORK_CHANNEL, timeout)

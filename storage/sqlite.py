@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -21,7 +22,7 @@ import aiosqlite
 import anyio
 import attrs
 
-from leaseward.runtime.errors import ConfigurationError, StoreError
+from leaseward.runtime.errors import ConfigurationError, StoreError, StoreNotFound
 from leaseward.storage.executor import Params, Row
 
 __all__ = [
@@ -56,7 +57,7 @@ def _bindable(params: Params | None) -> Mapping[str, Any]:
     }
 
 
-def _open(path: str, read_only: bool, timeout: float) -> sqlite3.Connection:
+def _open(path: str, read_only: bool, create: bool, timeout: float) -> sqlite3.Connection:
     """The database, opened on a worker thread for aiosqlite's thread to use from then on.
 
     Read-only, it is opened in the first of these ways that works:
@@ -69,9 +70,14 @@ def _open(path: str, read_only: bool, timeout: float) -> sqlite3.Connection:
     * ``immutable``, only when there is no write-ahead log: then the file alone
       holds every committed change, and this needs no side files at all.
     """
-    if not read_only:
-        return sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
     uri = Path(path).absolute().as_uri()
+    if not read_only:
+        # mode=rw opens the file only if it is there: one removed since it was checked
+        # for is an error, not a new empty database.
+        target, is_uri = (path, False) if create else (f"{uri}?mode=rw", True)
+        return sqlite3.connect(
+            target, uri=is_uri, timeout=timeout, isolation_level=None, check_same_thread=False
+        )
     modes = ["mode=rw", "mode=ro"]
     if not Path(f"{path}-wal").exists():
         modes.append("mode=ro&immutable=1")
@@ -109,12 +115,23 @@ _DATA_ERRORS: tuple[type[Exception], ...] = (
     sqlite3.DataError,
     sqlite3.IntegrityError,
 )
-_TRANSLATED: tuple[type[Exception], ...] = (sqlite3.Error, *_DATA_ERRORS)
 
 
 def _describe(exc: Exception) -> str:
     text = str(exc) or type(exc).__name__
     return f"sqlite: {text}"
+
+
+def _located(exc: Exception, path: str) -> str:
+    """The error and the file it is about: "database is locked" alone does not say which."""
+    where = path if path == ":memory:" else os.path.abspath(path)
+    return f"{_describe(exc)} ({where})"
+
+
+def _connect_error(exc: sqlite3.Error, path: str) -> StoreError:
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
+        return StoreNotFound(os.path.abspath(path), _located(exc, path))
+    return StoreError(_located(exc, path))
 
 
 async def _enter_wal(connection: aiosqlite.Connection, timeout: float) -> None:
@@ -148,7 +165,7 @@ _BOUND: ContextVar[Mapping[int, aiosqlite.Connection]] = ContextVar(
 
 
 async def _connect(
-    options: SQLiteOptions, *, read_only: bool, timeout: float
+    options: SQLiteOptions, *, read_only: bool, timeout: float, create: bool = True
 ) -> aiosqlite.Connection:
     # The file is opened here, not by aiosqlite.connect: when that fails, aiosqlite's
     # thread answers after the error has gone up, and if the event loop has closed
@@ -156,9 +173,9 @@ async def _connect(
     # already open cannot fail to connect. Shielded, so that a cancel cannot drop it.
     with anyio.CancelScope(shield=True):
         try:
-            raw = await anyio.to_thread.run_sync(_open, options.path, read_only, timeout)
+            raw = await anyio.to_thread.run_sync(_open, options.path, read_only, create, timeout)
         except sqlite3.Error as exc:
-            raise StoreError(f"{_describe(exc)} ({options.path})") from exc
+            raise _connect_error(exc, options.path) from exc
         connection = await aiosqlite.Connection(lambda: raw, _ITER_CHUNK_SIZE)
     connection.row_factory = sqlite3.Row
     return connection
@@ -190,9 +207,12 @@ class SQLiteExecutor:
         self._savepoints = 0
 
     @classmethod
-    async def connect(cls, options: SQLiteOptions, *, read_only: bool = False) -> SQLiteExecutor:
-        """Open the database. ``read_only`` opens an existing one and refuses every change;
-        it works where this process may only read (the file, its directory, or both)."""
+    async def connect(
+        cls, options: SQLiteOptions, *, read_only: bool = False, create: bool = True
+    ) -> SQLiteExecutor:
+        """Open the database, creating the file unless ``create`` is False. ``read_only``
+        opens an existing one and refuses every change; it works where this process may
+        only read (the file, its directory, or both)."""
         if options.synchronous not in SYNCHRONOUS_MODES:
             raise ConfigurationError(
                 f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, "
@@ -203,7 +223,7 @@ class SQLiteExecutor:
             if not await parent.is_dir():
                 raise StoreError(f"sqlite: the directory {str(parent)!r} does not exist")
         timeout = options.busy_timeout_ms / 1000
-        connection = await _connect(options, read_only=read_only, timeout=timeout)
+        connection = await _connect(options, read_only=read_only, timeout=timeout, create=create)
         reader: aiosqlite.Connection | None = None
         try:
             await _configure(connection, options)
@@ -220,7 +240,7 @@ class SQLiteExecutor:
                     if opened is not None:
                         await opened.close()
             if isinstance(exc, sqlite3.Error):
-                raise StoreError(f"{_describe(exc)} ({options.path})") from exc
+                raise _connect_error(exc, options.path) from exc
             raise
         return cls(connection, options, reader)
 
@@ -288,8 +308,10 @@ class SQLiteExecutor:
         # two more (fetch, close), and the Persister's batches are made of these.
         try:
             return list(await connection.execute_fetchall(sql, _bindable(params)))
-        except _TRANSLATED as exc:
-            raise StoreError(_describe(exc), data_error=isinstance(exc, _DATA_ERRORS)) from exc
+        except _DATA_ERRORS as exc:
+            raise StoreError(_describe(exc), data_error=True) from exc
+        except sqlite3.Error as exc:
+            raise StoreError(_located(exc, self._options.path)) from exc
 
     async def execute(self, sql: str, params: Params | None = None) -> None:
         await self._run(sql, params)
@@ -313,4 +335,4 @@ class SQLiteExecutor:
                 await self._reader.close()
             await self._connection.close()
         except sqlite3.Error as exc:
-            raise StoreError(_describe(exc)) from exc
+            raise StoreError(_located(exc, self._options.path)) from exc

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
@@ -19,6 +20,7 @@ __all__ = [
     "StoreURL",
     "parse_store_url",
     "pool_size_for",
+    "store_location",
 ]
 
 CONNECT_TIMEOUT_SECONDS = 5.0
@@ -66,6 +68,21 @@ class StoreURL:
     scheme: str
     sqlite: SQLiteOptions | None = None
     postgresql: PostgresOptions | None = None
+
+    @property
+    def location(self) -> str:
+        """Where the store is, as messages and logs name it: a SQLite file's absolute path
+        (a relative one means little in a daemon's log), a PostgreSQL URL without password."""
+        if self.postgresql is not None:
+            return self.postgresql.display
+        assert self.sqlite is not None
+        path = self.sqlite.path
+        return path if path == ":memory:" else os.path.abspath(path)
+
+
+def store_location(url: str) -> str:
+    """The location of the store ``url`` names (see ``StoreURL.location``)."""
+    return parse_store_url(url).location
 
 
 def parse_store_url(url: str) -> StoreURL:

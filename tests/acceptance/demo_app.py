@@ -23,6 +23,8 @@ Agents:
 * ``greeter``: answers at once, no tools.
 * ``approver``: one call of ``transfer``, a NON_IDEMPOTENT_WRITE that requires
   approval, then answers with what the call returned (or the rejection).
+* ``late_approver``: as ``approver``, but an undecided request expires after
+  ``APPROVAL_TIMEOUT_SECONDS``.
 * ``asker``: asks a person ``Which colour?`` (``ask_human``), then answers with the reply.
 * ``confused``: asks for ``delete_everything``, a tool it does not have, with long
   arguments, then answers ``nothing was done``.
@@ -56,9 +58,11 @@ CONFUSED_ARGUMENTS = {"path": "/", "why": "tidy " * 60}
 PROVIDER_TIMEOUT_SECONDS = 2.0
 TOOL_TIMEOUT_SECONDS = float(os.environ.get("DEMO_TOOL_TIMEOUT", "2"))
 NAP_TIMEOUT_SECONDS = float(os.environ.get("DEMO_NAP_TIMEOUT", "2"))
+APPROVAL_TIMEOUT_SECONDS = 1.0
 
 # A module attribute that is not an App, for the `--app demo_app:NOT_AN_APP` test.
 NOT_AN_APP = "just a string"
+NOT_AN_APP_EITHER = 42
 
 
 def _append(variable: str, record: dict[str, Any]) -> None:
@@ -192,6 +196,22 @@ def build_app() -> App:
                     timeout_seconds=PROVIDER_TIMEOUT_SECONDS,
                 ),
                 tools=[transfer],
+            ),
+            Agent(
+                "late_approver",
+                LoggingProvider(
+                    [
+                        ProviderReply(
+                            tool_calls=[
+                                ToolCall("transfer", {"amount_cents": 70, "to": "ACME"}, "late-1")
+                            ]
+                        ),
+                        _answer_with_tool_output,
+                    ],
+                    timeout_seconds=PROVIDER_TIMEOUT_SECONDS,
+                ),
+                tools=[transfer],
+                approval_timeout_seconds=APPROVAL_TIMEOUT_SECONDS,
             ),
             Agent(
                 "asker",

@@ -26,6 +26,7 @@ from acceptance_support import (
     base_env,
     leaseward,
     ok,
+    read_lines,
     show,
     snapshot,
     sqlite_url,
@@ -130,7 +131,8 @@ def test_a_bad_store_url_in_the_environment_is_a_usage_error(tmp_path: Path) -> 
     [
         ("no_such_module:app", "cannot import 'no_such_module'"),
         ("demo_app:no_such_attribute", "has no attribute"),
-        ("demo_app:NOT_AN_APP", "not a leaseward App"),
+        ("demo_app:NOT_AN_APP", "'demo_app:NOT_AN_APP' is a str, not a leaseward App"),
+        ("demo_app:NOT_AN_APP_EITHER", "'demo_app:NOT_AN_APP_EITHER' is an int, not a leaseward"),
         ("demo_app", "module:attribute"),
     ],
 )
@@ -150,6 +152,25 @@ def test_daemon_without_an_app_or_with_a_bad_store_is_a_usage_error(store_dir: P
     assert_one_line_error(bad_store, EXIT_USAGE, "unknown scheme")
     assert list(store_dir.iterdir()) == []
     assert not (HERE / "x.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "shown"),
+    [
+        (("--lease-seconds", "2", "--reap-interval-seconds", "2"), {}, "(2)"),
+        ((), {"LEASEWARD_REAP_INTERVAL_SECONDS": "30"}, "(30)"),
+    ],
+)
+def test_daemon_with_a_reap_interval_not_shorter_than_the_lease_is_a_usage_error(
+    store_dir: Path, flags: tuple[str, ...], env: dict[str, str], shown: str
+) -> None:
+    result = leaseward(
+        "daemon", "--app", "demo_app:app", *flags, "--store", _url(store_dir), env=base_env(**env)
+    )
+    assert_one_line_error(
+        result, EXIT_USAGE, f"--reap-interval-seconds {shown} must be shorter than --lease-seconds"
+    )
+    assert list(store_dir.iterdir()) == []
 
 
 # -- operator commands on runs that are not there ------------------------------------
@@ -191,16 +212,65 @@ def test_resolve_and_cancel_on_a_completed_run_are_refused(copy: Path, template:
     )
 
 
-@pytest.mark.parametrize(
-    "command",
-    [("runs",), ("show", "x"), ("submit", "payer"), ("reap", "--once"), ("dead-letters",)],
-)
+OPERATOR_COMMANDS = [
+    ("runs",),
+    ("show", "x"),
+    ("submit", "payer", "--input", "{}"),
+    ("cancel", "x"),
+    ("approvals",),
+    ("approve", "x"),
+    ("reject", "x", "--reason", "no"),
+    ("reply", "x", "--input", "1"),
+    ("resolve", "x", "--applied"),
+    ("redrive", "x"),
+    ("purge", "--finished-before", "1s"),
+    ("purge", "--finished-before", "1s", "--dry-run"),
+    ("workers",),
+    ("reap", "--once"),
+    ("dead-letters",),
+]
+
+
+def no_store_at(path: Path) -> str:
+    return f"no leaseward store at {path}; a daemon or `leaseward migrate` creates one"
+
+
+@pytest.mark.parametrize("command", OPERATOR_COMMANDS, ids=" ".join)
 def test_an_operator_command_on_a_missing_database_creates_nothing(
     store_dir: Path, command: tuple[str, ...]
 ) -> None:
-    result = leaseward(*command, "--store", _url(store_dir))
-    assert_one_line_error(result, EXIT_FAILURE, "no database at", "leaseward migrate")
+    # A relative path, as typed: the message names the file it resolved to.
+    result = leaseward(*command, "--store", "sqlite:///store/lesaeward.db", cwd=store_dir.parent)
+    assert_one_line_error(result, EXIT_FAILURE, no_store_at(store_dir / "lesaeward.db"))
     assert list(store_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", OPERATOR_COMMANDS, ids=" ".join)
+def test_an_operator_command_on_a_database_that_is_no_leaseward_store_changes_nothing(
+    store_dir: Path, command: tuple[str, ...]
+) -> None:
+    other = sqlite3.connect(store_dir / "runs.db")
+    other.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+    other.commit()
+    other.close()
+    assert_unchanged(
+        store_dir,
+        lambda: leaseward(*command, "--store", _url(store_dir)),
+        EXIT_FAILURE,
+        no_store_at(store_dir / "runs.db"),
+    )
+
+
+def test_an_operator_command_on_a_file_that_is_no_database_changes_nothing(
+    store_dir: Path,
+) -> None:
+    (store_dir / "runs.db").write_text("notes, not a database\n")
+    assert_unchanged(
+        store_dir,
+        lambda: leaseward("submit", "payer", "--input", "{}", "--store", _url(store_dir)),
+        EXIT_FAILURE,
+        no_store_at(store_dir / "runs.db"),
+    )
 
 
 # -- submit -----------------------------------------------------------------------------
@@ -268,9 +338,10 @@ def test_a_locked_database_fails_in_one_line_after_the_busy_timeout(copy: Path) 
         started = time.monotonic()
         result = leaseward("submit", "payer", "--input", "{}", "--store", url)
         assert time.monotonic() - started < 10
-        assert_one_line_error(result, EXIT_FAILURE, "database is locked")
+        locked = f"database is locked ({copy / 'runs.db'})"
+        assert_one_line_error(result, EXIT_FAILURE, locked)
         cancel = leaseward("cancel", "x", "--store", url)
-        assert_one_line_error(cancel, EXIT_FAILURE, "database is locked")
+        assert_one_line_error(cancel, EXIT_FAILURE, locked)
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -462,7 +533,9 @@ def test_reap_once_prints_nothing_but_its_summary_on_stdout(url: str) -> None:
 def test_migrate_creates_the_schema_and_prints_its_version(store_dir: Path) -> None:
     url = _url(store_dir)
     newest = MIGRATIONS[-1].version
-    assert ok("migrate", "--store", url).stdout == f"schema at version {newest}\n"
+    assert ok("migrate", "--store", url).stdout == (
+        f"created a leaseward store at {store_dir / 'runs.db'}\nschema at version {newest}\n"
+    )
     assert (store_dir / "runs.db").exists()
     assert ok("migrate", "--store", url).stdout == f"schema at version {newest}\n"
     assert ok("runs", "--json", "--store", url).json() == []
@@ -746,3 +819,84 @@ def test_a_database_that_cannot_be_opened_is_one_line_every_time(
     for result in results:
         assert_one_line_error(result, EXIT_FAILURE, "unable to open database file")
     assert list(store_dir.iterdir()) == []
+
+
+# -- what show says about leases, retries and the epoch an operator reopened ----------------
+
+
+def _line(text: str, start: str) -> str:
+    found = [line for line in text.splitlines() if line.startswith(start)]
+    assert len(found) == 1, text
+    return found[0]
+
+
+def test_show_says_a_lease_expired_and_what_the_next_reaper_pass_does(url: str) -> None:
+    run_id = _expired_claim(url)
+    text = ok("show", run_id, "--store", url).stdout
+    assert re.fullmatch(
+        r"lease expired \d+\.\d s ago; the next reaper pass requeues it",
+        _line(text, "lease expired"),
+    )
+
+
+def test_show_says_an_expired_lease_over_an_interrupted_write_is_dead_lettered(
+    url: str,
+) -> None:
+    ok("migrate", "--store", url)
+    ok("submit", "payer", "--input", "{}", "--store", url)
+    run_id = anyio.run(_interrupt_a_charge, url, 1.0)
+    time.sleep(0.1)
+    text = ok("show", run_id, "--store", url).stdout
+    assert _line(text, "lease expired").endswith(
+        "ago; the next reaper pass dead-letters it (interrupted_write)"
+    )
+
+
+def test_show_prints_a_requeued_runs_failure_class_and_when_its_retry_is_due(url: str) -> None:
+    run_id = _expired_claim(url)
+    ok("reap", "--once", "--store", url)
+    # A worker lost once is retried at once.
+    text = ok("show", run_id, "--store", url).stdout
+    assert _line(text, "failure class") == "failure class: connection"
+    assert _line(text, "requeued") == "requeued 1 time; the next attempt is due now"
+    # Lost again: from the second retry on, the run backs off (60 s by default).
+    assert anyio.run(_claim_with_a_tiny_lease, url, "greeter") == run_id
+    time.sleep(0.1)
+    ok("reap", "--once", "--store", url)
+    text = ok("show", run_id, "--store", url).stdout
+    assert re.fullmatch(
+        r"requeued 2 times; the next attempt is due in (59|60) s \(at \S+Z\)",
+        _line(text, "requeued"),
+    )
+    assert show(url, run_id)["failure_class"] == "connection"
+
+
+def test_resolve_names_the_epoch_that_show_then_reports(
+    daemons: DaemonPool, url: str, calls_file: Path
+) -> None:
+    ok("migrate", "--store", url)
+    ok("submit", "payer", "--input", "{}", "--store", url)
+    run_id = anyio.run(_interrupt_a_charge, url, 1.0)
+    time.sleep(0.1)
+    ok("reap", "--once", "--store", url)
+    dead = show(url, run_id)
+    assert (dead["state"], dead["reason"], dead["epoch"]) == (
+        "dead_lettered",
+        "interrupted_write",
+        1,
+    )
+
+    resolved = ok("resolve", run_id, "--applied", "--store", url).stdout
+    said = re.fullmatch(
+        rf"run {run_id}: call recorded as applied; requeued: it resumes from its journal "
+        r"at epoch (\d+)\n",
+        resolved,
+    )
+    assert said is not None, resolved
+    daemon = daemons.start(url, worker_id="acc-resolve", DEMO_CALLS_FILE=str(calls_file))
+    daemon.wait_for("run.settled", run_id=run_id, state="completed")
+    done = show(url, run_id)
+    assert done["epoch"] == int(said[1])
+    # The steps of the attempt that resumed it carry that epoch too.
+    assert {s["epoch"] for s in done["steps"] if s["seq"] >= 2} == {int(said[1])}
+    assert not calls_file.exists() or read_lines(calls_file) == [], "the charge ran again"

@@ -8,8 +8,10 @@ and a daemon (the same, or one started later) resumes the run from its journal.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import pytest
 from acceptance_support import (
     DaemonPool,
     assert_one_line_error,
@@ -19,6 +21,7 @@ from acceptance_support import (
     show,
     wait_until,
 )
+from demo_app import APPROVAL_TIMEOUT_SECONDS
 
 
 def submit(url: str, agent: str) -> str:
@@ -143,3 +146,42 @@ def test_requests_outlive_a_daemon_restart_and_two_daemons_run_each_call_once(
     calls = read_lines(calls_file)
     assert sorted(c["run_id"] for c in calls) == sorted(run_ids)
     assert all(c["epoch"] == 2 for c in calls), json.dumps(calls)
+
+
+def test_an_approval_after_the_expiry_is_refused_and_the_transfer_never_runs(
+    daemons: DaemonPool, url: str, calls_file: Path
+) -> None:
+    # No reaper pass comes while the test runs: only the late approval can expire it.
+    idle_reaper = ("--lease-seconds", "120", "--reap-interval-seconds", "60")
+    first = daemons.start(
+        url, worker_id="acc-late-1", flags=idle_reaper, DEMO_CALLS_FILE=str(calls_file)
+    )
+    run_id = submit(url, "late_approver")
+    waiting = until_state(url, run_id, "waiting_for_approval")
+    assert first.stop() == 0
+    [request] = waiting["requests"]  # type: ignore[misc]
+    expires_at = request["expires_at"]
+    assert expires_at == pytest.approx(request["requested_at"] + APPROVAL_TIMEOUT_SECONDS)
+    # Every worker is down past the expiry; SQLite's clock is this machine's.
+    time.sleep(max(0.0, expires_at - time.time()) + 0.1)
+
+    late = leaseward("approve", run_id, "--operator", "alice", "--store", url)
+    expired_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires_at))
+    assert_one_line_error(
+        late,
+        1,
+        f"leaseward: call late-1 of run {run_id}: the request expired at {expired_at}; "
+        "it was rejected as expired",
+    )
+    # Expired as the reaper would have: the run is back in the queue, nobody approved.
+    shown = show(url, run_id)
+    [expired] = shown["requests"]
+    assert (shown["state"], expired["decision"], expired["operator"]) == ("queued", "expired", None)
+    assert expired["decided_at"] > expires_at
+    again = leaseward("approve", run_id, "--store", url)
+    assert_one_line_error(again, 1, f"the request expired at {expired_at}")
+
+    daemons.start(url, worker_id="acc-late-2", DEMO_CALLS_FILE=str(calls_file))
+    done = until_state(url, run_id, "completed")
+    assert done["result"] == '{"error": "rejected: approval expired"}'
+    assert read_lines(calls_file) == []

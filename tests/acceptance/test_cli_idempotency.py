@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 from acceptance_support import (
@@ -98,3 +99,48 @@ def test_a_retried_submit_of_a_finished_run_waits_for_nothing_and_charges_once(
     assert (done["state"], done["idempotency_key"]) == ("completed", "order-A-1")
     assert ok("submit", "payer", *flags, "--store", url).json() == done
     assert [call["run_id"] for call in read_lines(calls_file)] == [done["id"]]
+
+
+def test_a_purge_keeps_the_key_and_the_retried_order_is_charged_once(
+    daemons: DaemonPool, url: str, calls_file: Path
+) -> None:
+    daemon = daemons.start(url, worker_id="acc-purge", DEMO_CALLS_FILE=str(calls_file))
+    flags = ("--input", ORDER, "--idempotency-key", "checkout-A-42")
+    done = ok("submit", "payer", *flags, "--wait", "--json", "--timeout", "20",
+              "--store", url).json()  # fmt: skip
+    assert done["state"] == "completed"
+    assert submit(url, *flags) == done["id"]
+    time.sleep(1.1)
+
+    purged = ok("purge", "--finished-before", "1s", "--store", url).stdout
+    assert purged.startswith("deleted 1 run (3 journal rows) finished before ")
+    # The retried submit names the purged run and queues nothing, with a worker ready.
+    assert submit(url, *flags) == done["id"]
+    assert run_ids(url) == []
+    shown = leaseward("show", done["id"], "--store", url)
+    assert_one_line_error(shown, EXIT_FAILURE, f"leaseward: run {done['id']} was purged at ")
+    assert "it had ended completed at " in shown.stderr
+    waited = leaseward("submit", "payer", *flags, "--wait", "--timeout", "5", "--store", url)
+    assert_one_line_error(waited, EXIT_FAILURE, f"run {done['id']} was purged at ")
+    other = leaseward("submit", "payer", "--input", '{"order": "B-2"}', "--idempotency-key",
+                      "checkout-A-42", "--store", url)  # fmt: skip
+    assert_one_line_error(other, EXIT_FAILURE, f"already used by run {done['id']}")
+    # A routine purge again forgets nothing.
+    ok("purge", "--finished-before", "1s", "--store", url)
+    assert submit(url, *flags) == done["id"]
+    assert run_ids(url) == []
+    assert [call["run_id"] for call in read_lines(calls_file)] == [done["id"]]
+
+    assert daemon.stop() == 0
+    dry = ok("purge", "--forget-keys-older-than", "1s", "--dry-run", "--store", url).stdout
+    assert dry.startswith("would forget 1 idempotency key of purged runs first used before ")
+    assert dry.endswith(", in 1 batch; nothing changed (dry run)\n")
+    assert submit(url, *flags) == done["id"]
+    forgot = ok("purge", "--forget-keys-older-than", "1s", "--store", url).stdout
+    assert forgot.startswith("forgot 1 idempotency key of purged runs first used before ")
+    # Forgotten on the operator's word: the key makes a new run.
+    fresh = submit(url, *flags)
+    assert fresh != done["id"]
+    assert run_ids(url) == [fresh]
+    missing = leaseward("show", done["id"], "--store", url)
+    assert_one_line_error(missing, EXIT_FAILURE, "no run with id")

@@ -78,7 +78,9 @@ def test_submit_wait_completes_a_run_and_the_journal_shows_each_step(
     log = daemon.log()
     assert all(line["worker_id"] == "acc-one" for line in log), log
     events = [line["event"] for line in log]
-    assert events[0] == "daemon.started"
+    # The daemon created the store, and says where, before it started.
+    assert events[:2] == ["store.created", "daemon.started"]
+    assert (log[0]["level"], log[0]["store"]) == ("info", url.removeprefix("sqlite:///"))
     assert events[-1] == "daemon.stopped"
     assert "daemon.draining" in events
     assert Counter(events)["run.claimed"] == 3

@@ -205,7 +205,9 @@ async def _history(url: str, old_completed: int) -> dict[str, str]:
         (("--finished-before=-3d",), "is not a duration"),
         (("--finished-before", "0s"), "longer than zero"),
         (("--finished-before", "99999999999999d"), "too long"),
-        ((), "the following arguments are required: --finished-before"),
+        ((), "purge needs --finished-before, --forget-keys-older-than, or both"),
+        (("--forget-keys-older-than", "0s"), "longer than zero"),
+        (("--forget-keys-older-than", "90d", "--state", "completed"), "need --finished-before"),
         (("--finished-before", "30d", "--state", "running"), "not a finished state"),
         (("--finished-before", "30d", "--state", "dead_lettered"), "--include-dead-letters"),
     ],
@@ -276,7 +278,16 @@ def test_purge_deletes_the_journal_with_its_run(daemons: DaemonPool, url: str) -
     ("command", "flags"),
     [
         ("workers", {"--json"}),
-        ("purge", {"--finished-before", "--state", "--include-dead-letters", "--dry-run"}),
+        (
+            "purge",
+            {
+                "--finished-before",
+                "--state",
+                "--include-dead-letters",
+                "--forget-keys-older-than",
+                "--dry-run",
+            },
+        ),
     ],
 )
 def test_help_names_the_store_variable_and_no_other(command: str, flags: set[str]) -> None:

@@ -38,6 +38,7 @@ CALLS_FILE = "calls.jsonl"
 LOG_FILE = "worker.log"
 LEASE_SECONDS = 1.0
 EXPIRY_SECONDS = 0.3
+RACE_EXPIRY_SECONDS = 1.0
 
 
 def last_tool_output(request: ProviderRequest) -> ProviderReply:
@@ -128,6 +129,35 @@ def build_app(ledger: Path) -> App:
                 one_turn(ToolCall("charge", {"amount": 4}, "call-1")),
                 tools=[charge],
                 approval_timeout_seconds=EXPIRY_SECONDS,
+            ),
+            Agent(
+                "pair_expiring",
+                one_turn(
+                    ToolCall("wire", {"amount": 1}, "first"),
+                    ToolCall("wire", {"amount": 2}, "second"),
+                    ToolCall("charge", {"amount": 3}, "late"),
+                ),
+                tools=[wire, charge],
+                approval_timeout_seconds=3600.0,
+            ),
+            Agent(
+                "expire_then_ask",
+                ScriptedProvider(
+                    [
+                        ProviderReply(tool_calls=[ToolCall("wire", {"amount": 8}, "call-1")]),
+                        ProviderReply(
+                            tool_calls=[ToolCall("ask_human", {"question": "Retry?"}, "ask-1")]
+                        ),
+                        last_tool_output,
+                    ]
+                ),
+                tools=[wire, ask_human],
+            ),
+            Agent(
+                "race",
+                one_turn(ToolCall("charge", {"amount": 6}, "call-1")),
+                tools=[charge],
+                approval_timeout_seconds=RACE_EXPIRY_SECONDS,
             ),
             Agent(
                 "asker",

@@ -6,6 +6,12 @@ read and thrown away (so the commit has certainly happened), and both sockets
 are closed: the client learns nothing of how its commit ended, exactly as when
 a network path dies at that moment. Clients must not ask for TLS
 (``sslmode=disable``): the proxy has to read their messages.
+
+It can also partition its clients from the server: while partitioned nothing
+goes through in either direction and new connections get no server, so every
+statement hangs as on a dead network path; healing resets every connection
+that tried to carry anything, or was made, meanwhile, as a path that comes back
+to find its peers' sockets gone (an idle one lives on).
 """
 
 from __future__ import annotations
@@ -37,15 +43,32 @@ class CommitDropper:
     def __init__(self, host: str, port: int) -> None:
         self._upstream = (host, port)
         self._armed = 0
+        self._partition_after_drop = False
+        self._healed = asyncio.Event()
+        self._healed.set()
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()
         self.port = 0
         self.dropped = 0
         self.commits_seen = 0
 
-    def arm(self, commits: int = 1) -> None:
-        """Lose the answers to the next ``commits`` COMMITs, whichever connections send them."""
+    def arm(self, commits: int = 1, *, then_partition: bool = False) -> None:
+        """Lose the answers to the next ``commits`` COMMITs, whichever connections send them;
+        with ``then_partition``, partition right after the first answer is lost."""
         self._armed = commits
+        self._partition_after_drop = then_partition
+
+    def partition(self) -> None:
+        """From now on nothing goes through, until :meth:`heal`."""
+        self._healed.clear()
+
+    def heal(self) -> None:
+        """End the partition: every connection held in it is reset."""
+        self._healed.set()
+
+    @property
+    def partitioned(self) -> bool:
+        return not self._healed.is_set()
 
     @property
     def armed(self) -> bool:
@@ -78,6 +101,10 @@ class CommitDropper:
         self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter
     ) -> None:
         link = _Link()
+        if self.partitioned:
+            await self._healed.wait()
+            client_out.transport.abort()
+            return
         try:
             server_in, server_out = await asyncio.open_connection(*self._upstream)
         except OSError:
@@ -117,6 +144,9 @@ class CommitDropper:
                     if self._armed > 0:
                         self._armed -= 1
                         link.lose_answer = True
+            if self.partitioned:
+                await self._cut_at_heal(link)
+                return
             writer.write(message)
             await writer.drain()
 
@@ -132,8 +162,18 @@ class CommitDropper:
                 # The client sends nothing after COMMIT until it is answered, so
                 # this is the answer: the commit is done, and the client never hears.
                 self.dropped += 1
+                if self._partition_after_drop:
+                    self._partition_after_drop = False
+                    self.partition()
                 link.close()
+                return
+            if self.partitioned:
+                await self._cut_at_heal(link)
                 return
             writer.write(data)
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
+
+    async def _cut_at_heal(self, link: _Link) -> None:
+        await self._healed.wait()
+        link.close()

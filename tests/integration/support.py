@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import anyio
 import structlog
 
 from leaseward import (
@@ -182,6 +184,12 @@ class FaultyStore:
     async def purge_finished(self, *args: Any, **kwargs: Any) -> PurgeResult:
         return await self.inner.purge_finished(*args, **kwargs)
 
+    async def purged_run(self, run_id: str) -> Any:
+        return await self.inner.purged_run(run_id)
+
+    async def forget_keys(self, *args: Any, **kwargs: Any) -> Any:
+        return await self.inner.forget_keys(*args, **kwargs)
+
     async def wait_for_work(self, timeout: float) -> None:
         await self.inner.wait_for_work(timeout)
 
@@ -260,6 +268,16 @@ def provider_step(seq: int, reply: ProviderReply) -> StepWrite:
         status=StepStatus.SUCCEEDED,
         output_json=dump_json(reply_to_json(normalize_reply(reply, seq))),
     )
+
+
+async def until(condition: Callable[[], Awaitable[bool] | bool], timeout: float) -> None:
+    """Poll ``condition`` (sync or async) until it holds; fail after ``timeout`` seconds."""
+    with anyio.fail_after(timeout):
+        for _ in itertools.count():
+            held = condition()
+            if await held if isinstance(held, Awaitable) else held:
+                return
+            await anyio.sleep(0.005)
 
 
 def events(captured: list[dict[str, Any]]) -> list[str]:

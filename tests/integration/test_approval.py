@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import pytest
 from approval_worker import LOG_FILE, build_app, executions
+from stores import created
 
 from leaseward import (
     Client,
@@ -25,6 +26,7 @@ from leaseward import (
     IllegalTransition,
     InvalidInput,
     Reason,
+    RequestExpired,
     RequestKind,
     RequestNotFound,
     RunInfo,
@@ -227,7 +229,7 @@ async def test_an_undecided_request_expires_as_a_rejection(store_url: str, tmp_p
         agent_timeout = await rt.submit("agent_expiry", "go")
         runs = [await rt.wait(r, timeout=WAIT_SECONDS) for r in (tool_timeout, agent_timeout)]
         requests = [(await rt.requests(r))[0] for r in (tool_timeout, agent_timeout)]
-        with pytest.raises(IllegalTransition, match="already expired"):
+        with pytest.raises(RequestExpired, match="it was rejected as expired"):
             await rt.approve(tool_timeout, "call-1")
 
     assert [r.result for r in runs] == ['{"error": "rejected: approval expired"}'] * 2
@@ -434,7 +436,8 @@ async def test_requests_survive_a_killed_worker_that_parked_them(
 ) -> None:
     worker = start_worker(store_url, tmp_path, None)
     try:
-        async with Client.open(store_url) as client:
+        # The worker may not have created the store yet: a client creates none.
+        async with Client.open(created(store_url)) as client:
             run_id = await client.submit("payer", "go")
             await until_state(client, run_id, WA)
     finally:
@@ -453,7 +456,9 @@ async def test_requests_survive_a_killed_worker_that_parked_them(
 async def test_a_cancelled_runs_requests_never_expire_nor_crowd_out_those_that_do(
     store_url: str, tmp_path: Path
 ) -> None:
-    async with runtime(store_url, tmp_path, reap_interval_seconds=3600.0) as rt:
+    async with runtime(
+        store_url, tmp_path, lease_seconds=7200.0, reap_interval_seconds=3600.0
+    ) as rt:
         cancelled = await parked(rt, "expiring")
         waiting = await parked(rt, "expiring")
         await rt.cancel(cancelled)

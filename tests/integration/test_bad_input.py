@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 from file_modes import unwritable
+from stores import created
 from support import Calls
 
 from leaseward import (
@@ -163,7 +164,7 @@ async def test_input_limit_counts_utf8_bytes_not_characters(db_url: str) -> None
 
 
 async def test_client_with_an_app_refuses_unknown_agents(db_url: str) -> None:
-    async with Client.open(db_url, app=plain_app()) as client:
+    async with Client.open(created(db_url), app=plain_app()) as client:
         with pytest.raises(UnknownAgent, match="ghost"):
             await client.submit("ghost", None)
         with pytest.raises(InvalidInput):
@@ -172,7 +173,7 @@ async def test_client_with_an_app_refuses_unknown_agents(db_url: str) -> None:
 
 
 async def test_client_without_an_app_refuses_an_empty_agent_name(db_url: str) -> None:
-    async with Client.open(db_url) as client:
+    async with Client.open(created(db_url)) as client:
         with pytest.raises(UnknownAgent):
             await client.submit("", None)
         assert await client.runs() == []
@@ -439,6 +440,11 @@ async def test_tool_call_arguments_that_are_not_a_mapping_end_the_run_naming_the
         ({"lease_seconds": math.nan}, "lease_seconds"),
         ({"reap_interval_seconds": 0}, "reap_interval_seconds"),
         ({"poll_interval_seconds": -0.5}, "poll_interval_seconds"),
+        (
+            {"lease_seconds": 2, "reap_interval_seconds": 2},
+            r"^reap_interval_seconds \(2\) must be shorter than lease_seconds \(2\)",
+        ),
+        ({"reap_interval_seconds": 3600}, r"reap_interval_seconds \(3600\) must be shorter"),
         ({"app": "not an app"}, "App"),
         ({"app": [Agent("x", ScriptedProvider([]))]}, "App"),
     ],

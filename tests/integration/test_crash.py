@@ -56,6 +56,8 @@ MARKER_POLL_SECONDS = 0.02
 MARKER_TIMEOUT_SECONDS = 20.0
 WAIT_SECONDS = 15.0
 IDLE_REAP_SECONDS = 3600.0
+# A reap interval must be shorter than the lease: an idle reaper needs a long lease.
+IDLE_LEASE_SECONDS = 2 * IDLE_REAP_SECONDS
 
 Marker = Callable[[Path, int], bool]
 
@@ -125,7 +127,11 @@ async def recover(
     async with (
         Runtime.open(db_url, App([]), reap_interval_seconds=0.05, worker_id="reaper:1"),
         Runtime.open(
-            db_url, app, poll_interval_seconds=0.02, reap_interval_seconds=IDLE_REAP_SECONDS
+            db_url,
+            app,
+            poll_interval_seconds=0.02,
+            lease_seconds=IDLE_LEASE_SECONDS,
+            reap_interval_seconds=IDLE_REAP_SECONDS,
         ) as rt,
     ):
         run = await rt.wait(run_id, timeout=WAIT_SECONDS)

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+from stores import created
 
 from leaseward import (
     Agent,
@@ -215,7 +216,7 @@ async def test_concurrent_submits_share_a_few_transactions(db_url: str) -> None:
 
 
 async def test_submit_many_queues_every_run_or_none(db_url: str) -> None:
-    async with Client.open(db_url, app=echo_app()) as client:
+    async with Client.open(created(db_url), app=echo_app()) as client:
         ids = await client.submit_many("echo", [{"n": n} for n in range(50)])
         with pytest.raises(InvalidInput):
             await client.submit_many("echo", [1, 2, {3: "not json"}])

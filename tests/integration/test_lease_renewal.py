@@ -189,9 +189,7 @@ async def test_a_worker_whose_store_is_blocked_cuts_its_call_off_before_the_leas
     agent = one_call_agent(
         "payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, timeout_seconds=60.0, body=charge
     )
-    async with Runtime.open(
-        url, App([agent]), lease_seconds=1.2, reap_interval_seconds=3600.0
-    ) as rt:
+    async with Runtime.open(url, App([agent]), lease_seconds=1.2, reap_interval_seconds=1.1) as rt:
         run = await rt.wait(await rt.submit("payer", None), timeout=30)
         guard_cancels = rt.supervisor.keeper.stats.guard_cancels
         cut_off_metric = rt.supervisor.metrics.calls_cut_off._value.get()

@@ -58,9 +58,17 @@ def test_a_warning_goes_to_stderr_through_pythons_last_resort_never_to_stdout(
     out = run_host(db_url, "nothing", FAIL="1")
     assert out.stdout == ""
     lines = out.stderr.splitlines()
-    assert len(lines) == 1, out.stderr
-    assert lines[0].startswith("run.attempt_failed run_id=")
+    # What the tool raised, at ERROR, with its traceback down to the tool's own line.
+    assert lines[0].startswith("tool.raised run_id=")
+    assert "tool='broken' call_id='call-1'" in lines[0]
     assert "error='RuntimeError: the tool is broken'" in lines[0]
+    assert lines[1] == "Traceback (most recent call last):"
+    assert 'raise RuntimeError("the tool is broken")' in out.stderr
+    assert lines[-2] == "RuntimeError: the tool is broken"
+    # Then what became of the attempt, and nothing else.
+    assert lines[-1].startswith("run.attempt_failed run_id=")
+    assert "error='RuntimeError: the tool is broken'" in lines[-1]
+    assert sum(not line.startswith((" ", "Traceback", "RuntimeError")) for line in lines) == 2
 
 
 def test_basic_config_at_debug_shows_every_event_on_the_applications_handler(

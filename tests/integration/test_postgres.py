@@ -37,6 +37,7 @@ from leaseward import (
     ScriptedProvider,
     StepStatus,
     StoreError,
+    StoreNotFound,
     ToolCall,
     ToolContext,
     ToolEffect,
@@ -166,7 +167,7 @@ async def test_migrating_twice_applies_each_version_once(empty_pg_url: str) -> N
 async def test_an_operator_command_does_not_migrate_a_database_without_the_schema(
     empty_pg_url: str, pg_url: str
 ) -> None:
-    with pytest.raises(StoreError, match="leaseward migrate"):
+    with pytest.raises(StoreNotFound, match="no leaseward store at postgresql://"):
         await open_store(empty_pg_url, must_exist=True)
     connection = await asyncpg.connect(empty_pg_url)
     try:

@@ -9,11 +9,19 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from stores import created
 
 from leaseward import Client, RunState
 
 # Real worker processes killed and waited for: make test-fast skips these.
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+@pytest.fixture
+def store_url(store_url: str) -> str:
+    """The conftest store, created: these tests open a Client first, which creates none."""
+    return created(store_url)
+
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("pool_worker.py")

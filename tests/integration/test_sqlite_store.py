@@ -249,6 +249,17 @@ async def test_the_purge_reads_the_partial_finished_index_and_deletes_by_key(
     assert any("USING PRIMARY KEY (run_id=?)" in d for d in steps), steps
 
 
+async def test_the_purge_and_forget_keys_find_keys_by_index(store: SQLStore, db_url: str) -> None:
+    ids = json.dumps(["r1"])
+    marked = plan(db_url, QUERIES["purge_keys"], {"ids": ids, "state": "completed", "now": 1.0})
+    assert any("USING INDEX sqlite_autoindex_runs_1 (id=?)" in d for d in marked), marked
+    assert not [d for d in marked if d.startswith(("SCAN runs", "SCAN idempotency_keys"))], marked
+    for name in ("forget_keys", "forget_count"):
+        forget = plan(db_url, QUERIES[name], {"cutoff": 1.0, "limit": 500})
+        assert any("USING INDEX idempotency_keys_forgettable" in d for d in forget), forget
+        assert not [d for d in forget if d.startswith("SCAN idempotency_keys")], forget
+
+
 async def test_claim_finds_the_few_queued_runs_among_many_finished(
     store: SQLStore, db_url: str, clock: ManualClock
 ) -> None:

@@ -18,7 +18,14 @@ import attrs
 import pytest
 from support import provider_step
 
-from leaseward import InvalidInput, ProviderReply, RunNotFound, StoreError, ToolCall
+from leaseward import (
+    InvalidInput,
+    ProviderReply,
+    RunNotFound,
+    RunPurged,
+    StoreError,
+    ToolCall,
+)
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
@@ -761,3 +768,138 @@ async def test_a_purge_of_live_runs_or_with_no_age_is_refused(
     with pytest.raises(InvalidInput):
         await store.purge_finished(states, older_than, batch_runs=batch_runs)
     assert [r.id for r in await store.list_runs()] == [queued.id]
+
+
+# -- idempotency keys outlive a purge ----------------------------------------------------
+
+
+async def keyed(
+    store: SQLStore, key: str, settlement: Settlement | None = COMPLETE, agent: str = "a"
+) -> str:
+    """A run of ``agent`` submitted with ``key`` and, unless ``settlement`` is None,
+    settled at once."""
+    new = attrs.evolve(new_run(agent), idempotency_key=key, request_digest=f"digest-{key}")
+    record = await store.create_run(new)
+    assert record.id == new.id
+    if settlement is not None:
+        (run,) = await store.claim_runs("w1", 1, 5.0, [agent])
+        assert run.id == new.id
+        (outcome,) = await store.commit_batch(
+            [BatchItem(run.id, run.epoch, lease_seconds=5.0, settlement=settlement)]
+        )
+        assert outcome.persisted
+    return record.id
+
+
+async def resubmitted(store: SQLStore, key: str) -> str:
+    """The run id a retried submit with ``key`` gets: the run's, stored or purged."""
+    new = attrs.evolve(new_run("idle"), idempotency_key=key, request_digest=f"digest-{key}")
+    try:
+        return (await store.create_run(new)).id
+    except RunPurged as purged:
+        return purged.run_id
+
+
+async def test_a_purge_keeps_the_keys_and_says_when_it_purged_their_runs(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    done = await keyed(store, "k-done")
+    dead = await keyed(store, "k-dead", DEAD)
+    plain = await settled(store)
+    finished_at = clock.now()
+    await clock.advance(2 * DAY_SECONDS)
+
+    assert (await store.purge_finished(ALL_FINISHED, DAY_SECONDS)).runs == 3
+    assert await store.list_runs() == []
+    assert await resubmitted(store, "k-done") == done
+    assert await resubmitted(store, "k-dead") == dead
+    assert await store.list_runs() == []
+    purged = await store.purged_run(done)
+    assert purged is not None
+    assert (purged.run_id, purged.idempotency_key, purged.state, purged.reason) == (
+        done,
+        "k-done",
+        RunState.COMPLETED,
+        Reason.COMPLETED,
+    )
+    assert (purged.finished_at, purged.purged_at) == (finished_at, clock.now())
+    purged_dead = await store.purged_run(dead)
+    assert purged_dead is not None
+    assert (purged_dead.state, purged_dead.reason) == (
+        RunState.DEAD_LETTERED,
+        Reason.NOT_RETRYABLE,
+    )
+    # A run without a key leaves nothing behind.
+    assert await store.purged_run(plain) is None
+    assert await store.purged_run("no-such-run") is None
+
+
+async def test_forget_keys_takes_only_keys_of_purged_runs_older_than_the_cutoff(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    old_purged = await keyed(store, "old-purged")
+    old_live = await keyed(store, "old-live", settlement=None, agent="idle")
+    old_dead_kept = await keyed(store, "old-dead-kept", DEAD)
+    await clock.advance(10 * DAY_SECONDS)
+    recent_purged = await keyed(store, "recent-purged")
+    await clock.advance(DAY_SECONDS)
+    assert (await store.purge_finished(FINISHED, 0.5 * DAY_SECONDS)).runs == 2
+
+    dry = await store.forget_keys(5 * DAY_SECONDS, dry_run=True)
+    assert (dry.keys, dry.batches, dry.dry_run) == (1, 1, True)
+    assert dry.created_before == pytest.approx(clock.now() - 5 * DAY_SECONDS)
+    assert await resubmitted(store, "old-purged") == old_purged
+
+    done = await store.forget_keys(5 * DAY_SECONDS)
+    assert (done.keys, done.batches, done.dry_run) == (1, 1, False)
+    assert await store.purged_run(old_purged) is None
+    again = await resubmitted(store, "old-purged")
+    assert again not in (old_purged, "")
+    # Too young, or its run still stored (queued, a kept dead letter): kept.
+    assert await resubmitted(store, "recent-purged") == recent_purged
+    assert await resubmitted(store, "old-live") == old_live
+    assert await resubmitted(store, "old-dead-kept") == old_dead_kept
+    assert (await store.forget_keys(5 * DAY_SECONDS)).keys == 0
+
+
+@pytest.mark.parametrize(("older_than", "batch_keys"), [(0.0, 10), (-1.0, 10), (1.0, 0)])
+async def test_forget_keys_with_no_age_or_batch_is_refused(
+    store: SQLStore, older_than: float, batch_keys: int
+) -> None:
+    with pytest.raises(InvalidInput):
+        await store.forget_keys(older_than, batch_keys=batch_keys)
+
+
+async def test_forget_keys_takes_bounded_batches_its_dry_run_counts(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    for n in range(7):
+        await keyed(store, f"key-{n}")
+    await clock.advance(2 * DAY_SECONDS)
+    assert (await store.purge_finished(FINISHED, DAY_SECONDS, batch_runs=3)).runs == 7
+    for batch_keys, batches in ((3, 3), (7, 1), (1, 7), (10, 1)):
+        dry = await store.forget_keys(DAY_SECONDS, dry_run=True, batch_keys=batch_keys)
+        assert (dry.keys, dry.batches) == (7, batches)
+    done = await store.forget_keys(DAY_SECONDS, batch_keys=3)
+    assert (done.keys, done.batches, done.dry_run) == (7, 3, False)
+
+
+@pytest.mark.parametrize(
+    ("completed", "failed", "batch_runs"),
+    [(0, 0, 3), (1, 0, 3), (3, 0, 3), (6, 0, 3), (7, 2, 3), (4, 4, 2), (5, 1, 1)],
+)
+async def test_a_dry_run_counts_the_batches_the_purge_then_takes(
+    store: SQLStore, clock: StoreClock, completed: int, failed: int, batch_runs: int
+) -> None:
+    for n in range(completed):
+        if n % 2:
+            await keyed(store, f"c-{n}")
+        else:
+            await settled(store)
+    for _ in range(failed):
+        await settled(store, FAILED)
+    await clock.advance(2 * DAY_SECONDS)
+    dry = await store.purge_finished(FINISHED, DAY_SECONDS, dry_run=True, batch_runs=batch_runs)
+    done = await store.purge_finished(FINISHED, DAY_SECONDS, batch_runs=batch_runs)
+    assert (dry.runs, dry.steps, dry.batches) == (done.runs, done.steps, done.batches)
+    assert done.runs == completed + failed

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from stores import created
 from support import Calls, FaultyStore, one_call_agent
 
 from leaseward import (
@@ -32,6 +33,13 @@ from leaseward.runtime.model import MAX_IDEMPOTENCY_KEY_CHARS, NewRun, RunRecord
 from leaseward.storage import open_store
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def store_url(store_url: str) -> str:
+    """The conftest store, created: these tests open a Client first, which creates none."""
+    return created(store_url)
+
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBMITTER = Path(__file__).with_name("keyed_submitter.py")

@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
+from stores import created
 from support import FaultyStore, capture_logs, events
 from test_leases import FAST
 from test_store_conformance import DEAD, new_run
@@ -36,6 +37,12 @@ from leaseward.runtime.model import WorkerRegistration
 from leaseward.storage import BatchItem, SQLStore, open_store
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def store_url(store_url: str) -> str:
+    """The conftest store, created: these tests open a Client first, which creates none."""
+    return created(store_url)
 
 
 def app_of(*names: str) -> App:
@@ -181,7 +188,7 @@ async def dead_letter(store: SQLStore) -> None:
 async def test_client_purge_refuses_bad_arguments(
     db_url: str, arguments: dict[str, Any], fragment: str
 ) -> None:
-    async with Client.open(db_url) as client:
+    async with Client.open(created(db_url)) as client:
         run_id = await client.submit("payer", {})
         await client.cancel(run_id)
         with pytest.raises(InvalidInput, match=fragment):

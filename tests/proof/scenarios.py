@@ -116,6 +116,8 @@ async def crash_at(point: str, effect: str, url: str, directory: Path, action: s
     """Run the scenario; ``action`` is "kill" (SIGKILL) or "stop" (SIGSTOP, later SIGCONT)."""
     directory.mkdir(parents=True, exist_ok=True)
     marker = directory / "marker.jsonl"
+    # Created as a worker creates it: the client that submits creates none.
+    await (await open_store(url)).aclose()
     async with Client.open(url) as client:
         run_id = await client.submit(effect, order(effect))
         if point == "reap":

@@ -38,6 +38,7 @@ from scenarios import start_worker, worker_env
 
 from leaseward import Client, RunState
 from leaseward.runtime.errors import LeasewardError
+from leaseward.storage import open_store
 from leaseward.storage.crash_points import POINTS
 
 WORKERS = 4
@@ -183,6 +184,8 @@ class Soak:
 
     async def run(self, seconds: float) -> Row:
         deadline = time.monotonic() + seconds
+        # Created as a worker creates it: the client that watches creates none.
+        await (await open_store(self.url)).aclose()
         async with Client.open(self.url) as client:
             self.slots = [self.spawn(chaos=True) for _ in range(WORKERS)]
             try:

@@ -107,6 +107,29 @@ def test_an_expired_request_is_a_rejection_by_nobody() -> None:
     )
 
 
+def test_an_approval_decided_after_its_expiry_is_a_rejection_as_expired() -> None:
+    # A store never accepts one now; a database written before that guard may hold one.
+    late = request(Decision.APPROVED, expires_at=159.5, decided_at=160.0)
+    gate = gate_call(AMOUNT_5, asks_human=False, needs_approval=True, request=late)
+    assert (gate.action, gate.request, gate.output, gate.error) == (
+        GateAction.REFUSE,
+        late,
+        {"error": "rejected: approval expired"},
+        "rejected: approval expired",
+    )
+    # Whatever the policy says now: the request governs its call.
+    assert gate_call(AMOUNT_5, asks_human=False, needs_approval=False, request=late).action is (
+        GateAction.REFUSE
+    )
+
+
+def test_an_approval_decided_at_its_expiry_or_with_none_authorises_the_call() -> None:
+    for expires_at in (160.0, None):
+        approved = request(Decision.APPROVED, expires_at=expires_at, decided_at=160.0)
+        gate = gate_call(AMOUNT_5, asks_human=False, needs_approval=True, request=approved)
+        assert (gate.action, gate.request) == (GateAction.CALL, approved)
+
+
 def test_an_answer_is_the_result_of_a_question() -> None:
     answered = request(Decision.ANSWERED, kind=RequestKind.INPUT, value={"colour": "blue"})
     gate = gate_call({"question": "?"}, asks_human=True, needs_approval=False, request=answered)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import inspect
+import json
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +15,7 @@ import pytest
 import structlog
 from pydantic import BaseModel
 
+import leaseward
 from leaseward.runtime.agents import Agent, App, ScriptedProvider
 from leaseward.runtime.app import Runtime
 from leaseward.runtime.effects import ToolEffect, ToolEffectResolver, declared_effect
@@ -316,3 +320,140 @@ def test_a_bound_class_tool_is_called_without_the_nulls_strict_mode_sends() -> N
     assert bound.parameters == candidate.parameters
     with pytest.raises(InvalidInput, match="limit: 'x' is not of type 'integer'"):
         bound.arguments.parse({"limit": "x"})
+
+
+# -- plain tools: no context parameter ---------------------------------------------------
+
+
+def call_bound(candidate: Any, **arguments: Any) -> Any:
+    ctx = ToolContext("run", 1, "call_1", "key-1", structlog.get_logger())
+    bound = bind_tool(candidate)
+    return asyncio.run(bound.implementation(ctx, **bound.arguments.parse(arguments)))
+
+
+def test_a_tool_without_a_context_parameter_takes_every_parameter_as_an_argument() -> None:
+    @tool
+    async def lookup(x: str, limit: int = 3) -> dict[str, Any]:
+        return {"x": x, "limit": limit}
+
+    assert lookup.parameters == {
+        "type": "object",
+        "properties": {"x": {"type": "string"}, "limit": {"type": "integer", "default": 3}},
+        "required": ["x"],
+        "additionalProperties": False,
+    }
+    assert call_bound(lookup, x="a") == {"x": "a", "limit": 3}
+
+
+def test_a_tool_without_parameters_is_called_without_the_context() -> None:
+    @tool
+    async def ping() -> str:
+        return "pong"
+
+    assert ping.parameters["properties"] == {}
+    assert call_bound(ping) == "pong"
+
+
+async def context_by_annotation(context: ToolContext, x: int) -> Any:
+    return context
+
+
+async def context_by_string_annotation(context: leaseward.ToolContext, x: int) -> Any:
+    return context
+
+
+@pytest.mark.parametrize(
+    "function",
+    [
+        pytest.param(context_by_annotation, id="annotated"),
+        pytest.param(context_by_string_annotation, id="dotted-string"),
+    ],
+)
+def test_the_first_parameter_is_the_context_when_annotated_tool_context(function: Any) -> None:
+    made = tool(function)
+    assert list(made.parameters["properties"]) == ["x"]
+    assert isinstance(call_bound(made, x=1), ToolContext)
+
+
+def test_the_first_parameter_is_the_context_when_named_ctx() -> None:
+    async def unannotated_ctx(ctx, x: int) -> Any:  # type: ignore[no-untyped-def]
+        return ctx
+
+    made = tool(unannotated_ctx)
+    assert list(made.parameters["properties"]) == ["x"]
+    assert isinstance(call_bound(made, x=1), ToolContext)
+
+
+def test_a_context_parameter_that_is_not_first_is_refused() -> None:
+    async def late_ctx(query: str, ctx: ToolContext) -> None: ...
+
+    with pytest.raises(ToolDefinitionError, match="'ctx' would receive the context, so it must"):
+        tool(late_ctx)
+
+
+def test_an_unannotated_first_parameter_names_both_fixes() -> None:
+    async def lookup(context, x: str) -> None:  # type: ignore[no-untyped-def]
+        ...
+
+    with pytest.raises(ToolDefinitionError) as raised:
+        tool(lookup)
+    message = str(raised.value)
+    assert "parameter 'context' has no type annotation" in message
+    assert "name it ctx or annotate it ToolContext" in message
+
+
+# -- results -------------------------------------------------------------------------------
+
+
+class Unprintable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def test_a_write_whose_result_cannot_be_encoded_is_summarized_as_succeeded() -> None:
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def charge(ctx: ToolContext) -> Any: ...
+
+    encoded = bind_tool(charge).encode_result(Unprintable(), returned=True)
+    assert encoded.value["status"] == "succeeded"
+    assert encoded.value["result_type"].endswith("Unprintable")
+    assert encoded.value["result_repr"].startswith("<Unprintable instance at")
+    assert json.loads(encoded.text) == encoded.value
+
+
+def test_a_read_whose_result_cannot_be_encoded_is_answered_as_an_error() -> None:
+    @tool
+    async def fetch(ctx: ToolContext) -> Any: ...
+
+    encoded = bind_tool(fetch).encode_result(object(), returned=True)
+    assert set(encoded.value) == {"error"}
+    assert "the result of fetch is not a JSON value" in encoded.value["error"]
+
+
+def test_a_write_that_raised_tool_error_is_not_summarized_as_succeeded() -> None:
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def charge(ctx: ToolContext) -> Any: ...
+
+    encoded = bind_tool(charge).encode_result({"error": "declined"}, returned=False)
+    assert encoded.value == {"error": "declined"}
+
+
+class Plain(typing.TypedDict):  # typing's, which pydantic refuses before Python 3.12
+    when: datetime.date
+
+
+def test_a_return_annotation_pydantic_cannot_use_falls_back_to_encoding_by_value() -> None:
+    @tool
+    async def fetch(ctx: ToolContext) -> Plain: ...
+
+    encoded = bind_tool(fetch).encode_result({"when": datetime.date(2026, 1, 2)}, returned=True)
+    assert encoded.value == {"when": "2026-01-02"}
+
+
+def test_a_class_tool_result_is_encoded_through_its_call_annotation() -> None:
+    class Stamp(ClassTool):
+        async def __call__(self, ctx: ToolContext, /, **arguments: Any) -> frozenset[int]:
+            return frozenset()
+
+    encoded = bind_tool(Stamp()).encode_result(frozenset({3}), returned=True)
+    assert (encoded.value, encoded.text) == ([3], "[3]")

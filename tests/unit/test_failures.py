@@ -8,6 +8,7 @@ import pytest
 
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
+    CallTimedOut,
     ConfigurationError,
     InvalidInput,
     LeaseLost,
@@ -26,6 +27,7 @@ def test_failure_classes_are_the_designed_ones() -> None:
         "rate_limit",
         "server_error",
         "circuit_open",
+        "timeout",
         "auth",
         "configuration",
         "client_error",
@@ -34,7 +36,7 @@ def test_failure_classes_are_the_designed_ones() -> None:
 
 
 def test_retryable_is_exactly_the_transient_classes() -> None:
-    expected = {"connection", "rate_limit", "server_error", "circuit_open"}
+    expected = {"connection", "rate_limit", "server_error", "circuit_open", "timeout"}
     assert {c.value for c in FailureClass if c.retryable} == expected
     assert {c.value for c in RETRYABLE} == expected
     for failure in FailureClass:
@@ -50,7 +52,7 @@ def test_provider_error_defaults_to_unknown() -> None:
     assert classify(ProviderError("x")) is FailureClass.UNKNOWN
 
 
-@pytest.mark.parametrize("bogus", ["", "timeout", "CONNECTION", "retry"])
+@pytest.mark.parametrize("bogus", ["", "timed_out", "CONNECTION", "retry"])
 def test_provider_error_with_an_invalid_class_is_unknown(bogus: str) -> None:
     assert classify(ProviderError("x", failure_class=bogus)) is FailureClass.UNKNOWN
 
@@ -108,6 +110,11 @@ def test_permission_error_is_auth_though_it_is_an_os_error() -> None:
 )
 def test_connection_errors(exc: BaseException) -> None:
     assert classify(exc) is FailureClass.CONNECTION
+
+
+def test_a_call_that_ran_out_of_its_timeout_is_a_timeout() -> None:
+    # Not a connection failure: the call may have done its work, and said nothing.
+    assert classify(CallTimedOut("charge did not return within 10.0 s")) is FailureClass.TIMEOUT
 
 
 def test_certificate_errors_are_configuration() -> None:

@@ -29,7 +29,7 @@ from leaseward.runtime.model import RunRecord, Settlement, StepInfo, StepWrite, 
 from leaseward.storage.protocol import ExpiredRun
 
 POLICY = RecoveryPolicy(max_requeues=3)
-RETRYABLE_NAMES = {"connection", "rate_limit", "server_error", "circuit_open"}
+RETRYABLE_NAMES = {"connection", "rate_limit", "server_error", "circuit_open", "timeout"}
 
 
 def oracle(
@@ -81,7 +81,7 @@ STATUSES: list[StepStatus | None] = [None, *StepStatus]
 def test_axes_are_complete() -> None:
     assert len(EFFECTS) == 4
     assert len(STATUSES) == 4
-    assert len(FailureClass) == 8
+    assert len(FailureClass) == 9
     assert len(RunMode) == 2
 
 
@@ -123,7 +123,7 @@ def test_decide_recovery_exhaustively() -> None:
         assert as_tuple(result) == expected, (effect, status, failure, mode, requeues, after)
         seen.add(expected[:2])
         count += 1
-    assert count == 4 * 4 * 8 * 2 * 5 * 2 * 2 * len(RETRY_AFTERS)
+    assert count == 4 * 4 * 9 * 2 * 5 * 2 * 2 * len(RETRY_AFTERS)
     # Every outcome the rules can produce was actually reached.
     assert seen == {
         ("fail", "interactive_interrupted"),
@@ -161,6 +161,32 @@ def test_decide_recovery_honours_a_custom_policy() -> None:
             base=2.0,
             cap=20.0,
         )
+
+
+@pytest.mark.parametrize(
+    ("effect", "expected"),
+    [
+        (ToolEffect.NON_IDEMPOTENT_WRITE, ("dead_letter", "interrupted_write", 0.0)),
+        (ToolEffect.IDEMPOTENT_WRITE, ("requeue", None, 30.0)),
+        (ToolEffect.READ_ONLY, ("requeue", None, 30.0)),
+    ],
+)
+def test_a_timed_out_call_is_retried_unless_it_is_a_non_idempotent_write(
+    effect: ToolEffect, expected: tuple[str, str | None, float]
+) -> None:
+    # A write's intent stays open when its call times out; a read's row is settled failed.
+    status = StepStatus.STARTED if effect.is_write else StepStatus.FAILED
+    result = decide_recovery(
+        mode=RunMode.QUEUED,
+        requeues=0,
+        last_effect=effect,
+        last_status=status,
+        failure_class=FailureClass.TIMEOUT,
+        reaped=False,
+        audit_failed=False,
+        policy=POLICY,
+    )
+    assert as_tuple(result) == expected
 
 
 def test_zero_max_requeues_never_requeues() -> None:

@@ -104,16 +104,24 @@ def test_schema_lists_arguments_after_ctx_with_required_in_order_and_no_titles()
     }
 
 
-async def only_ctx(context: int) -> None: ...
+async def only_ctx(ctx: int) -> None: ...
 
 
-def test_ctx_is_skipped_whatever_its_name_or_annotation() -> None:
+async def no_ctx(context: int) -> None: ...
+
+
+def test_ctx_is_skipped_whatever_its_annotation() -> None:
     assert signature_arguments(only_ctx).schema == {
         "type": "object",
         "properties": {},
         "additionalProperties": False,
     }
     assert signature_arguments(only_ctx).parse({}) == {}
+
+
+def test_a_first_parameter_neither_named_ctx_nor_annotated_tool_context_is_an_argument() -> None:
+    assert signature_arguments(no_ctx).schema["properties"] == {"context": {"type": "integer"}}
+    assert signature_arguments(no_ctx).parse({"context": 2}) == {"context": 2}
 
 
 def test_ctx_annotation_that_cannot_be_resolved_is_ignored() -> None:
@@ -379,9 +387,6 @@ async def unannotated(ctx: object, a: int, b) -> None:  # type: ignore[no-untype
     ...
 
 
-async def no_parameters() -> None: ...
-
-
 async def keyword_only_ctx(*, ctx: object, a: int) -> None: ...
 
 
@@ -397,8 +402,7 @@ async def positional_only_ctx(ctx: object, /, a: int) -> None: ...
         (with_args, ["'with_args'", "'*items'"]),
         (with_kwargs, ["'with_kwargs'", "'**options'", "parameters="]),
         (unannotated, ["'unannotated'", "parameter 'b' has no type annotation"]),
-        (no_parameters, ["'no_parameters'", "no context parameter"]),
-        (keyword_only_ctx, ["'keyword_only_ctx'", "no context parameter"]),
+        (keyword_only_ctx, ["'keyword_only_ctx'", "the context parameter must come first"]),
         (positional_only, ["'positional_only'", "parameter 'a' is positional-only"]),
     ],
 )

@@ -6,12 +6,23 @@
 -- Casts (::text, ::boolean, ...) tell the server the type of a parameter it
 -- could not infer from where it stands.
 
+-- name: insert_keys
+-- The idempotency keys of new runs, from a JSON array of objects. The submit that
+-- inserts a key is returned and creates its run; one whose key is already here (a
+-- retry, an earlier run of the same batch) is not, and creates nothing: the caller
+-- reads that key's run instead (get_key). An insert racing another with the same
+-- key waits for it, then does nothing if it committed, so the key and run that
+-- get_key and get_run read next are already visible.
+INSERT INTO idempotency_keys (idempotency_key, run_id, agent, request_digest, created_at)
+SELECT new.idempotency_key, new.id, new.agent, new.request_digest, leaseward_now()
+FROM jsonb_to_recordset(:keys::jsonb) AS new (
+    idempotency_key text, id text, agent text, request_digest text
+)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING run_id;
+
 -- name: insert_runs
--- New runs, from a JSON array of objects. One whose key some run already has is
--- not inserted and not returned: the caller then reads that run (get_run_by_key).
--- The conflict target is the partial unique index; an insert racing another with
--- the same key waits for it, then does nothing if it committed, so the row
--- get_run_by_key reads next is already visible.
+-- New runs, from a JSON array of objects; a keyed one only once insert_keys took its key.
 INSERT INTO runs (
     id, agent, mode, state, input_json, epoch, requeues, lease_owner,
     lease_expires_at, lease_seconds, available_at, cancel_requested, created_at, updated_at,
@@ -26,7 +37,6 @@ FROM jsonb_to_recordset(:runs::jsonb) AS new (
     lease_owner text, lease_seconds double precision, idempotency_key text,
     request_digest text
 )
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 
 -- name: claim_runs
@@ -145,8 +155,15 @@ RETURNING runs.id AS run_id, runs.epoch;
 -- name: get_run
 SELECT * FROM runs WHERE id = :run_id;
 
--- name: get_run_by_key
-SELECT * FROM runs WHERE idempotency_key = :idempotency_key;
+-- name: read_run
+-- With the store's clock, which the run's lease and retry times compare with.
+SELECT *, leaseward_now() AS read_at FROM runs WHERE id = :run_id;
+
+-- name: get_key
+SELECT * FROM idempotency_keys WHERE idempotency_key = :idempotency_key;
+
+-- name: purged_key
+SELECT * FROM idempotency_keys WHERE run_id = :run_id AND purged_at IS NOT NULL;
 
 -- name: lock_run
 -- Held until the transaction ends: the decision taken on this row stays true.
@@ -247,6 +264,16 @@ FOR UPDATE SKIP LOCKED;
 DELETE FROM steps WHERE run_id = ANY(:ids::text[])
 RETURNING seq;
 
+-- name: purge_keys
+-- Before the runs go: a key keeps naming its run, and keeps how it ended and when
+-- it was purged. The same runs as purge_runs deletes (purge_pick locked them).
+UPDATE idempotency_keys
+SET final_state = runs.state, final_reason = runs.reason, finished_at = runs.finished_at,
+    purged_at = leaseward_now()
+FROM runs
+WHERE runs.id = ANY(:ids::text[]) AND runs.state = :state AND runs.finished_at IS NOT NULL
+  AND idempotency_keys.run_id = runs.id;
+
 -- name: purge_runs
 -- The state is checked again: nothing but a finished run is ever deleted.
 DELETE FROM runs
@@ -261,6 +288,24 @@ SELECT COUNT(*) AS runs,
        )) AS steps
 FROM runs
 WHERE state = :state AND finished_at < :cutoff::double precision;
+
+-- name: forget_keys
+-- An operator's action, never retention's: only keys whose run is gone. A
+-- concurrent forget skips the keys this one took.
+WITH picked AS MATERIALIZED (
+    SELECT idempotency_key FROM idempotency_keys
+    WHERE purged_at IS NOT NULL AND created_at < :cutoff::double precision
+    ORDER BY created_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM idempotency_keys USING picked
+WHERE idempotency_keys.idempotency_key = picked.idempotency_key
+RETURNING idempotency_keys.idempotency_key;
+
+-- name: forget_count
+SELECT COUNT(*) AS keys FROM idempotency_keys
+WHERE purged_at IS NOT NULL AND created_at < :cutoff::double precision;
 
 -- name: lock_migrations
 -- Held until the migrating transaction ends: a second migrator waits here, then
@@ -318,10 +363,13 @@ ORDER BY approvals.requested_at, approvals.run_id, approvals.seq, approvals.posi
 LIMIT :limit;
 
 -- name: decide_request
+-- Not once the request has expired: the exact complement of expire_requests' test,
+-- on the same clock, so that of a decision and an expiry exactly one applies.
 UPDATE approvals
 SET decision = :decision, operator = :operator, note = :note, value_json = :value_json,
     decided_at = leaseward_now()
 WHERE run_id = :run_id AND seq = :seq AND call_id = :call_id AND decision IS NULL
+  AND (expires_at IS NULL OR expires_at >= leaseward_now())
 RETURNING seq;
 
 -- name: requeue_decided

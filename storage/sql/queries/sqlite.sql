@@ -4,11 +4,22 @@
 -- :now is the store's injected clock; the domain operations pass durations
 -- (:lease_seconds, :delay_seconds) and flags, never absolute times.
 
+-- name: insert_keys
+-- The idempotency keys of new runs, from a JSON array of objects. The submit that
+-- inserts a key is returned and creates its run; one whose key is already here (a
+-- retry, a racing submit, an earlier run of the same batch) is not, and creates
+-- nothing: the caller reads that key's run instead (get_key). The conflict target
+-- is the key table's primary key. ("WHERE true" tells SQLite's parser that ON
+-- CONFLICT belongs to the INSERT.)
+INSERT INTO idempotency_keys (idempotency_key, run_id, agent, request_digest, created_at)
+SELECT value ->> 'idempotency_key', value ->> 'id', value ->> 'agent',
+       value ->> 'request_digest', :now
+FROM json_each(:keys) WHERE true
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING run_id;
+
 -- name: insert_runs
--- New runs, from a JSON array of objects. One whose key some run already has is
--- not inserted and not returned: the caller then reads that run (get_run_by_key).
--- The conflict target is the partial unique index. ("WHERE true" tells SQLite's
--- parser that ON CONFLICT belongs to the INSERT.)
+-- New runs, from a JSON array of objects; a keyed one only once insert_keys took its key.
 INSERT INTO runs (
     id, agent, mode, state, input_json, epoch, requeues, lease_owner,
     lease_expires_at, lease_seconds, available_at, cancel_requested, created_at, updated_at,
@@ -18,8 +29,7 @@ SELECT value ->> 'id', value ->> 'agent', value ->> 'mode', value ->> 'state',
        value ->> 'input_json', value ->> 'epoch', 0, value ->> 'lease_owner',
        :now + (value ->> 'lease_seconds'), value ->> 'lease_seconds', :now, 0, :now, :now,
        value ->> 'idempotency_key', value ->> 'request_digest'
-FROM json_each(:runs) WHERE true
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+FROM json_each(:runs)
 RETURNING *;
 
 -- name: claim_runs
@@ -123,8 +133,15 @@ RETURNING runs.id AS run_id, runs.epoch AS epoch;
 -- name: get_run
 SELECT * FROM runs WHERE id = :run_id;
 
--- name: get_run_by_key
-SELECT * FROM runs WHERE idempotency_key = :idempotency_key;
+-- name: read_run
+-- With the store's clock, which the run's lease and retry times compare with.
+SELECT *, :now AS read_at FROM runs WHERE id = :run_id;
+
+-- name: get_key
+SELECT * FROM idempotency_keys WHERE idempotency_key = :idempotency_key;
+
+-- name: purged_key
+SELECT * FROM idempotency_keys WHERE run_id = :run_id AND purged_at IS NOT NULL;
 
 -- name: lock_run
 -- The transaction holds SQLite's write lock already: no other writer can interleave.
@@ -218,6 +235,16 @@ LIMIT :limit;
 DELETE FROM steps WHERE run_id IN (SELECT value FROM json_each(:ids))
 RETURNING seq;
 
+-- name: purge_keys
+-- Before the runs go: a key keeps naming its run, and keeps how it ended and when
+-- it was purged. The same runs as purge_runs deletes.
+UPDATE idempotency_keys
+SET final_state = runs.state, final_reason = runs.reason, finished_at = runs.finished_at,
+    purged_at = :now
+FROM runs
+WHERE runs.id IN (SELECT value FROM json_each(:ids)) AND +runs.state = :state
+  AND +runs.finished_at IS NOT NULL AND idempotency_keys.run_id = runs.id;
+
 -- name: purge_runs
 -- The state is checked again: nothing but a finished run is ever deleted. The unary
 -- + keeps SQLite's planner on the primary key: on runs_finished it would walk every
@@ -234,6 +261,21 @@ SELECT COUNT(*) AS runs,
        )) AS steps
 FROM runs
 WHERE state = :state AND finished_at < :cutoff;
+
+-- name: forget_keys
+-- An operator's action, never retention's: only keys whose run is gone.
+DELETE FROM idempotency_keys
+WHERE idempotency_key IN (
+    SELECT idempotency_key FROM idempotency_keys
+    WHERE purged_at IS NOT NULL AND created_at < :cutoff
+    ORDER BY created_at
+    LIMIT :limit
+)
+RETURNING idempotency_key;
+
+-- name: forget_count
+SELECT COUNT(*) AS keys FROM idempotency_keys
+WHERE purged_at IS NOT NULL AND created_at < :cutoff;
 
 -- name: lock_migrations
 -- BEGIN IMMEDIATE already keeps a second migrator out until this one commits.
@@ -289,10 +331,13 @@ ORDER BY approvals.requested_at, approvals.run_id, approvals.seq, approvals.posi
 LIMIT :limit;
 
 -- name: decide_request
+-- Not once the request has expired: the exact complement of expire_requests' test,
+-- on the same clock, so that of a decision and an expiry exactly one applies.
 UPDATE approvals
 SET decision = :decision, operator = :operator, note = :note, value_json = :value_json,
     decided_at = :now
 WHERE run_id = :run_id AND seq = :seq AND call_id = :call_id AND decision IS NULL
+  AND (expires_at IS NULL OR expires_at >= :now)
 RETURNING seq;
 
 -- name: requeue_decided

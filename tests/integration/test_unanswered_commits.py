@@ -1,0 +1,231 @@
+"""A commit whose answer is lost: what the worker may conclude from reading its journal back.
+
+A read-back proves records stored, never that the worker still holds the run: only
+an answered commit or a keeper renewal extends a lease or admits a call (G6, G7).
+On PostgreSQL the answers are lost for real, by a TCP proxy; on both stores, by a
+store that commits and then says nothing of how it went.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import pytest
+from pg_proxy import CommitDropper
+from support import FaultyStore, capture_logs, events, until
+
+from leaseward import (
+    Agent,
+    App,
+    ProviderReply,
+    ProviderRequest,
+    RecoveryPolicy,
+    Role,
+    RunState,
+    Runtime,
+    ScriptedProvider,
+    ToolCall,
+    ToolContext,
+    ToolEffect,
+    tool,
+)
+from leaseward.runtime.errors import CommitOutcomeUnknown, StoreError
+from leaseward.runtime.model import WorkerRegistration
+from leaseward.storage import BatchItem, BatchOutcome, open_store
+
+pytestmark = pytest.mark.anyio
+
+LEASE_SECONDS = 2.0
+WAIT_SECONDS = 20.0
+# Long enough that a statement held in the partition waits for the heal, not a timeout.
+HELD_SECONDS = "60"
+
+
+def upstream(admin_url: str) -> tuple[str, int, str]:
+    parts = urlsplit(admin_url)
+    return parts.hostname or "127.0.0.1", parts.port or 5432, parts.username or "postgres"
+
+
+class LoseAnswersTo(FaultyStore):
+    """Loses the answer to every commit that carries a record of ``tool``; the first
+    loss partitions the worker from the database until the test heals it."""
+
+    def __init__(self, inner: Any, proxy: CommitDropper, tool: str) -> None:
+        super().__init__(inner)
+        self._proxy = proxy
+        self._tool = tool
+        # The proxy loses the next COMMIT of any connection: the worker's heartbeat,
+        # the one other writer beside the Persister, must not send it meanwhile.
+        self._one_commit = anyio.Lock()
+
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+        if not any(step.tool == self._tool for item in items for step in item.steps):
+            return await super().commit_batch(items)
+        async with self._one_commit:
+            self._proxy.arm(then_partition=not self._proxy.dropped)
+            return await super().commit_batch(items)
+
+    async def heartbeat_worker(self, worker: WorkerRegistration) -> None:
+        async with self._one_commit:
+            await super().heartbeat_worker(worker)
+
+
+def payer(provider_calls: list[int]) -> App:
+    """lookup (read-only), then "done by A"; counts this worker's provider calls."""
+
+    @tool(effect=ToolEffect.READ_ONLY, timeout_seconds=LEASE_SECONDS)
+    async def lookup(ctx: ToolContext) -> str:
+        return "found"
+
+    def answer(request: ProviderRequest) -> ProviderReply:
+        provider_calls.append(len(request.messages))
+        if not any(message.role is Role.TOOL for message in request.messages):
+            return ProviderReply(tool_calls=[ToolCall("lookup", {}, "l1")])
+        return ProviderReply(text="done by A")
+
+    return App([Agent("payer", ScriptedProvider(answer), tools=[lookup])])
+
+
+def rescuer() -> App:
+    @tool(effect=ToolEffect.READ_ONLY, timeout_seconds=LEASE_SECONDS)
+    async def lookup(ctx: ToolContext) -> str:
+        return "found"
+
+    provider = ScriptedProvider(lambda request: ProviderReply(text="done by B"))
+    return App([Agent("payer", provider, tools=[lookup])])
+
+
+async def test_a_reaped_worker_whose_fenced_commit_went_unanswered_calls_nothing(
+    pg_server: Any, pg_database: str
+) -> None:
+    """Issue 18, hole 3. A's commit of the lookup's record is stored but its answer is
+    lost, and A is partitioned, so its read-back fails and the record stays pending.
+    B reaps the run and completes it. A's next commit (the renewal before its provider
+    call, carrying the pending record) is fenced, and its answer is lost too. Its
+    read-back finds the record stored under A's epoch, by the first commit: before,
+    A took that for a renewal and called the provider for a run B had completed."""
+    host, port, user = upstream(pg_server.admin_url)
+    a_calls: list[int] = []
+    async with CommitDropper(host, port) as proxy:
+        url = proxy.url(
+            pg_database,
+            user,
+            connect_timeout_seconds=HELD_SECONDS,
+            command_timeout_seconds=HELD_SECONDS,
+        )
+        store = LoseAnswersTo(await open_store(url), proxy, "lookup")
+        try:
+            with capture_logs() as logs:
+                async with Runtime.open(
+                    store,
+                    payer(a_calls),
+                    concurrency=1,
+                    lease_seconds=LEASE_SECONDS,
+                    reap_interval_seconds=1.0,
+                    poll_interval_seconds=0.02,
+                    worker_id="A",
+                ) as a:
+                    run_id = await a.submit("payer", "go")
+                    await until(lambda: proxy.partitioned, WAIT_SECONDS)
+                    async with Runtime.open(
+                        pg_server.url_for(pg_database),
+                        rescuer(),
+                        concurrency=1,
+                        lease_seconds=LEASE_SECONDS,
+                        reap_interval_seconds=0.05,
+                        poll_interval_seconds=0.02,
+                        recovery=RecoveryPolicy(backoff_base_seconds=0.05),
+                        worker_id="B",
+                    ) as b:
+                        run = await b.wait(run_id, timeout=WAIT_SECONDS)
+                    proxy.heal()
+                    await until(lambda: not a.supervisor.active_runs, WAIT_SECONDS)
+        finally:
+            await store.aclose()
+
+    assert (run.state, run.result, run.epoch) == (RunState.COMPLETED, "done by B", 2)
+    assert proxy.dropped >= 2
+    assert "commit.undecided" in events(logs)
+    assert len(a_calls) == 1, "A called the provider for a run it no longer held"
+
+
+class CommitsThenFallsSilent(FaultyStore):
+    """Commits every batch carrying a record of ``tool``, then answers that the outcome is
+    unknown. The first such answer cuts the worker off from its database: its reads
+    (the journal's, the reaper's) wait for ``partition_over`` and fail, so that it
+    neither learns what it stored nor reaps its own run while another worker takes
+    it over."""
+
+    def __init__(self, inner: Any, tool: str, partition_over: anyio.Event) -> None:
+        super().__init__(inner)
+        self._tool = tool
+        self._partition_over = partition_over
+        self.silent_commits = 0
+        self.partitioned = anyio.Event()
+
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+        outcomes = await super().commit_batch(items)
+        if any(step.tool == self._tool for item in items for step in item.steps):
+            self.silent_commits += 1
+            self.partitioned.set()
+            raise CommitOutcomeUnknown("injected: the answer to the COMMIT was lost")
+        return outcomes
+
+    async def _cut_off(self) -> None:
+        if self.partitioned.is_set() and not self._partition_over.is_set():
+            await self._partition_over.wait()
+            raise StoreError("injected: the database cannot be reached")
+
+    async def list_steps(self, run_id: str) -> Any:
+        await self._cut_off()
+        return await super().list_steps(run_id)
+
+    async def expired_runs(self, limit: int) -> Any:
+        await self._cut_off()
+        return await super().expired_runs(limit)
+
+
+async def test_a_read_back_of_records_sent_before_renews_nothing(store_url: str) -> None:
+    """The same hole on both stores, with the answers lost by the store wrapper: A's
+    renewal carries only a record an earlier commit stored, so finding that record in
+    the journal says nothing of this commit, and A must not call the provider."""
+    a_calls: list[int] = []
+    partition_over = anyio.Event()
+    store = CommitsThenFallsSilent(await open_store(store_url), "lookup", partition_over)
+    try:
+        with capture_logs() as logs:
+            async with Runtime.open(
+                store,
+                payer(a_calls),
+                concurrency=1,
+                lease_seconds=LEASE_SECONDS,
+                reap_interval_seconds=1.0,
+                poll_interval_seconds=0.02,
+                worker_id="A",
+            ) as a:
+                run_id = await a.submit("payer", "go")
+                with anyio.fail_after(WAIT_SECONDS):
+                    await store.partitioned.wait()
+                async with Runtime.open(
+                    store_url,
+                    rescuer(),
+                    concurrency=1,
+                    lease_seconds=LEASE_SECONDS,
+                    reap_interval_seconds=0.05,
+                    poll_interval_seconds=0.02,
+                    recovery=RecoveryPolicy(backoff_base_seconds=0.05),
+                    worker_id="B",
+                ) as b:
+                    run = await b.wait(run_id, timeout=WAIT_SECONDS)
+                partition_over.set()
+                await until(lambda: not a.supervisor.active_runs, WAIT_SECONDS)
+    finally:
+        await store.aclose()
+
+    assert (run.state, run.result, run.epoch) == (RunState.COMPLETED, "done by B", 2)
+    assert store.silent_commits >= 2
+    assert "commit.undecided" in events(logs)
+    assert len(a_calls) == 1, "A called the provider for a run it no longer held"
