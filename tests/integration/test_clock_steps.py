@@ -124,7 +124,7 @@ async def test_a_clock_step_mid_call_does_not_reap_the_renewing_holder(
                 store_url,
                 App([agent]),
                 lease_seconds=1.5,
-                reap_interval_seconds=3600.0,
+                reap_interval_seconds=1.0,
                 poll_interval_seconds=0.02,
                 worker_id="holder",
                 clock=clocks.holder,
@@ -273,7 +273,9 @@ async def test_a_reaper_wakes_when_a_lease_it_watches_comes_due_not_at_its_next_
         claimed_at = time.monotonic()
     finally:
         await store.aclose()
-    async with Runtime.open(store_url, App([]), reap_interval_seconds=30.0) as rt:
+    async with Runtime.open(
+        store_url, App([]), lease_seconds=60.0, reap_interval_seconds=30.0
+    ) as rt:
         with anyio.fail_after(10):
             while (await rt.get(run.id)).state is RunState.RUNNING:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
