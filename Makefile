@@ -3,7 +3,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run embedded test lint typecheck bench bench-peers bench-leases soak demo-crash clean
+.PHONY: run embedded test test-fast lint typecheck bench bench-peers bench-leases soak demo-crash clean
 
 PACKAGE_SOURCES := $(shell find leaseward runtime actors storage -name '*.py' -o -name '*.sql')
 
@@ -43,6 +43,12 @@ typecheck: $(STAMP)
 
 test: lint typecheck
 	$(BIN)/python -m pytest
+
+# Everything but the tests marked slow (real worker processes killed, paused and
+# waited for; benchmarks and the wheel built end to end), for the edit-test loop.
+# make test runs them all.
+test-fast: lint typecheck
+	$(BIN)/python -m pytest -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python bench/steps.py

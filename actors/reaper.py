@@ -1,21 +1,41 @@
-"""The LeaseReaper: on a timer, settles runs whose lease expired, by the recovery rules."""
+"""The LeaseReaper: on a timer, settles runs whose lease expired, by the recovery rules.
+
+No wall clock decides that a lease expired: not the reaper's, not the holder's, not
+the database's, any of which NTP, a VM resume or a person may step. The reaper
+watches every running lease's mark (its epoch and renewal count, changed by each
+claim and renewal) and reaps a lease only once it has itself seen that mark
+unchanged for as long as the lease was granted, measured on its own monotonic
+clock from the moment it first read it. The holder's deadline is when it *sent*
+that renewal plus the same seconds, on its own monotonic clock; the reaper read
+the mark after the renewal committed, so its reap comes after that deadline on
+any host, whatever the clocks say. The reap itself is fenced on the same mark: a
+renewal that lands in between wins.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import anyio
 import attrs
 from anyio.abc import TaskStatus
 
 from leaseward.actors.metrics import Metrics
+from leaseward.runtime.clock import Clock, SystemClock
 from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.lifecycle import Event, RecoveryPolicy, decide_recovery
 from leaseward.runtime.logs import get_logger
 from leaseward.runtime.model import Settlement, WorkerRegistration, settlement_after
 from leaseward.storage.crash_points import crash_point
-from leaseward.storage.protocol import ExpiredRequest, ExpiredRun, Reap, Store, WriteBatch
+from leaseward.storage.protocol import (
+    ExpiredRequest,
+    ExpiredRun,
+    LeaseMark,
+    Reap,
+    Store,
+    WriteBatch,
+)
 
 __all__ = ["REAP_BATCH", "LeaseReaper", "ReapWriter", "Reaped", "plan_reap"]
 
@@ -25,6 +45,17 @@ ReapWriter = Callable[[Sequence[Reap]], Awaitable[tuple[bool | LeasewardError, .
 REAP_BATCH = 100
 
 log = get_logger("leaseward.reaper")
+
+
+@attrs.frozen
+class _Seen:
+    mark: LeaseMark
+    since: float
+    """The reaper's monotonic time when it first read this mark."""
+
+    @property
+    def due(self) -> float:
+        return self.since + self.mark.lease_seconds
 
 
 @attrs.frozen
@@ -65,8 +96,11 @@ class LeaseReaper:
         metrics: Metrics | None = None,
         worker: WorkerRegistration | None = None,
         reap: ReapWriter | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._store = store
+        self._clock = clock or SystemClock()
+        self._seen: dict[str, _Seen] = {}
         self._reap = reap or self._reap_alone
         self._metrics = metrics if metrics is not None else Metrics()
         self._interval = interval_seconds
@@ -76,8 +110,10 @@ class LeaseReaper:
         self._worker = worker
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Reap on every tick; a worker's heartbeat rides on the same timer."""
+        """Reap on every tick, and as soon as a lease it watches comes due between
+        ticks; approval expiry and a worker's heartbeat ride on the tick."""
         task_status.started()
+        tick: float | None = None
         while True:
             try:
                 reaped = await self.reap_once()
@@ -86,12 +122,23 @@ class LeaseReaper:
             else:
                 if reaped and self._on_reaped is not None:
                     await self._on_reaped(reaped)
-            try:
-                await self.expire_once()
-            except LeasewardError as exc:
-                log.warning("reaper.expiry_failed", error=exc.message)
-            await anyio.sleep(self._interval)
-            await self._beat()
+            now = self._clock.monotonic()
+            if tick is None or now >= tick:
+                if tick is not None:
+                    # Not at the start: registering the worker was its first beat.
+                    await self._beat()
+                try:
+                    await self.expire_once()
+                except LeasewardError as exc:
+                    log.warning("reaper.expiry_failed", error=exc.message)
+                tick = now + self._interval
+            await anyio.sleep(max(0.0, min(tick, self._next_due(now)) - now))
+
+    def _next_due(self, now: float) -> float:
+        """When the next lease it watches comes due, if that is still ahead: one already
+        due but not reaped (beyond the batch, or refused) waits for the tick."""
+        ahead = (seen.due for seen in self._seen.values() if seen.due > now)
+        return min(ahead, default=now + self._interval)
 
     async def _beat(self) -> None:
         if self._worker is None:
@@ -119,10 +166,36 @@ class LeaseReaper:
             )
         return expired
 
+    def _watch(self, marks: Iterable[LeaseMark], now: float) -> list[LeaseMark]:
+        """Remember when each mark was first read; the marks seen unchanged for their
+        lease, longest overdue first, one batch of them."""
+        seen: dict[str, _Seen] = {}
+        for mark in marks:
+            before = self._seen.get(mark.run_id)
+            if before is None or before.mark != mark:
+                before = _Seen(mark, now)
+            seen[mark.run_id] = before
+        self._seen = seen
+        due = sorted((s for s in seen.values() if s.due <= now), key=lambda s: s.due)
+        return [s.mark for s in due[: self._batch]]
+
+    @property
+    def longest_wait(self) -> float:
+        """How long until every lease watched now could come due unrenewed."""
+        now = self._clock.monotonic()
+        return max((seen.due - now for seen in self._seen.values()), default=0.0)
+
     async def reap_once(self) -> tuple[Reaped, ...]:
-        """One pass: every expired lease found (oldest first, one batch) is settled,
-        all of them in one write."""
-        expired_runs = await self._store.expired_runs(self._batch)
+        """One pass: read every running lease, and settle those this reaper has seen
+        unrenewed for as long as they were granted (longest overdue first, one batch),
+        all of them in one write. A reaper that just started has seen none for long:
+        its first pass only starts watching."""
+        marks = await self._store.running_leases()
+        # Read after the scan returned: a mark read was committed before this moment.
+        due = self._watch(marks, self._clock.monotonic())
+        if not due:
+            return ()
+        expired_runs = await self._store.expired_runs(due)
         if not expired_runs:
             return ()
         reaps = [Reap(expired, plan_reap(expired, self._policy)) for expired in expired_runs]
@@ -150,3 +223,11 @@ class LeaseReaper:
                 self._metrics.dead_lettered(settlement.reason)
             done.append(Reaped(run.id, run.epoch, settlement))
         return tuple(done)
+
+    async def reap_watching(self) -> tuple[Reaped, ...]:
+        """Reap as a reaper that runs once must: read every running lease, wait until
+        each could have come due unrenewed (as long as the longest was granted), then
+        reap those not renewed meanwhile."""
+        reaped = await self.reap_once()
+        await anyio.sleep(self.longest_wait)
+        return reaped + await self.reap_once()

@@ -135,6 +135,7 @@ class Supervisor:
             metrics=self.metrics,
             worker=self.registration,
             reap=self.persister.reap,
+            clock=clock,
         )
         self._local: dict[_LocalKey, _Local] = {}
         # Interactive runs execute in their callers' tasks, but a forced stop reaches them too.

@@ -17,7 +17,7 @@ that server) gets ``--queued`` queued runs, then the stages:
 * ``after VACUUM`` (PostgreSQL only): once ``VACUUM ANALYZE`` has removed them.
 
 Each stage but ``during purge`` times ``--samples`` claims
-(``claim_runs`` of one run) and as many reap scans (``expired_runs``, which finds
+(``claim_runs`` of one run) and as many reap scans (``running_leases``, which finds
 nothing), one after the other. The query plans of the claim, the reap scan and the
 purge's pick show which index each uses.
 
@@ -48,7 +48,6 @@ import attrs
 import structlog
 
 from leaseward import Client
-from leaseward.actors import REAP_BATCH
 from leaseward.storage import SQLStore, open_store
 from leaseward.storage.queries import load_queries
 
@@ -60,7 +59,7 @@ WARM_UP_SAMPLES = 20
 # The queries whose plans are shown: (label, named query, its :source state).
 PLANS = (
     ("claim", "claim_runs", "queued"),
-    ("reap scan", "expired_runs", "running"),
+    ("reap scan", "running_leases", "running"),
     ("purge pick", "purge_pick", "queued"),
     ("purge delete", "purge_runs", "queued"),
 )
@@ -154,7 +153,7 @@ async def timed(operation: Callable[[], Awaitable[Any]], count: int) -> tuple[fl
 
 async def stage(store: SQLStore, name: str, samples: int) -> Stage:
     claims = await timed(lambda: store.claim_runs("bench", 1, LEASE_SECONDS, [AGENT]), samples)
-    reaps = await timed(lambda: store.expired_runs(REAP_BATCH), samples)
+    reaps = await timed(store.running_leases, samples)
     return Stage(name, claims, reaps)
 
 
@@ -414,7 +413,7 @@ def print_report(args: argparse.Namespace, report: Report) -> None:
     print()
     print(
         "claims: claim_runs of one run, one after the other (during purge: from a second "
-        f"connection, every {args.pace_ms:g} ms while the purge ran);\nreap: expired_runs "
+        f"connection, every {args.pace_ms:g} ms while the purge ran);\nreap: running_leases "
         "(finds nothing). p50/p95/max are per call. Only the last PostgreSQL stage follows "
         "a VACUUM."
     )

@@ -407,7 +407,10 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
         "--once",
         action="store_true",
         required=True,
-        help="one reaper pass (the daemon reaps continuously)",
+        help=(
+            "one reaper pass: it watches the running leases for as long as they were "
+            "granted, then reaps those not renewed meanwhile (the daemon reaps continuously)"
+        ),
     )
 
     command("migrate", "create the schema or bring it to the newest version")
@@ -1043,7 +1046,7 @@ async def _reap(args: argparse.Namespace) -> int:
     store = await open_existing_store(args.store)
     try:
         reaper = LeaseReaper(store, interval_seconds=1.0, policy=RecoveryPolicy())
-        reaped = await reaper.reap_once()
+        reaped = await reaper.reap_watching()
         expired = await reaper.expire_once()
     finally:
         with anyio.CancelScope(shield=True):

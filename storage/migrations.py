@@ -35,4 +35,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "submit_keys"),
     Migration(6, "approvals"),
     Migration(7, "idempotency_keys"),
+    Migration(8, "lease_renewals"),
 )

@@ -33,6 +33,7 @@ __all__ = [
     "ClaimRequest",
     "ExpiredRequest",
     "ExpiredRun",
+    "LeaseMark",
     "Reap",
     "Store",
     "WriteBatch",
@@ -79,10 +80,28 @@ class BatchOutcome:
 
 
 @attrs.frozen
+class LeaseMark:
+    """A running run's lease as a reaper sees it, and what it was last granted.
+
+    Every claim and renewal opens a new epoch or bumps ``renewals``: a mark that
+    stays equal stays unrenewed, whatever any clock says.
+    """
+
+    run_id: str
+    epoch: int
+    renewals: int
+    lease_seconds: float
+
+
+@attrs.frozen
 class ExpiredRun:
+    """A run whose lease a reaper saw unrenewed for as long as it was granted."""
+
     run: RunRecord
     last_effect: ToolEffect | None
     last_status: StepStatus | None
+    renewals: int
+    """The renewals of the lease the reaper saw: its reap is fenced on them."""
 
 
 @attrs.frozen
@@ -116,7 +135,7 @@ class ClaimRequest:
 
 @attrs.frozen
 class Reap:
-    """Settle an expired run, fenced on its epoch and on its lease still being expired."""
+    """Settle an expired run, fenced on its epoch and on its lease not renewed since."""
 
     expired: ExpiredRun
     settlement: Settlement
@@ -224,10 +243,17 @@ class Store(Protocol):
 
     async def request_cancel(self, run_id: str) -> CancelOutcome: ...
 
-    async def expired_runs(self, limit: int) -> list[ExpiredRun]: ...
+    async def running_leases(self) -> list[LeaseMark]:
+        """The lease of every running run, for a reaper to watch; reads no clock."""
+        ...
+
+    async def expired_runs(self, leases: Sequence[LeaseMark]) -> list[ExpiredRun]:
+        """The runs of ``leases`` still running under exactly these marks (not renewed,
+        not claimed again, not settled since), with their last journal rows."""
+        ...
 
     async def reap(self, expired: ExpiredRun, settlement: Settlement) -> bool:
-        """Settle an expired run, fenced on its epoch and on its lease still being expired."""
+        """Settle an expired run, fenced on its epoch and on its lease not renewed since."""
         ...
 
     async def redrive(self, run_id: str) -> RunRecord:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -62,6 +62,7 @@ from leaseward.storage.protocol import (
     ClaimRequest,
     ExpiredRequest,
     ExpiredRun,
+    LeaseMark,
     Reap,
     WriteBatch,
     WriteResults,
@@ -365,11 +366,11 @@ class SQLStore:
     """A store over any executor: domain operations here, SQL in the dialect's query file.
 
     No absolute time is computed here. The queries get durations
-    (``lease_seconds``, ``delay_seconds``) and flags (``terminal``,
-    ``check_expired``, ``finished``) and add them to the dialect's "now": the
-    injected clock's reading passed as ``:now`` (SQLite), or the database clock
-    (PostgreSQL, whose queries ignore ``:now``), so that on a shared database
-    clock skew between workers can neither reap a live run nor keep a dead one.
+    (``lease_seconds``, ``delay_seconds``) and flags (``terminal``, ``finished``)
+    and add them to the dialect's "now": the injected clock's reading passed as
+    ``:now`` (SQLite), or the database clock (PostgreSQL, whose queries ignore
+    ``:now``). No reap depends on any of these clocks: a reaper goes by the lease
+    marks it watched (``running_leases``) and fences its reap on them.
     """
 
     def __init__(self, executor: Executor, clock: Clock) -> None:
@@ -658,7 +659,7 @@ class SQLStore:
         settled = await self._settle_runs(
             [(r.expired.run.id, r.expired.run.epoch, r.settlement) for r in reaps],
             now,
-            check_expired=True,
+            renewals={r.expired.run.id: r.expired.renewals for r in reaps},
         )
         return tuple((r.expired.run.id, r.expired.run.epoch) in settled for r in reaps)
 
@@ -901,9 +902,10 @@ class SQLStore:
         settlements: Sequence[tuple[str, int, Settlement]],
         now: float,
         *,
-        check_expired: bool = False,
+        renewals: Mapping[str, int] | None = None,
     ) -> set[tuple[str, int]]:
-        """Settle runs, each fenced on its epoch; returns the (run id, epoch) settled."""
+        """Settle runs, each fenced on its epoch (a reaped one also on its ``renewals``);
+        returns the (run id, epoch) settled."""
         rows = await self._executor.fetch_all(
             self._queries["settle_runs"],
             {
@@ -924,7 +926,7 @@ class SQLStore:
                         "spent_retries": 1 if settlement.spends_retry else 0,
                         "delay_seconds": settlement.delay_seconds,
                         "terminal": settlement.target.terminal,
-                        "check_expired": check_expired,
+                        "renewals": None if renewals is None else renewals[run_id],
                     }
                     for run_id, epoch, settlement in settlements
                 ),
@@ -970,21 +972,43 @@ class SQLStore:
             rows = await self._executor.fetch_all(self._queries["list_steps"], {"run_id": run_id})
         return [step_from_row(r) for r in rows]
 
-    async def expired_runs(self, limit: int) -> list[ExpiredRun]:
+    async def running_leases(self) -> list[LeaseMark]:
+        async with self._executor.reading():
+            rows = await self._executor.fetch_all(
+                self._queries["running_leases"], {"source": RunState.RUNNING.value}
+            )
+        return [
+            LeaseMark(
+                run_id=row["id"],
+                epoch=row["epoch"],
+                renewals=row["renewals"],
+                lease_seconds=float(row["lease_seconds"] or 0.0),
+            )
+            for row in rows
+        ]
+
+    async def expired_runs(self, leases: Sequence[LeaseMark]) -> list[ExpiredRun]:
+        if not leases:
+            return []
         q = self._queries
         found: list[ExpiredRun] = []
         async with self._executor.reading():
             rows = await self._executor.fetch_all(
-                q["expired_runs"],
-                {"source": RunState.RUNNING.value, "now": self._now(), "limit": limit},
+                q["leased_runs"],
+                {"ids": [lease.run_id for lease in leases], "source": RunState.RUNNING.value},
             )
-            for row in rows:
-                last = await self._executor.fetch_one(q["last_step"], {"run_id": row["id"]})
+            by_id = {row["id"]: row for row in rows}
+            for lease in leases:
+                row = by_id.get(lease.run_id)
+                if row is None or (row["epoch"], row["renewals"]) != (lease.epoch, lease.renewals):
+                    continue
+                last = await self._executor.fetch_one(q["last_step"], {"run_id": lease.run_id})
                 found.append(
                     ExpiredRun(
                         run=run_from_row(row),
                         last_effect=None if last is None else _optional(ToolEffect, last["effect"]),
                         last_status=None if last is None else StepStatus(last["status"]),
+                        renewals=lease.renewals,
                     )
                 )
         return found

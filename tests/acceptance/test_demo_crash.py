@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from acceptance_support import ROOT, base_env
+
+pytestmark = pytest.mark.slow
 
 DEMO = ROOT / "examples" / "demo_crash.py"
 DEMO_TIMEOUT_SECONDS = 120.0

@@ -27,6 +27,8 @@ from acceptance_support import (
     wait_until,
 )
 
+pytestmark = pytest.mark.slow
+
 OTHER_RUNS = 4
 # The killed daemon's charge: it sleeps far longer than the test waits, but its
 # timeout (hence the lease it takes out for the call) stays short.

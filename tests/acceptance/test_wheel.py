@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from acceptance_support import ROOT, sqlite_url, wait_until
 
+pytestmark = pytest.mark.slow
+
 INSTALL_TIMEOUT_SECONDS = 300.0
 RUN_TIMEOUT_SECONDS = 60.0
 

@@ -2,9 +2,10 @@
 
 Usage: pool_worker.py STORE_URL WORKER_ID CALLS_FILE [EVENTS_FILE]
 Every execution of the write tool appends "run_id worker_id epoch" to CALLS_FILE.
-With EVENTS_FILE, every claim, lost lease and reap this worker logs is appended to
-it as a JSON line (event, run_id, epoch, worker_id, lease_owner, time), fsynced, so that a test
-can tell who held which run at which epoch even for a worker it SIGKILLed.
+With EVENTS_FILE, every claim, lost lease, reap and drain with runs in hand this worker
+logs is appended to it as a JSON line (event, run_id, epoch, worker_id, lease_owner,
+time), fsynced, so that a test can tell who held which run at which epoch even for a
+worker it SIGKILLed.
 POOL_WORKER_CHARGE_SECONDS makes each write take that long (default 0).
 POOL_WORKER_BARRIER=DIR:N makes the worker wait, before it claims anything, until N
 workers have checked in in DIR: so that a slow start cannot leave one worker all the work.
@@ -36,7 +37,7 @@ from leaseward import (
     tool,
 )
 
-RECORDED_EVENTS = {"run.claimed", "lease.lost", "lease.reaped"}
+RECORDED_EVENTS = {"run.claimed", "lease.lost", "lease.reaped", "worker.draining"}
 
 
 def build_app(calls_file: str, worker_id: str) -> App:
@@ -91,11 +92,11 @@ async def work(url: str, worker_id: str, calls_file: str) -> None:
     ) as rt:
         while True:
             await anyio.sleep(0.1)
-            live = [
-                *await rt.runs(state=RunState.QUEUED, limit=1),
-                *await rt.runs(state=RunState.RUNNING, limit=1),
-            ]
-            if not live:
+            # One statement, so one snapshot: read in two, a run reaped between the
+            # reads is in neither (running, then queued), and a worker that stopped
+            # then would release the runs it had just claimed for another to take.
+            counts = await rt.store.count_runs()
+            if not counts.get(RunState.QUEUED) and not counts.get(RunState.RUNNING):
                 return
 
 

@@ -42,6 +42,7 @@ from leaseward.storage import (
     CancelOutcome,
     ExpiredRequest,
     ExpiredRun,
+    LeaseMark,
     SQLStore,
     WriteBatch,
     WriteResults,
@@ -141,8 +142,11 @@ class FaultyStore:
     async def request_cancel(self, run_id: str) -> CancelOutcome:
         return await self.inner.request_cancel(run_id)
 
-    async def expired_runs(self, limit: int) -> list[ExpiredRun]:
-        return await self.inner.expired_runs(limit)
+    async def running_leases(self) -> list[LeaseMark]:
+        return await self.inner.running_leases()
+
+    async def expired_runs(self, leases: Sequence[LeaseMark]) -> list[ExpiredRun]:
+        return await self.inner.expired_runs(leases)
 
     async def reap(self, expired: ExpiredRun, settlement: Settlement) -> bool:
         return await self.inner.reap(expired, settlement)

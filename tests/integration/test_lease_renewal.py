@@ -233,6 +233,7 @@ def _journal_at(journal: Sequence[StepInfo], epoch: int) -> list[tuple[int, str 
     return [(s.seq, s.tool, s.status.value) for s in journal if s.epoch == epoch]
 
 
+@pytest.mark.slow
 async def test_a_paused_worker_resumed_after_its_lease_expired_starts_nothing_and_records_nothing(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -270,6 +271,7 @@ async def test_a_paused_worker_resumed_after_its_lease_expired_starts_nothing_an
     assert [s.seq for s in after] == [s.seq for s in before]
 
 
+@pytest.mark.slow
 async def test_a_killed_worker_inside_a_long_call_holds_its_runs_one_lease_at_most(
     db_url: str, tmp_path: Path
 ) -> None:

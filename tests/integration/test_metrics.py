@@ -86,7 +86,7 @@ async def test_actor_metrics_are_served_over_http(db_url: str) -> None:
         policy=RecoveryPolicy(max_requeues=0),
         metrics=metrics,
     )
-    [reaped] = await reaper.reap_once()
+    [reaped] = await reaper.reap_watching()
     assert reaped.settlement.target is RunState.DEAD_LETTERED
 
     persister = Persister(store, metrics=metrics)
@@ -233,7 +233,8 @@ async def test_actors_work_without_a_metrics(db_url: str) -> None:
             await tg.start(persister.run)
             settlement = await actor.run()
             tg.cancel_scope.cancel()
-    assert await LeaseReaper(store, interval_seconds=1, policy=RecoveryPolicy()).reap_once() == ()
+    reaper = LeaseReaper(store, interval_seconds=1, policy=RecoveryPolicy())
+    assert await reaper.reap_watching() == ()
     await store.aclose()
     assert settlement is not None
     assert settlement.target is RunState.COMPLETED

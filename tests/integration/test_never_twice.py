@@ -42,7 +42,7 @@ from leaseward import (
     tool,
 )
 from leaseward.actors.reaper import LeaseReaper
-from leaseward.runtime.clock import SystemClock
+from leaseward.runtime.clock import ManualClock, SystemClock
 from leaseward.storage import BatchItem, BatchOutcome, open_store
 
 pytestmark = pytest.mark.anyio
@@ -231,9 +231,14 @@ async def test_a_reaped_actor_still_alive_keeps_its_run_from_a_second_local_acto
     ) as rt:
         run_id = await rt.submit("payer", None)
         await entered.wait()
-        # Another worker's reaper finds the lease expired (its clock says so).
-        await _expire_lease(store_url, run_id)
-        reaper = LeaseReaper(other, interval_seconds=1.0, policy=RecoveryPolicy())
+        # Another worker's reaper finds the lease expired (its clock says a lease
+        # went by unrenewed between two of its passes).
+        reaper_clock = ManualClock()
+        reaper = LeaseReaper(
+            other, interval_seconds=1.0, policy=RecoveryPolicy(), clock=reaper_clock
+        )
+        assert await reaper.reap_once() == ()
+        reaper_clock.advance(61.0)
         reaped = await reaper.reap_once()
         assert [r.run_id for r in reaped] == [run_id]
         for _ in range(20):  # claim polls go by; none may start a second actor
@@ -248,22 +253,6 @@ async def test_a_reaped_actor_still_alive_keeps_its_run_from_a_second_local_acto
     # old actor had ended, and the charge ran once, under the new epoch.
     assert charges == [2]
     assert (run.state, run.epoch) == (RunState.COMPLETED, 2)
-
-
-async def _expire_lease(store_url: str, run_id: str) -> None:
-    if store_url.startswith("postgresql"):
-        connection = await asyncpg.connect(store_url)
-        try:
-            await connection.execute("UPDATE runs SET lease_expires_at = 0 WHERE id = $1", run_id)
-        finally:
-            await connection.close()
-        return
-    connection = sqlite3.connect(store_url.removeprefix("sqlite:///"))
-    try:
-        with connection:
-            connection.execute("UPDATE runs SET lease_expires_at = 0 WHERE id = ?", (run_id,))
-    finally:
-        connection.close()
 
 
 @pytest.mark.parametrize("change", ["removed", "schema_changed"])

@@ -235,17 +235,10 @@ async def test_lease_times_come_from_the_database_clock_not_the_workers(pg_url: 
         assert before - 1 <= run.created_at <= after + 1
 
         skewed.advance(86_400 * 8)
-        # The worker's clock says the lease ran out long ago: the database disagrees.
-        assert await store.expired_runs(10) == []
+        # The worker's clock a week ahead changes nothing: the database dates the renewal.
         (outcome,) = await store.commit_batch([BatchItem(run.id, run.epoch, lease_seconds=5.0)])
         assert outcome.persisted and outcome.lease_expires_at is not None
         assert outcome.lease_expires_at == pytest.approx(time.time() + 5.0, abs=1.0)
-        # And a lease that did run out on the database clock is found whatever it says.
-        (short,) = await store.commit_batch([BatchItem(run.id, run.epoch, lease_seconds=0.01)])
-        assert short.persisted
-        await anyio.sleep(0.05)
-        skewed.advance(-86_400 * 30)
-        assert [e.run.id for e in await store.expired_runs(10)] == [run.id]
     finally:
         await store.aclose()
 
@@ -491,13 +484,24 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 async def test_three_worker_processes_one_killed_midway(pg_url: str, tmp_path: Path) -> None:
     calls_file = tmp_path / "calls.txt"
     async with Client.open(pg_url) as client:
         ids = [await client.submit("payer", i) for i in range(RUNS)]
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "POOL_WORKER_CHARGE_SECONDS": "0.02"}
     names = ("w1", "w2", "w3")
+    victim = "w1"
+    # Nobody claims before all three are up: on a loaded machine one slow to start
+    # would otherwise find the work done. The victim's charges last a second, so that
+    # once it has started one it surely holds runs when it is killed.
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "POOL_WORKER_BARRIER": f"{barrier}:{len(names)}",
+    }
     workers = {
         name: subprocess.Popen(
             [
@@ -508,19 +512,21 @@ async def test_three_worker_processes_one_killed_midway(pg_url: str, tmp_path: P
                 str(calls_file),
                 str(tmp_path / f"events-{name}.jsonl"),
             ],
-            env=env,
+            env={**env, "POOL_WORKER_CHARGE_SECONDS": "1.0" if name == victim else "0.02"},
             stderr=(tmp_path / f"stderr-{name}.txt").open("w"),
         )
         for name in names
     }
-    victim = "w1"
     try:
-        await eventually(
-            lambda: (
-                calls_file.exists() and len(calls_file.read_text().splitlines()) >= KILL_AFTER_CALLS
-            ),
-            60.0,
-        )
+
+        def victim_busy() -> bool:
+            # Inside a charge: a victim slow to open its store might otherwise be
+            # killed after the others emptied the queue, holding nothing.
+            lines = [line.split() for line in calls_file.read_text().splitlines()]
+            callers = [fields[1] for fields in lines if len(fields) == 3]
+            return len(callers) >= KILL_AFTER_CALLS and victim in callers
+
+        await eventually(lambda: calls_file.exists() and victim_busy(), 60.0)
         workers[victim].send_signal(signal.SIGKILL)
         workers[victim].wait()
         killed_at = time.time()
@@ -554,6 +560,10 @@ async def test_three_worker_processes_one_killed_midway(pg_url: str, tmp_path: P
     # G6/G7: a run is held by one live worker at a time. Every claim of a run but
     # its last was the victim's; every reap took the victim's lease, after it died.
     everything = [e for name in names for e in read_events(tmp_path / f"events-{name}.jsonl")]
+    # A worker stops once no run is queued or running (its last actors may still be
+    # ending); one that stopped with claimed runs in hand would have released them to
+    # the others, and their claims would read as taken leases: the drains say so.
+    drained = [e for e in everything if e["event"] == "worker.draining"]
     claims: dict[str, list[tuple[int, str]]] = defaultdict(list)
     for event in everything:
         if event["event"] == "run.claimed":
@@ -563,7 +573,7 @@ async def test_three_worker_processes_one_killed_midway(pg_url: str, tmp_path: P
         held.sort()
         epochs = [epoch for epoch, _ in held]
         assert len(epochs) == len(set(epochs)), (run_id, held)
-        assert all(worker == victim for _, worker in held[:-1]), (run_id, held)
+        assert all(worker == victim for _, worker in held[:-1]), (run_id, held, drained)
     reaps = [e for e in everything if e["event"] == "lease.reaped"]
     assert reaps, "the victim held no run when it was killed"
     assert {e["lease_owner"] for e in reaps} == {victim}
@@ -605,7 +615,7 @@ async def test_claim_and_expiry_scans_use_the_partial_indexes(pg_url: str) -> No
             agents=["a"],
             exclude=["r1"],
         )
-        expired = await plan("expired_runs", source="running", limit=5)
+        expired = await plan("running_leases", source="running")
     finally:
         await connection.close()
     assert "runs_claimable" in claim, claim

@@ -13,7 +13,8 @@ from stores import created
 
 from leaseward import Client, RunState
 
-pytestmark = pytest.mark.anyio
+# Real worker processes killed and waited for: make test-fast skips these.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 @pytest.fixture

@@ -224,12 +224,8 @@ async def test_claim_query_uses_the_partial_claimable_index(store: SQLStore, db_
     assert full_scans_of_runs(details) == [], details
 
 
-async def test_expired_query_uses_the_partial_leased_index(store: SQLStore, db_url: str) -> None:
-    details = plan(
-        db_url,
-        QUERIES["expired_runs"],
-        {"source": RunState.RUNNING.value, "now": 1.0, "limit": 3},
-    )
+async def test_the_reaper_scan_uses_the_partial_leased_index(store: SQLStore, db_url: str) -> None:
+    details = plan(db_url, QUERIES["running_leases"], {"source": RunState.RUNNING.value})
     assert any("USING INDEX runs_leased" in d for d in details), details
     assert full_scans_of_runs(details) == [], details
 

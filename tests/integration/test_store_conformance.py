@@ -37,7 +37,7 @@ from leaseward.runtime.model import (
     WorkerRegistration,
     dump_json,
 )
-from leaseward.storage import BatchItem, CancelOutcome, SQLStore, open_store
+from leaseward.storage import BatchItem, CancelOutcome, LeaseMark, SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
 
 pytestmark = pytest.mark.anyio
@@ -393,7 +393,54 @@ async def test_a_bad_step_fails_its_item_only(store: SQLStore, clock: StoreClock
 # -- reaping ----------------------------------------------------------------------------
 
 
-async def test_an_expired_lease_is_found_with_its_last_step(
+async def lease_of(store: SQLStore, run_id: str) -> LeaseMark:
+    (mark,) = [m for m in await store.running_leases() if m.run_id == run_id]
+    return mark
+
+
+async def test_every_claim_and_renewal_changes_the_lease_mark_and_no_clock_does(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    run = await claimed(store)
+    assert await lease_of(store, run.id) == LeaseMark(run.id, 1, 1, 5.0)
+    (outcome,) = await store.commit_batch([BatchItem(run.id, 1, lease_seconds=7.0)])
+    assert outcome.persisted
+    assert await lease_of(store, run.id) == LeaseMark(run.id, 1, 2, 7.0)
+    # The store's clock going anywhere says nothing about a lease.
+    await clock.advance(3600)
+    assert await lease_of(store, run.id) == LeaseMark(run.id, 1, 2, 7.0)
+    await clock.advance(-7200)
+    assert await lease_of(store, run.id) == LeaseMark(run.id, 1, 2, 7.0)
+    # Settled, it is no lease any more; claimed again, it is a new one.
+    assert await store.reap(
+        (await store.expired_runs([LeaseMark(run.id, 1, 2, 7.0)]))[0], Settlement(Event.REQUEUE)
+    )
+    assert [m for m in await store.running_leases() if m.run_id == run.id] == []
+    await store.claim_runs("w2", 1, 5.0, ["a"])
+    assert await lease_of(store, run.id) == LeaseMark(run.id, 2, 3, 5.0)
+
+
+async def test_a_lease_granted_before_renewals_were_counted_is_granted_what_its_expiry_says(
+    store: SQLStore, store_url: str
+) -> None:
+    run = await claimed(store, lease_seconds=5.0)
+    if store_url.startswith("postgresql"):
+        import asyncpg
+
+        connection = await asyncpg.connect(store_url)
+        try:
+            await connection.execute("UPDATE runs SET lease_seconds = NULL")
+        finally:
+            await connection.close()
+    else:
+        import sqlite3
+
+        with sqlite3.connect(store_url.removeprefix("sqlite:///")) as connection:
+            connection.execute("UPDATE runs SET lease_seconds = NULL")
+    assert (await lease_of(store, run.id)).lease_seconds == pytest.approx(5.0, abs=0.5)
+
+
+async def test_an_unrenewed_lease_is_found_with_its_last_step(
     store: SQLStore, clock: StoreClock
 ) -> None:
     run = await claimed(store)
@@ -402,40 +449,23 @@ async def test_an_expired_lease_is_found_with_its_last_step(
         [BatchItem(run.id, 1, steps=(provider_step(0, ASK), intent(1)), lease_seconds=5.0)]
     )
     assert outcome.persisted
-    assert await store.expired_runs(10) == []
-    await clock.advance(5)
-    assert await store.expired_runs(10) == []  # expires *at* now: not yet past
-    await clock.advance(0.001)
+    seen = await store.running_leases()
     # Renewing the other run keeps it out of the reaper's way.
     await store.commit_batch([BatchItem(fresh.id, 1, lease_seconds=5.0)])
 
-    (expired,) = await store.expired_runs(10)
+    (expired,) = await store.expired_runs(seen)
 
-    assert expired.run.id == run.id
-    assert expired.run.epoch == 1
+    assert (expired.run.id, expired.run.epoch, expired.renewals) == (run.id, 1, 2)
     assert (expired.last_effect, expired.last_status) == (
         ToolEffect.NON_IDEMPOTENT_WRITE,
         StepStatus.STARTED,
     )
-
-
-async def test_expired_runs_are_oldest_first_and_bounded(
-    store: SQLStore, clock: StoreClock
-) -> None:
-    runs = []
-    for _ in range(4):
-        runs.append(await claimed(store))
-        await clock.advance(1)
-    await clock.advance(10)
-    found = await store.expired_runs(3)
-    assert [e.run.id for e in found] == [r.id for r in runs[:3]]
-    assert all(e.last_effect is None and e.last_status is None for e in found)
+    assert await store.expired_runs([]) == []
 
 
 async def test_reap_settles_an_expired_run_once(store: SQLStore, clock: StoreClock) -> None:
     run = await claimed(store)
-    await clock.advance(6)
-    (expired,) = await store.expired_runs(10)
+    (expired,) = await store.expired_runs([await lease_of(store, run.id)])
     dead = Settlement(Event.DEAD_LETTER, Reason.INTERRUPTED_WRITE, error="reaped")
 
     assert await store.reap(expired, dead) is True
@@ -448,7 +478,7 @@ async def test_reap_settles_an_expired_run_once(store: SQLStore, clock: StoreClo
         Reason.INTERRUPTED_WRITE,
         None,
     )
-    assert await store.expired_runs(10) == []
+    assert await store.expired_runs([LeaseMark(run.id, 1, 1, 5.0)]) == []
     # The worker that lost the run can no longer write under its epoch.
     (outcome,) = await store.commit_batch([BatchItem(run.id, 1, lease_seconds=5.0)])
     assert (outcome.persisted, outcome.lease_held) == (False, False)
@@ -458,11 +488,12 @@ async def test_reap_is_fenced_by_a_renewal_since_the_scan(
     store: SQLStore, clock: StoreClock
 ) -> None:
     run = await claimed(store)
-    await clock.advance(6)
-    (expired,) = await store.expired_runs(10)
+    seen = await lease_of(store, run.id)
+    (expired,) = await store.expired_runs([seen])
     # The slow worker comes back and renews before the reaper acts on its scan.
     (outcome,) = await store.commit_batch([BatchItem(run.id, 1, lease_seconds=5.0)])
     assert outcome.persisted
+    assert await store.expired_runs([seen]) == []
 
     requeue = Settlement(Event.REQUEUE, spends_retry=True)
     assert await store.reap(expired, requeue) is False
@@ -474,12 +505,10 @@ async def test_reap_is_fenced_by_a_renewal_since_the_scan(
 
 async def test_reap_is_fenced_by_a_new_epoch(store: SQLStore, clock: StoreClock) -> None:
     run = await claimed(store)
-    await clock.advance(6)
-    (expired,) = await store.expired_runs(10)
+    (expired,) = await store.expired_runs([await lease_of(store, run.id)])
     assert await store.reap(expired, Settlement(Event.REQUEUE)) is True
     (again,) = await store.claim_runs("w2", 1, 5.0, ["a"])
     assert again.epoch == 2
-    await clock.advance(6)
     # The old scan names epoch 1: it cannot settle the run now held under epoch 2.
     assert await store.reap(expired, Settlement(Event.DEAD_LETTER, Reason.NOT_RETRYABLE)) is False
     record = await store.get_run(run.id)

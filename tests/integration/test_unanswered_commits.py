@@ -183,9 +183,9 @@ class CommitsThenFallsSilent(FaultyStore):
         await self._cut_off()
         return await super().list_steps(run_id)
 
-    async def expired_runs(self, limit: int) -> Any:
+    async def running_leases(self) -> Any:
         await self._cut_off()
-        return await super().expired_runs(limit)
+        return await super().running_leases()
 
 
 async def test_a_read_back_of_records_sent_before_renews_nothing(store_url: str) -> None:

@@ -19,7 +19,8 @@ from scenarios import Outcome, crash_at
 from leaseward import Reason, RunState
 from leaseward.storage.crash_points import POINTS
 
-pytestmark = pytest.mark.anyio
+# Real worker processes killed and waited for: make test-fast skips these.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 EFFECTS = ("read_only", "idempotent", "non_idempotent")
 # Where a killed non-idempotent write is dead-lettered: from its durable intent

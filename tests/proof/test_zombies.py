@@ -17,7 +17,8 @@ from test_crash_sweep import sqlite_urls, sweep
 
 from leaseward.storage.crash_points import POINTS
 
-pytestmark = pytest.mark.anyio
+# Real worker processes killed and waited for: make test-fast skips these.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ZOMBIE_POINTS = [point for point in POINTS if point != "outcome_commit"]
 

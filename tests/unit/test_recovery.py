@@ -305,7 +305,7 @@ def record(**changes: Any) -> RunRecord:
 def expired(
     effect: ToolEffect | None = None, status: StepStatus | None = None, **changes: Any
 ) -> ExpiredRun:
-    return ExpiredRun(run=record(**changes), last_effect=effect, last_status=status)
+    return ExpiredRun(run=record(**changes), last_effect=effect, last_status=status, renewals=1)
 
 
 def test_reap_requeues_at_once_and_spends_a_retry() -> None:

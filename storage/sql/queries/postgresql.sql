@@ -25,11 +25,12 @@ RETURNING run_id;
 -- New runs, from a JSON array of objects; a keyed one only once insert_keys took its key.
 INSERT INTO runs (
     id, agent, mode, state, input_json, epoch, requeues, lease_owner,
-    lease_expires_at, available_at, cancel_requested, created_at, updated_at,
+    lease_expires_at, lease_seconds, available_at, cancel_requested, created_at, updated_at,
     idempotency_key, request_digest
 )
 SELECT new.id, new.agent, new.mode, new.state, new.input_json, new.epoch, 0,
-       new.lease_owner, leaseward_clock() + new.lease_seconds, leaseward_now(), FALSE,
+       new.lease_owner, leaseward_clock() + new.lease_seconds, new.lease_seconds,
+       leaseward_now(), FALSE,
        leaseward_now(), leaseward_now(), new.idempotency_key, new.request_digest
 FROM jsonb_to_recordset(:runs::jsonb) AS new (
     id text, agent text, mode text, state text, input_json text, epoch integer,
@@ -41,7 +42,8 @@ RETURNING *;
 -- name: claim_runs
 -- One statement: pick the oldest ready runs no other claimer has locked, and
 -- lease them. SKIP LOCKED lets concurrent claimers take disjoint runs without
--- waiting on each other.
+-- waiting on each other. Every claim and renewal bumps renewals: what a reaper
+-- watches (running_leases).
 -- The state is written out ('queued' is Event.CLAIM's source) where the runs are
 -- picked: a prepared statement's generic plan, made for any value of a parameter,
 -- cannot use the partial index that holds only queued runs.
@@ -57,6 +59,7 @@ WITH picked AS MATERIALIZED (
 UPDATE runs
 SET state = :target, epoch = runs.epoch + 1, lease_owner = :worker_id,
     lease_expires_at = leaseward_clock() + :lease_seconds::double precision,
+    lease_seconds = :lease_seconds::double precision, renewals = runs.renewals + 1,
     updated_at = leaseward_now()
 FROM picked
 WHERE runs.id = picked.id AND runs.state = :source
@@ -80,6 +83,7 @@ WITH wanted AS (
 -- the JSON set made the planner filter every pair, 8M rows for 4,000 leases.
 UPDATE runs
 SET lease_expires_at = leaseward_clock() + locked.lease_seconds,
+    lease_seconds = locked.lease_seconds, renewals = runs.renewals + 1,
     updated_at = leaseward_now()
 FROM locked
 WHERE runs.id = locked.id AND runs.epoch = locked.epoch AND runs.state = :source
@@ -130,7 +134,8 @@ RETURNING run_id, seq;
 
 -- name: settle_runs
 -- Run settlements, each fenced on its epoch and source state; a reap's also on
--- its lease still being expired. :settlements is a JSON array of objects.
+-- its lease not renewed since the reaper saw it (the renewals it saw, else NULL).
+-- :settlements is a JSON array of objects.
 UPDATE runs
 SET state = settled.target, reason = settled.reason, failure_class = settled.failure_class,
     result_json = settled.result_json, error = settled.error,
@@ -141,10 +146,10 @@ SET state = settled.target, reason = settled.reason, failure_class = settled.fai
 FROM jsonb_to_recordset(:settlements::jsonb) AS settled (
     run_id text, epoch integer, source text, target text, reason text,
     failure_class text, result_json text, error text, spent_retries integer,
-    delay_seconds double precision, terminal boolean, check_expired boolean
+    delay_seconds double precision, terminal boolean, renewals bigint
 )
 WHERE runs.id = settled.run_id AND runs.epoch = settled.epoch AND runs.state = settled.source
-  AND (NOT settled.check_expired OR runs.lease_expires_at < leaseward_now())
+  AND (settled.renewals IS NULL OR runs.renewals = settled.renewals)
 RETURNING runs.id AS run_id, runs.epoch;
 
 -- name: get_run
@@ -184,13 +189,17 @@ SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq;
 -- name: last_step
 SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq DESC LIMIT 1;
 
--- name: expired_runs
--- 'running' written out, as in claim_runs, so that a generic plan can use the
--- partial index of leased runs.
-SELECT * FROM runs
-WHERE state = 'running' AND lease_expires_at < leaseward_now()
-ORDER BY lease_expires_at
-LIMIT :limit;
+-- name: running_leases
+-- Every lease a reaper watches. 'running' written out, as in claim_runs, so that
+-- a generic plan can use the partial index of leased runs. A lease granted before
+-- renewals were counted has no lease_seconds: it was granted what its expiry says.
+SELECT id, epoch, renewals,
+       COALESCE(lease_seconds, lease_expires_at - updated_at) AS lease_seconds
+FROM runs
+WHERE state = 'running';
+
+-- name: leased_runs
+SELECT * FROM runs WHERE id = ANY(:ids::text[]) AND state = :source;
 
 -- name: cancel_runs
 UPDATE runs

@@ -22,20 +22,22 @@ RETURNING run_id;
 -- New runs, from a JSON array of objects; a keyed one only once insert_keys took its key.
 INSERT INTO runs (
     id, agent, mode, state, input_json, epoch, requeues, lease_owner,
-    lease_expires_at, available_at, cancel_requested, created_at, updated_at,
+    lease_expires_at, lease_seconds, available_at, cancel_requested, created_at, updated_at,
     idempotency_key, request_digest
 )
 SELECT value ->> 'id', value ->> 'agent', value ->> 'mode', value ->> 'state',
        value ->> 'input_json', value ->> 'epoch', 0, value ->> 'lease_owner',
-       :now + (value ->> 'lease_seconds'), :now, 0, :now, :now,
+       :now + (value ->> 'lease_seconds'), value ->> 'lease_seconds', :now, 0, :now, :now,
        value ->> 'idempotency_key', value ->> 'request_digest'
 FROM json_each(:runs)
 RETURNING *;
 
 -- name: claim_runs
+-- Every claim and renewal bumps renewals: what a reaper watches (running_leases).
 UPDATE runs
 SET state = :target, epoch = epoch + 1, lease_owner = :worker_id,
-    lease_expires_at = :now + :lease_seconds, updated_at = :now
+    lease_expires_at = :now + :lease_seconds, lease_seconds = :lease_seconds,
+    renewals = renewals + 1, updated_at = :now
 WHERE id IN (
     SELECT id FROM runs
     WHERE state = :source AND available_at <= :now
@@ -50,7 +52,8 @@ RETURNING *;
 -- A batch's fence, for all its runs at once. :items is a JSON array of
 -- {run_id, epoch, lease_seconds}; a run returned is held, one missing is not.
 UPDATE runs
-SET lease_expires_at = :now + wanted.lease_seconds, updated_at = :now
+SET lease_expires_at = :now + wanted.lease_seconds, lease_seconds = wanted.lease_seconds,
+    renewals = renewals + 1, updated_at = :now
 FROM (
     SELECT value ->> 'run_id' AS run_id, value ->> 'epoch' AS epoch,
            value ->> 'lease_seconds' AS lease_seconds
@@ -105,7 +108,8 @@ RETURNING run_id, seq;
 
 -- name: settle_runs
 -- Run settlements, each fenced on its epoch and source state; a reap's also on
--- its lease still being expired. :settlements is a JSON array of objects.
+-- its lease not renewed since the reaper saw it (the renewals it saw, else NULL).
+-- :settlements is a JSON array of objects.
 UPDATE runs
 SET state = settled.target, reason = settled.reason, failure_class = settled.failure_class,
     result_json = settled.result_json, error = settled.error,
@@ -119,11 +123,11 @@ FROM (
            value ->> 'result_json' AS result_json, value ->> 'error' AS error,
            value ->> 'spent_retries' AS spent_retries,
            value ->> 'delay_seconds' AS delay_seconds, value ->> 'terminal' AS terminal,
-           value ->> 'check_expired' AS check_expired
+           value ->> 'renewals' AS renewals
     FROM json_each(:settlements)
 ) AS settled
 WHERE runs.id = settled.run_id AND runs.epoch = settled.epoch AND runs.state = settled.source
-  AND (NOT settled.check_expired OR runs.lease_expires_at < :now)
+  AND (settled.renewals IS NULL OR runs.renewals = settled.renewals)
 RETURNING runs.id AS run_id, runs.epoch AS epoch;
 
 -- name: get_run
@@ -162,11 +166,16 @@ SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq;
 -- name: last_step
 SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq DESC LIMIT 1;
 
--- name: expired_runs
-SELECT * FROM runs
-WHERE state = :source AND lease_expires_at < :now
-ORDER BY lease_expires_at
-LIMIT :limit;
+-- name: running_leases
+-- Every lease a reaper watches, through the partial index of running runs. A
+-- lease granted before renewals were counted has no lease_seconds: it was
+-- granted what its expiry says.
+SELECT id, epoch, renewals, COALESCE(lease_seconds, lease_expires_at - updated_at) AS lease_seconds
+FROM runs
+WHERE state = :source;
+
+-- name: leased_runs
+SELECT * FROM runs WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :source;
 
 -- name: cancel_runs
 UPDATE runs
