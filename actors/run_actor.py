@@ -824,6 +824,9 @@ class RunActor:
     async def _record_intent(self, step: StepWrite) -> None:
         outcome = await self._send([step], after_pending=True)
         if not outcome.persisted:
+            if not outcome.outcome_unknown:
+                # Surely not stored: there is nothing for the settlement to withdraw.
+                self._unstarted_intent = None
             # G3: without a durable intent the tool is not called.
             raise StoreError(
                 f"the intent of {step.tool} (call {step.call_id}) could not be stored: "

@@ -903,3 +903,27 @@ async def test_a_dry_run_counts_the_batches_the_purge_then_takes(
     done = await store.purge_finished(FINISHED, DAY_SECONDS, batch_runs=batch_runs)
     assert (dry.runs, dry.steps, dry.batches) == (done.runs, done.steps, done.batches)
     assert done.runs == completed + failed
+
+
+async def test_a_withdrawal_leaves_no_open_intent_and_refuses_a_settled_one(
+    store: SQLStore,
+) -> None:
+    """An intent whose commit went unanswered may never have been stored: withdrawing
+    it then changes nothing. A settled call is not an attempt's to withdraw."""
+    run = await claimed(store)
+    never_stored = attrs.evolve(intent(0), withdraws=True)
+    (outcome,) = await store.commit_batch([BatchItem(run.id, 1, steps=(never_stored,))])
+    assert outcome.persisted
+    assert await store.list_steps(run.id) == []
+
+    (outcome,) = await store.commit_batch(
+        [BatchItem(run.id, 1, steps=(intent(0), outcome_of(intent(0))), lease_seconds=5.0)]
+    )
+    assert outcome.persisted
+    settled = await store.list_steps(run.id)
+    (outcome,) = await store.commit_batch(
+        [BatchItem(run.id, 1, steps=(attrs.evolve(intent(0), withdraws=True),))]
+    )
+    assert not outcome.persisted
+    assert "no open intent" in (outcome.error or "")
+    assert await store.list_steps(run.id) == settled
