@@ -15,7 +15,6 @@ import logging
 import os
 import random
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from proof_app import build_app, read_lines
 
 from leaseward import RecoveryPolicy, Runtime
 from leaseward.runtime.errors import StoreError
-from leaseward.storage import BatchItem, BatchOutcome, open_store
+from leaseward.storage import WriteBatch, WriteResults, open_store
 
 LEASE_SECONDS = 1.0
 DEADLINE_MARGIN_SECONDS = 0.2
@@ -63,14 +62,12 @@ class FaultyStore:
             raise StoreError(f"injected fault: {what} refused")
         await anyio.sleep(self._random.uniform(0, MAX_FAULT_DELAY_SECONDS))
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
-        await self._maybe_fault("commit")
-        result: list[BatchOutcome] = await self._inner.commit_batch(items)
+    async def commit(self, batch: WriteBatch) -> WriteResults:
+        # Every write of a worker (records, renewals, settlements, claims, reaps) is one
+        # group commit of its Persister: the one place a store fault reaches them all.
+        await self._maybe_fault("claim" if batch.claims and not batch.items else "commit")
+        result: WriteResults = await self._inner.commit(batch)
         return result
-
-    async def claim_runs(self, *args: Any, **kwargs: Any) -> Any:
-        await self._maybe_fault("claim")
-        return await self._inner.claim_runs(*args, **kwargs)
 
 
 def point_fired(marker: str | None) -> bool:
