@@ -50,6 +50,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.runtime.model import WorkerRegistration
 from leaseward.storage import BatchItem, BatchOutcome, Store, open_store
 
 pytestmark = pytest.mark.anyio
@@ -397,15 +398,24 @@ class LoseCommitOf(FaultyStore):
         super().__init__(inner)
         self._proxy = proxy
         self._status = status
+        # The proxy loses the next COMMIT of any connection: the worker's heartbeat,
+        # the one other writer beside the Persister, must not send it meanwhile.
+        self._one_commit = anyio.Lock()
 
     async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
-        if not self._proxy.dropped and any(
+        if self._proxy.dropped or not any(
             step.tool == "charge" and step.status is self._status
             for item in items
             for step in item.steps
         ):
+            return await super().commit_batch(items)
+        async with self._one_commit:
             self._proxy.arm()
-        return await super().commit_batch(items)
+            return await super().commit_batch(items)
+
+    async def heartbeat_worker(self, worker: WorkerRegistration) -> None:
+        async with self._one_commit:
+            await super().heartbeat_worker(worker)
 
 
 @pytest.mark.parametrize(
