@@ -233,6 +233,24 @@ def _journal_at(journal: Sequence[StepInfo], epoch: int) -> list[tuple[int, str 
     return [(s.seq, s.tool, s.status.value) for s in journal if s.epoch == epoch]
 
 
+def _pause_outside_the_write_lock(pid: int, database: Path) -> None:
+    """SIGSTOP the worker at a moment it does not hold SQLite's write lock: frozen while
+    holding it (in a renewal's commit, say), it would stop every other writer of the file,
+    which no lease can help with. Stopped, it cannot take the lock after the probe."""
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        probe = sqlite3.connect(database, timeout=0)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.01)
+        finally:
+            probe.close()
+
+
 @pytest.mark.slow
 async def test_a_paused_worker_resumed_after_its_lease_expired_starts_nothing_and_records_nothing(
     db_url: str, tmp_path: Path
@@ -242,7 +260,7 @@ async def test_a_paused_worker_resumed_after_its_lease_expired_starts_nothing_an
     worker = _spawn(db_url, tmp_path, lookup_seconds=1.5)
     try:
         await _until(lambda: any(c["pid"] == worker.pid for c in _started(tmp_path)))
-        os.kill(worker.pid, signal.SIGSTOP)
+        _pause_outside_the_write_lock(worker.pid, tmp_path / "runs.db")
         paused_at = time.monotonic()
         assert worker.stdout is not None
         run_id = worker.stdout.readline().strip().removeprefix("run_id=")
