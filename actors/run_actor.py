@@ -72,6 +72,7 @@ from leaseward.storage.protocol import BatchItem, BatchOutcome
 __all__ = ["RunActor", "RunSettings", "WriteInFlight"]
 
 SETTLE_TIMEOUT_SECONDS = 10.0
+MAX_ERROR_CHARS = 2000
 
 _WAITING = frozenset(kind.waiting_state for kind in RequestKind)
 
@@ -137,7 +138,11 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, CallTimedOut):
         # Its words say what timed out and what that means; its type adds nothing.
         return exc.message
+    # A tool's exception text is the tool's to write, of any length: the journal, the
+    # run's error and the log lines keep a bounded part of it.
     text = str(exc)
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 3] + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
