@@ -141,7 +141,7 @@ async def serve(settings: DaemonSettings, app: App) -> int:
 
 async def _serve(settings: DaemonSettings, app: App, metrics: Metrics) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with anyio.create_task_group() as tasks:
+        async with anyio.create_task_group() as watching:
             async with Runtime.open(
                 settings.store_url,
                 app,
@@ -153,20 +153,24 @@ async def _serve(settings: DaemonSettings, app: App, metrics: Metrics) -> None:
                 worker_id=settings.worker_id,
                 metrics=metrics,
             ) as runtime:
-                tasks.start_soon(_count_runs, runtime, metrics)
-                log.info(
-                    "daemon.started",
-                    store=settings.store_url,
-                    agents=[agent.name for agent in app.agents],
-                    concurrency=settings.concurrency,
-                )
-                async for signum in signals:
+                # The counter reads the store, so it ends before the Runtime closes the
+                # store: a count in flight then would fail on a closed connection.
+                async with anyio.create_task_group() as counting:
+                    counting.start_soon(_count_runs, runtime, metrics)
                     log.info(
-                        "daemon.draining",
-                        signal=signal.Signals(signum).name,
-                        drain_seconds=settings.drain_seconds,
+                        "daemon.started",
+                        store=settings.store_url,
+                        agents=[agent.name for agent in app.agents],
+                        concurrency=settings.concurrency,
                     )
-                    break
-                await tasks.start(_second_signal_stops_at_once, signals, runtime)
-            # The Runtime has drained; the watcher and the counter are not needed.
-            tasks.cancel_scope.cancel()
+                    async for signum in signals:
+                        log.info(
+                            "daemon.draining",
+                            signal=signal.Signals(signum).name,
+                            drain_seconds=settings.drain_seconds,
+                        )
+                        break
+                    counting.cancel_scope.cancel()
+                await watching.start(_second_signal_stops_at_once, signals, runtime)
+            # The Runtime has drained; the watcher is not needed.
+            watching.cancel_scope.cancel()

@@ -237,6 +237,12 @@ class Daemon:
             self.signal(signal.SIGTERM)
         return self.wait(timeout)
 
+    def stop_cleanly(self, timeout: float = 15.0) -> None:
+        """SIGTERM, and the daemon drains and exits 0; otherwise fail with its log."""
+        code = self.stop(timeout)
+        if code != 0:
+            pytest.fail(f"the daemon exited {code} on SIGTERM:\n" + self.log_path.read_text())
+
     def kill(self) -> None:
         if self.process.poll() is None:
             self.process.kill()

@@ -73,7 +73,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Template]:
         unserved = ok("submit", "no-such-agent", "--input", "{}", "--store", url).stdout.strip()
         daemon.wait_for("run.claimed", run_id=done["id"])
         time.sleep(0.3)  # a few claim polls (every 0.05 s) that must leave it alone
-        assert daemon.stop() == 0
+        daemon.stop_cleanly()
     finally:
         pool.close()
     assert snapshot(store).keys() == {"runs.db"}, "the daemon left SQLite side files"

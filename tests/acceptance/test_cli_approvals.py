@@ -132,7 +132,7 @@ def test_requests_outlive_a_daemon_restart_and_two_daemons_run_each_call_once(
     run_ids = [submit(url, "approver") for _ in range(4)]
     for run_id in run_ids:
         until_state(url, run_id, "waiting_for_approval")
-    assert first.stop() == 0
+    first.stop_cleanly()
     # Decided while no daemon runs at all.
     for run_id in run_ids:
         ok("approve", run_id, "--store", url)
@@ -158,7 +158,7 @@ def test_an_approval_after_the_expiry_is_refused_and_the_transfer_never_runs(
     )
     run_id = submit(url, "late_approver")
     waiting = until_state(url, run_id, "waiting_for_approval")
-    assert first.stop() == 0
+    first.stop_cleanly()
     [request] = waiting["requests"]  # type: ignore[misc]
     expires_at = request["expires_at"]
     assert expires_at == pytest.approx(request["requested_at"] + APPROVAL_TIMEOUT_SECONDS)

@@ -131,7 +131,7 @@ def test_a_purge_keeps_the_key_and_the_retried_order_is_charged_once(
     assert run_ids(url) == []
     assert [call["run_id"] for call in read_lines(calls_file)] == [done["id"]]
 
-    assert daemon.stop() == 0
+    daemon.stop_cleanly()
     dry = ok("purge", "--forget-keys-older-than", "1s", "--dry-run", "--store", url).stdout
     assert dry.startswith("would forget 1 idempotency key of purged runs first used before ")
     assert dry.endswith(", in 1 batch; nothing changed (dry run)\n")

@@ -74,7 +74,7 @@ def test_submit_wait_completes_a_run_and_the_journal_shows_each_step(
     timeline = ok("show", run["id"], "--store", url).stdout
     assert "charge" in timeline and "non_idempotent_write" in timeline
 
-    assert daemon.stop() == 0
+    daemon.stop_cleanly()
     log = daemon.log()
     assert all(line["worker_id"] == "acc-one" for line in log), log
     events = [line["event"] for line in log]
@@ -150,7 +150,7 @@ def test_sigterm_drains_to_a_step_boundary_and_a_second_daemon_finishes_the_run(
     assert [s["seq"] for s in steps] == list(range(2 * SLOW_STEPS + 1))
     assert steps[: len(released["steps"])] == released["steps"]
     assert all(s["epoch"] == 2 for s in steps[len(released["steps"]) :])
-    assert second.stop() == 0
+    second.stop_cleanly()
 
 
 def test_a_second_signal_stops_at_once_and_still_releases_the_lease(
@@ -198,7 +198,7 @@ def test_at_info_the_daemon_logs_each_step_and_log_level_warning_silences_it(
     assert {(s["level"], s["logger"], s["epoch"], s["worker_id"]) for s in steps} == {
         ("info", "leaseward.run", 1, "acc-info")
     }
-    assert daemon.stop() == 0
+    daemon.stop_cleanly()
     assert {line["level"] for line in daemon.log()} == {"info"}
 
     quiet = daemons.start(
@@ -209,5 +209,5 @@ def test_at_info_the_daemon_logs_each_step_and_log_level_warning_silences_it(
         DEMO_CALLS_FILE=str(calls_file),
     )
     assert ok(*submit, "--store", url).json()["state"] == "completed"
-    assert quiet.stop() == 0
+    quiet.stop_cleanly()
     assert quiet.log() == []

@@ -76,7 +76,7 @@ def test_sigterm_lets_a_write_longer_than_the_drain_finish_and_cancels_a_read(
     assert (done["result"], done["requeues"], done["epoch"]) == ("done", 0, 2)
     charges = _calls(calls_file, payer, "charge")
     assert [(c["pid"], c["call_id"]) for c in charges] == [(first.pid, CHARGE_CALL_ID)]
-    assert second.stop() == 0
+    second.stop_cleanly()
 
 
 def test_a_read_longer_than_the_drain_is_cancelled_and_released_without_a_retry(

@@ -71,7 +71,7 @@ def test_workers_lists_a_running_daemon_and_forgets_it_when_it_stops(
     )
     assert listed["heartbeat_age_seconds"] <= listed["stale_after_seconds"]
 
-    assert daemon.stop() == 0
+    daemon.stop_cleanly()
     assert ok("workers", "--store", url).stdout == "no workers\n"
     assert ok("workers", "--json", "--store", url).json() == []
 
@@ -262,7 +262,7 @@ def test_purge_deletes_the_journal_with_its_run(daemons: DaemonPool, url: str) -
     done = ok("submit", "payer", "--input", "{}", "--wait", "--json", "--timeout", "20",
               "--store", url).json()  # fmt: skip
     assert len(show(url, done["id"])["steps"]) == 3
-    assert daemon.stop() == 0
+    daemon.stop_cleanly()
     time.sleep(1.1)
 
     purged = ok("purge", "--finished-before", "1s", "--store", url).stdout
