@@ -33,6 +33,7 @@ from leaseward import (
     tool,
 )
 from leaseward.runtime.clock import SystemClock
+from leaseward.runtime.commits import Fenced, Stored
 from leaseward.runtime.lifecycle import Event, RunMode
 from leaseward.runtime.model import NewRun, Settlement, StepWrite, dump_json
 from leaseward.storage import (
@@ -148,7 +149,7 @@ async def statements_for(store: SQLStore, executor: CountingExecutor, runs: int)
             )
         )
     )
-    assert all(outcome.persisted for outcome in results.items)
+    assert all(isinstance(outcome, Stored) for outcome in results.items)
     return executor.statements - before
 
 
@@ -308,7 +309,7 @@ async def test_a_stale_item_in_a_set_writes_nothing_beside_live_items_of_the_sam
         [first] = await store.claim_runs("old", 1, 30.0, ["a"])
         release = Settlement(Event.RELEASE)
         [released] = await store.commit_batch([BatchItem(first.id, 1, settlement=release)])
-        assert released.persisted
+        assert isinstance(released, Stored)
         [again] = await store.claim_runs("new", 1, 30.0, ["a"])
         assert (again.id, again.epoch) == (first.id, 2)
         await store.create_run(queued())
@@ -324,9 +325,9 @@ async def test_a_stale_item_in_a_set_writes_nothing_beside_live_items_of_the_sam
         run = await store.get_run(first.id)
     finally:
         await store.aclose()
-    assert (stale.persisted, stale.lease_held) == (False, False)
-    assert (live.persisted, live.lease_held) == (True, True)
-    assert (beside.persisted, beside.lease_held) == (True, False)
+    assert stale == Fenced()
+    assert live == Stored()
+    assert beside == Stored()
     assert [(step.seq, step.epoch) for step in journal] == [(0, 2)]
     assert run is not None and (run.state, run.epoch, run.lease_owner) == (
         RunState.RUNNING,
