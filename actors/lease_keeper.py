@@ -20,9 +20,10 @@ from anyio.abc import TaskStatus
 
 from leaseward.actors.metrics import Metrics
 from leaseward.runtime.clock import Clock
+from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored
 from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.logs import get_logger
-from leaseward.storage.protocol import BatchItem, BatchOutcome
+from leaseward.storage.protocol import BatchItem
 
 __all__ = [
     "GUARD_TICK_SECONDS",
@@ -40,7 +41,7 @@ GUARD_TICK_SECONDS = 0.25
 """The guard looks at least this often, so that a clock that jumped (the process was
 paused) or was moved by a test is noticed promptly, not at the next planned wakeup."""
 
-RenewWriter = Callable[[Sequence[BatchItem]], Awaitable[tuple[BatchOutcome, ...]]]
+RenewWriter = Callable[[Sequence[BatchItem]], Awaitable[tuple[CommitOutcome, ...]]]
 """Writes lease renewals together, one outcome each: the Persister's ``renew``."""
 
 log = get_logger("leaseward.leases")
@@ -167,9 +168,7 @@ class LeaseKeeper:
             try:
                 outcomes = await self._renew_writer(items)
             except LeasewardError as exc:
-                outcomes = tuple(
-                    BatchOutcome(persisted=False, lease_held=True, error=exc.message) for _ in items
-                )
+                outcomes = (Refused(exc.message),) * len(items)
             self.stats.renewal_batches += 1
             failed: list[str | None] = []
             for lease, outcome in zip(leases, outcomes, strict=True):
@@ -182,14 +181,14 @@ class LeaseKeeper:
             self._renewing = False
 
     def _settle_renewal(
-        self, lease: Lease, outcome: BatchOutcome, sent_at: float, failed: list[str | None]
+        self, lease: Lease, outcome: CommitOutcome, sent_at: float, failed: list[str | None]
     ) -> None:
-        if outcome.persisted:
+        if isinstance(outcome, Stored):
             lease.renewed(sent_at, self.lease_seconds, cancel_requested=outcome.cancel_requested)
             self.stats.renewals += 1
             self._metrics.lease_renewed()
             return
-        if not outcome.lease_held and not outcome.outcome_unknown:
+        if isinstance(outcome, Fenced):
             lease.lost = True
             held = self._held.pop(lease, None)
             if held is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import anyio
 import anyio.lowlevel
@@ -21,19 +21,18 @@ from leaseward.actors.messages import (
     Submit,
 )
 from leaseward.actors.metrics import Metrics
+from leaseward.runtime.commits import CommitOutcome
 from leaseward.runtime.errors import CommitOutcomeUnknown, LeasewardError, StoreError
 from leaseward.runtime.logs import get_logger
 from leaseward.runtime.model import NewRun, RunRecord
 from leaseward.storage.crash_points import ARMED, carries_outcome, crash_point
 from leaseward.storage.protocol import (
     BatchItem,
-    BatchOutcome,
     CancelOutcome,
     ClaimRequest,
     Reap,
     Store,
     WriteBatch,
-    WriteResults,
     unwrap,
 )
 
@@ -52,16 +51,6 @@ class PersisterStats:
     items: int = 0
     largest_batch: int = 0
     commit_seconds: float = 0.0
-
-
-def _size(message: PersisterMessage) -> int:
-    if isinstance(message, Submit):
-        return len(message.runs)
-    if isinstance(message, ReapRuns):
-        return len(message.reaps)
-    if isinstance(message, Renew):
-        return len(message.items)
-    return 1
 
 
 class Persister:
@@ -90,13 +79,13 @@ class Persister:
 
     # -- requests ---------------------------------------------------------------------
 
-    async def persist(self, item: BatchItem) -> BatchOutcome:
-        reply: Reply[BatchOutcome] = Reply()
+    async def persist(self, item: BatchItem) -> CommitOutcome:
+        reply: Reply[CommitOutcome] = Reply()
         self.mailbox.send_nowait(Persist(item, reply))
         return await reply.wait()
 
-    async def renew(self, items: Sequence[BatchItem]) -> tuple[BatchOutcome, ...]:
-        reply: Reply[tuple[BatchOutcome, ...]] = Reply()
+    async def renew(self, items: Sequence[BatchItem]) -> tuple[CommitOutcome, ...]:
+        reply: Reply[tuple[CommitOutcome, ...]] = Reply()
         self.mailbox.send_nowait(Renew(tuple(items), reply))
         return await reply.wait()
 
@@ -120,99 +109,71 @@ class Persister:
         self.mailbox.send_nowait(ReapRuns(tuple(reaps), reply))
         return await reply.wait()
 
-    # -- the actor --------------------------------------------------------------------
+    # -- the actor: drain, commit, answer ---------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
-            first = await self.mailbox.receive()
-            batch, size = [first], _size(first)
-            # One turn of the event loop lets the runs answered by the last batch
-            # send their next request, so they join this batch instead of the next.
-            await anyio.lowlevel.checkpoint()
-            while size < self._max_batch:
-                more = self.mailbox.receive_nowait()
-                if more is None:
-                    break
-                batch.append(more)
-                size += _size(more)
-            await self._commit(batch, size)
+            await self._commit(await self._drain())
 
-    async def _commit(self, batch: list[PersisterMessage], size: int) -> None:
+    async def _drain(self) -> list[PersisterMessage]:
+        """The next batch: the first request that comes, and every one waiting behind it
+        up to the batch's size."""
+        first = await self.mailbox.receive()
+        batch, size = [first], first.size
+        # One turn of the event loop lets the runs answered by the last batch
+        # send their next request, so they join this batch instead of the next.
+        await anyio.lowlevel.checkpoint()
+        while size < self._max_batch:
+            more = self.mailbox.receive_nowait()
+            if more is None:
+                break
+            batch.append(more)
+            size += more.size
+        return batch
+
+    async def _commit(self, batch: list[PersisterMessage]) -> None:
         started = time.perf_counter()
-        writes = WriteBatch(
-            new_runs=tuple(run for m in batch if isinstance(m, Submit) for run in m.runs),
-            cancels=tuple(m.run_id for m in batch if isinstance(m, Cancel)),
-            items=tuple(_items(batch)),
-            reaps=tuple(reap for m in batch if isinstance(m, ReapRuns) for reap in m.reaps),
-            claims=tuple(m.request for m in batch if isinstance(m, Claim)),
-        )
+        parts = [request.writes for request in batch]
+        writes = WriteBatch.joined(parts)
         try:
             results = await self._store.commit(writes)
         except LeasewardError as exc:
-            unknown = isinstance(exc, CommitOutcomeUnknown)
+            unanswered = isinstance(exc, CommitOutcomeUnknown)
             log.warning(
-                "persister.batch_failed", items=size, error=exc.message, outcome_unknown=unknown
+                "persister.batch_failed",
+                items=len(writes),
+                error=exc.message,
+                outcome_unknown=unanswered,
             )
-            _answer_all(batch, exc, unknown=unknown)
+            _fail_all(batch, exc, unanswered=unanswered)
             return
         except BaseException:
             # Never leave an asker waiting: a crash here answers "not persisted",
             # which fails writes closed, before the Supervisor restarts this actor.
-            _answer_all(batch, StoreError("the persister crashed"), unknown=False)
+            _fail_all(batch, StoreError("the persister crashed"), unanswered=False)
             raise
         if ARMED and carries_outcome(step for item in writes.items for step in item.steps):
             crash_point("before_reply")
         elapsed = time.perf_counter() - started
+        size = len(writes)
         self.stats.batches += 1
         self.stats.items += size
         self.stats.largest_batch = max(self.stats.largest_batch, size)
         self.stats.commit_seconds += elapsed
         self._metrics.batch_committed(size, elapsed)
         log.debug("persister.committed", items=size, seconds=round(elapsed, 6))
-        _answer(batch, results)
+        try:
+            for request, share in zip(batch, results.shares(parts), strict=True):
+                request.answer(share)
+        except BaseException:
+            # The batch is committed, but results that do not match its requests are
+            # a store's bug: whoever was not answered yet cannot know what was stored.
+            _fail_all(batch, StoreError("the persister could not answer"), unanswered=True)
+            raise
 
 
-def _items(batch: list[PersisterMessage]) -> Iterator[BatchItem]:
-    for message in batch:
-        if isinstance(message, Persist):
-            yield message.item
-        elif isinstance(message, Renew):
-            yield from message.items
-
-
-def _answer(batch: list[PersisterMessage], results: WriteResults) -> None:
-    """Hand each asker its share of the results, which come kind by kind, in order."""
-    new_runs, cancels = iter(results.new_runs), iter(results.cancels)
-    items, reaps, claims = iter(results.items), iter(results.reaps), iter(results.claims)
-    for message in batch:
-        if isinstance(message, Persist):
-            message.reply.answer(next(items))
-        elif isinstance(message, Renew):
-            message.reply.answer(tuple(next(items) for _ in message.items))
-        elif isinstance(message, Submit):
-            message.reply.answer(tuple(next(new_runs) for _ in message.runs))
-        elif isinstance(message, Claim):
-            message.reply.answer(next(claims))
-        elif isinstance(message, Cancel):
-            message.reply.answer(next(cancels))
-        else:
-            message.reply.answer(tuple(next(reaps) for _ in message.reaps))
-
-
-def _answer_all(batch: list[PersisterMessage], error: LeasewardError, *, unknown: bool) -> None:
-    """Answer every asker of a batch whose transaction failed as a whole."""
-    failed = BatchOutcome(
-        persisted=False, lease_held=True, error=error.message, outcome_unknown=unknown
-    )
-    for message in batch:
-        if isinstance(message, Persist):
-            message.reply.answer(failed)
-        elif isinstance(message, Renew):
-            message.reply.answer((failed,) * len(message.items))
-        elif isinstance(message, Submit):
-            message.reply.answer((error,) * len(message.runs))
-        elif isinstance(message, Claim | Cancel):
-            message.reply.answer(error)
-        else:
-            message.reply.answer((error,) * len(message.reaps))
+def _fail_all(batch: list[PersisterMessage], error: LeasewardError, *, unanswered: bool) -> None:
+    """Answer every asker of ``batch`` not answered yet (a reply keeps its first answer)."""
+    for request in batch:
+        request.fail(error, unanswered=unanswered)

@@ -15,6 +15,7 @@ from leaseward.actors.metrics import Metrics
 from leaseward.runtime.agents import Agent
 from leaseward.runtime.approvals import Gate, GateAction, gate_call
 from leaseward.runtime.clock import Clock
+from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered
 from leaseward.runtime.conversation import (
     PendingCall,
     normalize_reply,
@@ -67,7 +68,7 @@ from leaseward.runtime.model import (
 )
 from leaseward.runtime.tools import BoundTool, ToolContext
 from leaseward.storage.crash_points import crash_point
-from leaseward.storage.protocol import BatchItem, BatchOutcome
+from leaseward.storage.protocol import BatchItem
 
 __all__ = ["RunActor", "RunSettings", "WriteInFlight"]
 
@@ -80,7 +81,7 @@ log = get_logger("leaseward.run")
 
 _T = TypeVar("_T")
 
-PersistFn = Callable[[BatchItem], Awaitable[BatchOutcome]]
+PersistFn = Callable[[BatchItem], Awaitable[CommitOutcome]]
 StepsFn = Callable[[str], Awaitable[list[StepInfo]]]
 RequestsFn = Callable[[str], Awaitable[list[HumanRequest]]]
 
@@ -672,7 +673,7 @@ class RunActor:
             await self._record_soft(failed)
             return
         outcome = await self._send([attrs.evolve(base, settles=True, error=words)])
-        if not outcome.persisted:
+        if not isinstance(outcome, Stored):
             # The intent is still there, open: the write is handled as interrupted.
             self._log.warning(
                 "step.record_failed", seq=base.seq, tool=base.tool, error=outcome.error
@@ -700,7 +701,7 @@ class RunActor:
         settlement: Settlement | None = None,
         *,
         after_pending: bool = False,
-    ) -> BatchOutcome:
+    ) -> CommitOutcome:
         """Commit ``steps`` (and the lease renewal or settlement) behind any pending records.
 
         With ``after_pending`` the steps are stored only together with every
@@ -709,13 +710,13 @@ class RunActor:
         still cannot be stored stays pending and the rest goes ahead alone.
         """
         outcome = await self._commit(tuple(self._pending), tuple(steps), settlement)
-        if outcome.persisted:
+        if isinstance(outcome, Stored):
             self._pending.clear()
         elif self._pending and not after_pending:
             self._log.warning("step.deferred", count=len(self._pending), error=outcome.error)
             refused = outcome
             outcome = await self._commit((), tuple(steps), settlement)
-            if outcome.persisted and refused.data_error:
+            if isinstance(outcome, Stored) and isinstance(refused, Refused) and refused.data_error:
                 # The rest went in without them, so the store refuses what the pending
                 # records hold: sent again, they would be refused again, forever.
                 self._drop(self._pending, refused.error)
@@ -727,7 +728,7 @@ class RunActor:
         resent: tuple[StepWrite, ...],
         fresh: tuple[StepWrite, ...],
         settlement: Settlement | None,
-    ) -> BatchOutcome:
+    ) -> CommitOutcome:
         """Commit records sent before (``resent``) and new ones (``fresh``) in one item."""
         steps = (*resent, *fresh)
         lease_seconds = 0.0 if settlement is not None else self._settings.lease_seconds
@@ -742,15 +743,15 @@ class RunActor:
         # for a lock, the database's expiry is no earlier than this.
         sent_at = self._clock.monotonic()
         outcome = await self._persist(item)
-        answered = not outcome.outcome_unknown
-        if not answered:
+        answered = not isinstance(outcome, Unanswered)
+        if isinstance(outcome, Unanswered):
             # Whatever the journal says, nobody told this worker that its fence held
             # when it sent this, let alone now: no call before the store says so.
             self._lease_in_doubt = True
             outcome = await self._read_back(item, fresh, outcome)
-        if not outcome.lease_held and not outcome.persisted:
+        if isinstance(outcome, Fenced):
             raise LeaseLost(f"run {self.run_id} is no longer held at epoch {self.epoch}")
-        if not outcome.persisted:
+        if not isinstance(outcome, Stored):
             return outcome
         for step in steps:
             self._log.info(
@@ -775,8 +776,8 @@ class RunActor:
         return outcome
 
     async def _read_back(
-        self, item: BatchItem, fresh: Sequence[StepWrite], unanswered: BatchOutcome
-    ) -> BatchOutcome:
+        self, item: BatchItem, fresh: Sequence[StepWrite], unanswered: Unanswered
+    ) -> CommitOutcome:
         """The commit of ``item`` went unanswered: whether it is stored is read from the journal.
 
         The item's steps were written only if its lease fence held, and all of them or
@@ -798,20 +799,16 @@ class RunActor:
             return unanswered
         if not all(step.stored_in(journal.get(step.seq), self.epoch) for step in item.steps):
             self._log.warning("commit.not_stored", error=unanswered.error)
-            return attrs.evolve(unanswered, outcome_unknown=False)
+            return Refused(unanswered.error)
         self._log.warning("commit.stored", error=unanswered.error)
         # A cancel requested meanwhile is seen at the next renewal.
-        return BatchOutcome(
-            persisted=True,
-            lease_held=item.settlement is None,
-            cancel_requested=self._lease.cancel_requested,
-        )
+        return Stored(cancel_requested=self._lease.cancel_requested)
 
     async def _record_soft(self, step: StepWrite) -> None:
         outcome = await self._send([step])
-        if outcome.persisted:
+        if isinstance(outcome, Stored):
             return
-        if outcome.data_error:
+        if isinstance(outcome, Refused) and outcome.data_error:
             # Refused for what it holds, not for a passing fault: keeping it pending
             # would only get every later record of this run refused along with it.
             self._drop([step], outcome.error)
@@ -828,8 +825,8 @@ class RunActor:
 
     async def _record_intent(self, step: StepWrite) -> None:
         outcome = await self._send([step], after_pending=True)
-        if not outcome.persisted:
-            if not outcome.outcome_unknown:
+        if not isinstance(outcome, Stored):
+            if not isinstance(outcome, Unanswered):
                 # Surely not stored: there is nothing for the settlement to withdraw.
                 self._unstarted_intent = None
             # G3: without a durable intent the tool is not called.
@@ -840,7 +837,7 @@ class RunActor:
 
     async def _record_outcome(self, step: StepWrite) -> None:
         outcome = await self._send([step])
-        if not outcome.persisted:
+        if not isinstance(outcome, Stored):
             self._log.error("audit.failed", seq=step.seq, tool=step.tool, error=outcome.error)
             self._metrics.audit_failed()
             raise AuditPersistenceFailed(
@@ -861,7 +858,7 @@ class RunActor:
         if self._admissible():
             return
         outcome = await self._send([])
-        if not outcome.persisted:
+        if not isinstance(outcome, Stored):
             raise _CallNotAdmitted(
                 f"the lease could not be renewed for the next call: {outcome.error}"
             )
@@ -954,7 +951,7 @@ class RunActor:
         except LeaseLost:
             self._log.warning("lease.lost", during="settle")
             return
-        if not outcome.persisted:
+        if not isinstance(outcome, Stored):
             # The lease will expire and the reaper applies recovery from the journal.
             # ("event" is the log line's own name: the transition goes under another key.)
             self._log.error(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import anyio
 import anyio.lowlevel
@@ -81,6 +81,9 @@ def _sole_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | None
 class _Local:
     actor: RunActor
     scope: anyio.CancelScope
+    claimed: bool
+    """Claimed from the queue, in a slot of ``concurrency``; otherwise an interactive run
+    (``Runtime.run``), which executes in its caller's task and takes no slot."""
 
 
 # A reaped actor may still be alive (inside a call that cannot record anything)
@@ -137,9 +140,9 @@ class Supervisor:
             reap=self.persister.reap,
             clock=clock,
         )
+        # Every run this process executes, claimed or interactive: a lost lease, a drain
+        # and a forced stop reach them all alike.
         self._local: dict[_LocalKey, _Local] = {}
-        # Interactive runs execute in their callers' tasks, but a forced stop reaches them too.
-        self._interactive: set[RunActor] = set()
         # Helpers outlive a cancel from outside until the runs are over: a write that is
         # finishing needs the Persister to record it and the keeper to renew its lease.
         self._helper_scopes: list[anyio.CancelScope] = []
@@ -230,7 +233,7 @@ class Supervisor:
     async def _claim_loop(self, runs: TaskGroup) -> None:
         settings = self.settings
         while self._claiming:
-            room = settings.concurrency - len(self._local)
+            room = settings.concurrency - sum(local.claimed for local in self._local.values())
             claimed: tuple[RunRecord, ...] = ()
             if room > 0:
                 try:
@@ -290,11 +293,10 @@ class Supervisor:
                     local.actor.cut_off()
                     local.scope.cancel()
 
-    def _start(self, runs: TaskGroup, record: RunRecord, lease_deadline: float) -> None:
-        agent = self._app.agent(record.agent)
-        actor = RunActor(
+    def _new_actor(self, record: RunRecord, lease_deadline: float) -> RunActor:
+        return RunActor(
             record,
-            agent,
+            self._app.agent(record.agent),
             persist=self.persister.persist,
             load_steps=self._store.list_steps,
             load_requests=self._store.list_requests,
@@ -306,23 +308,42 @@ class Supervisor:
             draining=self._draining,
             metrics=self.metrics,
         )
-        scope = anyio.CancelScope()
-        self._local[(record.id, record.epoch)] = _Local(actor, scope)
-        self._log.info("run.claimed", run_id=record.id, epoch=record.epoch, agent=record.agent)
-        runs.start_soon(self._run_actor, actor, scope)
 
-    async def _run_actor(self, actor: RunActor, scope: anyio.CancelScope) -> None:
+    def _start(self, runs: TaskGroup, record: RunRecord, lease_deadline: float) -> None:
+        local = self._enter(record, lease_deadline, claimed=True)
+        self._log.info("run.claimed", run_id=record.id, epoch=record.epoch, agent=record.agent)
+        runs.start_soon(self._run_actor, local)
+
+    async def run_interactive(self, record: RunRecord, lease_deadline: float) -> Settlement | None:
+        """Execute ``record``, a run started by this process's caller (``Runtime.run``),
+        in the caller's task until it ends; returns the settlement its actor stored.
+
+        It is one of this Supervisor's runs like those it claimed: a reap of its lease
+        cancels it, a drain waits for it and then cancels it, stop_now() cuts off its
+        write. A cancel of the caller's task reaches it as always.
+        """
+        return await self._run_actor(self._enter(record, lease_deadline, claimed=False))
+
+    def _enter(self, record: RunRecord, lease_deadline: float, *, claimed: bool) -> _Local:
+        local = _Local(self._new_actor(record, lease_deadline), anyio.CancelScope(), claimed)
+        self._local[(record.id, record.epoch)] = local
+        return local
+
+    async def _run_actor(self, local: _Local) -> Settlement | None:
+        actor = local.actor
         settlement: Settlement | None = None
         try:
-            with scope:
+            with local.scope:
                 settlement = await actor.run()
         finally:
             self._local.pop((actor.run_id, actor.epoch), None)
-            self.mailbox.send_nowait(RunEnded(actor.run_id))
+            if local.claimed:
+                self.mailbox.send_nowait(RunEnded(actor.run_id))
             self._run_ended.set()
             self._run_ended = anyio.Event()
             if self.ended is not None:
                 self.ended(actor.run_id, settlement)
+        return settlement
 
     async def _drain(self) -> None:
         """Stop claiming, let runs reach a step boundary, and release their leases.
@@ -346,36 +367,24 @@ class Supervisor:
             self._log.info("worker.finishing_write", **attrs.asdict(write))
         await self._until_idle()
 
-    def _actors(self) -> list[RunActor]:
-        return [local.actor for local in self._local.values()] + list(self._interactive)
-
     def writes_in_flight(self) -> tuple[WriteInFlight, ...]:
-        return tuple(actor.writing for actor in self._actors() if actor.writing is not None)
+        return tuple(
+            local.actor.writing for local in self._local.values() if local.actor.writing is not None
+        )
 
     def stop_now(self) -> tuple[WriteInFlight, ...]:
         """Cut a drain short: runs still going are interrupted instead of awaited, writes
-        in flight included. Returns those writes, each logged before it is cut off.
-
-        An interactive run (``rt.run``) belongs to its caller's task, which this does
-        not cancel: its write is no longer shielded, so the caller's cancel cuts it."""
+        in flight included, interactive runs' as well. Returns those writes, each logged
+        before it is cut off."""
         self._stop_now = True
         cut = self.writes_in_flight()
         for write in cut:
             self._log.warning("worker.cutting_off", **attrs.asdict(write))
-        for actor in self._actors():
-            actor.cut_off()
+        for local in self._local.values():
+            local.actor.cut_off()
         if self._drain_scope is not None:
             self._drain_scope.cancel()
         return cut
-
-    @contextmanager
-    def interactive(self, actor: RunActor) -> Iterator[None]:
-        """While inside, ``actor`` (a run of this process's caller) is one stop_now() reaches."""
-        self._interactive.add(actor)
-        try:
-            yield
-        finally:
-            self._interactive.discard(actor)
 
     async def _until_idle(self) -> None:
         while self._local:

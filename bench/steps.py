@@ -99,8 +99,9 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.runtime.commits import CommitOutcome
 from leaseward.storage import open_store
-from leaseward.storage.protocol import BatchItem, BatchOutcome
+from leaseward.storage.protocol import BatchItem
 
 AGENT = "bench"
 VARIANTS = ("read", "write")
@@ -232,7 +233,7 @@ def time_journal_writes(rt: Runtime) -> list[float]:
     persist = persister.persist
     waits: list[float] = []
 
-    async def timed(item: BatchItem) -> BatchOutcome:
+    async def timed(item: BatchItem) -> CommitOutcome:
         started = time.perf_counter()
         outcome = await persist(item)
         if item.steps:

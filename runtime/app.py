@@ -14,7 +14,7 @@ from leaseward.actors.lease_keeper import RENEWALS_PER_LEASE, default_margin
 from leaseward.actors.metrics import Metrics
 from leaseward.actors.persister import MAX_BATCH_ITEMS
 from leaseward.actors.reaper import Reaped
-from leaseward.actors.run_actor import RunActor, RunSettings, WriteInFlight
+from leaseward.actors.run_actor import RunSettings, WriteInFlight
 from leaseward.actors.supervisor import Supervisor, SupervisorSettings
 from leaseward.runtime.agents import App
 from leaseward.runtime.client import Client
@@ -104,6 +104,8 @@ class Runtime(Client):
         (at once, for a cancel from outside) provider and read-only calls are cancelled
         and their runs released; a write call in flight is never cut off by either: it
         finishes, within its own timeout, and is recorded first. See stop_now().
+        An interactive run still going then (``run`` called from another task) is
+        waited for as long, and then fails as interrupted, its write finished first.
         """
         if not isinstance(app, App):
             raise ConfigurationError(f"app must be an App, not {type(app).__name__}")
@@ -204,21 +206,7 @@ class Runtime(Client):
             # Joined rather than refused: a retried request gets what the first one
             # gets. The wait ends even if that run's worker died: a reaper settles it.
             return await self.wait(record.id)
-        actor = RunActor(
-            record,
-            self.app.agent(agent),
-            persist=self.supervisor.persister.persist,
-            load_steps=self._store.list_steps,
-            load_requests=self._store.list_requests,
-            settings=settings.run,
-            clock=self._clock,
-            worker_id=settings.worker_id,
-            lease_deadline=sent_at + settings.lease_seconds,
-            keeper=self.supervisor.keeper,
-            metrics=self.supervisor.metrics,
-        )
-        with self.supervisor.interactive(actor):
-            await actor.run()
+        await self.supervisor.run_interactive(record, sent_at + settings.lease_seconds)
         self._settled(record.id)
         return await self.get(record.id)
 
@@ -229,8 +217,8 @@ class Runtime(Client):
         call in flight finish and be recorded first, each within its own timeout.
         After this, leaving cuts them off: it returns them (each logged at WARNING),
         and their runs are settled as interrupted, a non-idempotent write's
-        dead-lettered. An interactive run's write is cut when its caller's task is
-        cancelled. Call it from another task while leaving waits.
+        dead-lettered; interactive runs (``run``) are cut off alike, and fail. Call it
+        from another task while leaving waits.
         """
         return self.supervisor.stop_now()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from leaseward.storage.connect import open_store
 from leaseward.storage.protocol import (
     BatchItem,
-    BatchOutcome,
     CancelOutcome,
     ClaimRequest,
     ExpiredRequest,
@@ -29,7 +28,6 @@ __all__ = [
     "PURGE_BATCH_RUNS",
     "WORK_CHANNEL",
     "BatchItem",
-    "BatchOutcome",
     "CancelOutcome",
     "ClaimRequest",
     "ExpiredRequest",

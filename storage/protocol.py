@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol, TypeVar
 
 import attrs
 
+from leaseward.runtime.commits import CommitOutcome
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.lifecycle import Reason, RunState, StepStatus
@@ -28,7 +29,6 @@ from leaseward.runtime.model import (
 
 __all__ = [
     "BatchItem",
-    "BatchOutcome",
     "CancelOutcome",
     "ClaimRequest",
     "ExpiredRequest",
@@ -64,19 +64,6 @@ class BatchItem:
     steps: tuple[StepWrite, ...] = ()
     lease_seconds: float = 0.0
     settlement: Settlement | None = None
-
-
-@attrs.frozen
-class BatchOutcome:
-    persisted: bool
-    lease_held: bool
-    cancel_requested: bool = False
-    lease_expires_at: float | None = None
-    error: str | None = None
-    outcome_unknown: bool = False
-    """The commit went unanswered (``persisted`` is then False): the item may be stored."""
-    data_error: bool = False
-    """Not persisted because the store refused the item's data: sending it again is futile."""
 
 
 @attrs.frozen
@@ -155,14 +142,28 @@ class WriteBatch:
     reaps: tuple[Reap, ...] = ()
     claims: tuple[ClaimRequest, ...] = ()
 
-    def __len__(self) -> int:
-        return (
-            len(self.new_runs)
-            + len(self.cancels)
-            + len(self.items)
-            + len(self.reaps)
-            + len(self.claims)
+    @classmethod
+    def joined(cls, parts: Sequence[WriteBatch]) -> WriteBatch:
+        """Every request of ``parts`` in one batch, each kind in the order of the parts."""
+        return cls(
+            new_runs=tuple(new for part in parts for new in part.new_runs),
+            cancels=tuple(run_id for part in parts for run_id in part.cancels),
+            items=tuple(item for part in parts for item in part.items),
+            reaps=tuple(reap for part in parts for reap in part.reaps),
+            claims=tuple(claim for part in parts for claim in part.claims),
         )
+
+    def _counts(self) -> tuple[int, int, int, int, int]:
+        return (
+            len(self.new_runs),
+            len(self.cancels),
+            len(self.items),
+            len(self.reaps),
+            len(self.claims),
+        )
+
+    def __len__(self) -> int:
+        return sum(self._counts())
 
 
 @attrs.frozen
@@ -172,14 +173,60 @@ class WriteResults:
     A request refused on its own (an unknown run to cancel, an idempotency key
     used for other work, data the store cannot take) has the error as its
     result; the others in the batch are unaffected. Journal items answer with a
-    BatchOutcome, which carries its own error.
+    CommitOutcome, which carries its own error.
     """
 
     new_runs: tuple[RunRecord | LeasewardError, ...] = ()
     cancels: tuple[CancelOutcome | LeasewardError, ...] = ()
-    items: tuple[BatchOutcome, ...] = ()
+    items: tuple[CommitOutcome, ...] = ()
     reaps: tuple[bool | LeasewardError, ...] = ()
     claims: tuple[tuple[RunRecord, ...] | LeasewardError, ...] = ()
+
+    @classmethod
+    def joined(cls, parts: Sequence[WriteResults]) -> WriteResults:
+        """The results of ``parts`` as those of their batches joined (WriteBatch.joined)."""
+        return cls(
+            new_runs=tuple(result for part in parts for result in part.new_runs),
+            cancels=tuple(result for part in parts for result in part.cancels),
+            items=tuple(result for part in parts for result in part.items),
+            reaps=tuple(result for part in parts for result in part.reaps),
+            claims=tuple(result for part in parts for result in part.claims),
+        )
+
+    def shares(self, parts: Sequence[WriteBatch]) -> Iterator[WriteResults]:
+        """These results, of ``WriteBatch.joined(parts)``, split back into one per part.
+
+        Raises ValueError unless they hold exactly one result per request of each kind.
+        """
+        wanted = tuple(map(sum, zip(*(part._counts() for part in parts), strict=True)))
+        if self._counts() != (wanted or (0, 0, 0, 0, 0)):
+            raise ValueError(f"results {self._counts()} for requests {wanted} of each kind")
+        new_runs = cancels = items = reaps = claims = 0
+        for part in parts:
+            yield WriteResults(
+                new_runs=self.new_runs[new_runs : new_runs + len(part.new_runs)],
+                cancels=self.cancels[cancels : cancels + len(part.cancels)],
+                items=self.items[items : items + len(part.items)],
+                reaps=self.reaps[reaps : reaps + len(part.reaps)],
+                claims=self.claims[claims : claims + len(part.claims)],
+            )
+            new_runs += len(part.new_runs)
+            cancels += len(part.cancels)
+            items += len(part.items)
+            reaps += len(part.reaps)
+            claims += len(part.claims)
+
+    def _counts(self) -> tuple[int, int, int, int, int]:
+        return (
+            len(self.new_runs),
+            len(self.cancels),
+            len(self.items),
+            len(self.reaps),
+            len(self.claims),
+        )
+
+    def __len__(self) -> int:
+        return sum(self._counts())
 
 
 class Store(Protocol):
@@ -220,7 +267,7 @@ class Store(Protocol):
         """
         ...
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
         """Commit every item in one transaction; one outcome per item, in order."""
         ...
 

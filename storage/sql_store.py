@@ -10,6 +10,7 @@ import anyio
 import attrs
 
 from leaseward.runtime.clock import Clock
+from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import (
     IdempotencyKeyConflict,
@@ -57,7 +58,6 @@ from leaseward.storage.executor import Executor, Row
 from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.protocol import (
     BatchItem,
-    BatchOutcome,
     CancelOutcome,
     ClaimRequest,
     ExpiredRequest,
@@ -304,12 +304,7 @@ def _failed(single: WriteBatch, exc: StoreError) -> WriteResults:
     return WriteResults(
         new_runs=(exc,) * len(single.new_runs),
         cancels=(exc,) * len(single.cancels),
-        items=(
-            BatchOutcome(
-                persisted=False, lease_held=True, error=exc.message, data_error=exc.data_error
-            ),
-        )
-        * len(single.items),
+        items=(Refused(exc.message, data_error=exc.data_error),) * len(single.items),
         reaps=(exc,) * len(single.reaps),
         claims=(exc,) * len(single.claims),
     )
@@ -347,9 +342,7 @@ class _ItemRefused(Exception):
     def __init__(self, position: int, error: str, *, data_error: bool = False) -> None:
         super().__init__(error)
         self.position = position
-        self.outcome = BatchOutcome(
-            persisted=False, lease_held=True, error=error, data_error=data_error
-        )
+        self.outcome = Refused(error, data_error=data_error)
 
 
 def _state_text(run: RunRecord) -> str:
@@ -461,7 +454,7 @@ class SQLStore:
         [result] = (await self.commit(WriteBatch(claims=(claim,)))).claims
         return list(unwrap(result))
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
         return list((await self.commit(WriteBatch(items=tuple(items)))).items)
 
     async def request_cancel(self, run_id: str) -> CancelOutcome:
@@ -504,13 +497,7 @@ class SQLStore:
                     parts.append(WriteResults(items=(refused.outcome,)))
                 except StoreError as exc:
                     parts.append(_failed(single, exc))
-            results = WriteResults(
-                new_runs=tuple(r for part in parts for r in part.new_runs),
-                cancels=tuple(r for part in parts for r in part.cancels),
-                items=tuple(r for part in parts for r in part.items),
-                reaps=tuple(r for part in parts for r in part.reaps),
-                claims=tuple(r for part in parts for r in part.claims),
-            )
+            results = WriteResults.joined(parts)
             await self._after_write(batch, results)
         return results
 
@@ -532,7 +519,7 @@ class SQLStore:
                 for new, run in zip(batch.new_runs, results.new_runs, strict=True)
             )
             or any(
-                outcome.persisted and _makes_claimable(item.settlement)
+                isinstance(outcome, Stored) and _makes_claimable(item.settlement)
                 for item, outcome in zip(batch.items, results.items, strict=True)
             )
             or any(
@@ -683,7 +670,7 @@ class SQLStore:
             sorted((run_from_row(r) for r in rows), key=lambda r: (r.available_at, r.created_at))
         )
 
-    async def _write_items(self, items: Sequence[BatchItem], now: float) -> list[BatchOutcome]:
+    async def _write_items(self, items: Sequence[BatchItem], now: float) -> list[CommitOutcome]:
         """Write the items with one statement per kind of change, whatever their number.
 
         The fence comes first: an item whose run is no longer ``running`` under its
@@ -739,21 +726,10 @@ class SQLStore:
             for key, (position, _) in settlements.items():
                 if key not in settled:
                     raise _ItemRefused(position, "the run changed under its own lease")
-        outcomes: list[BatchOutcome] = []
-        for item in items:
-            fence = held.get((item.run_id, item.epoch))
-            if fence is None:
-                outcomes.append(BatchOutcome(persisted=False, lease_held=False))
-                continue
-            outcomes.append(
-                BatchOutcome(
-                    persisted=True,
-                    lease_held=item.settlement is None,
-                    cancel_requested=bool(fence["cancel_requested"]),
-                    lease_expires_at=fence["lease_expires_at"],
-                )
-            )
-        return outcomes
+        return [
+            Fenced() if fence is None else Stored(cancel_requested=bool(fence["cancel_requested"]))
+            for fence in (held.get((item.run_id, item.epoch)) for item in items)
+        ]
 
     async def _insert_steps(
         self,

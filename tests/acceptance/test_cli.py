@@ -35,6 +35,7 @@ from demo_app import CHARGE_CALL_ID
 from file_modes import unwritable
 
 from leaseward import ProviderReply, StepKind, StepStatus, ToolCall, ToolEffect
+from leaseward.runtime.commits import Stored
 from leaseward.runtime.conversation import reply_to_json
 from leaseward.runtime.model import MAX_INPUT_BYTES, StepWrite, dump_json
 from leaseward.storage import BatchItem, open_store
@@ -690,7 +691,7 @@ async def _interrupt_a_charge(url: str, started_seconds_ago: float) -> str:
         (outcome,) = await store.commit_batch(
             [BatchItem(run.id, run.epoch, (turn, intent), lease_seconds=0.05)]
         )
-        assert outcome.persisted
+        assert isinstance(outcome, Stored)
     finally:
         await store.aclose()
     return run.id

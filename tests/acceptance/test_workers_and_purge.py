@@ -20,6 +20,7 @@ from acceptance_support import (
 from demo_app import app
 
 from leaseward.runtime.clock import ManualClock, SystemClock
+from leaseward.runtime.commits import Stored
 from leaseward.runtime.lifecycle import Event, Reason
 from leaseward.runtime.model import NewRun, RunMode, Settlement, WorkerRegistration
 from leaseward.storage import BatchItem, SQLStore, open_store
@@ -159,7 +160,7 @@ async def _finished(store: SQLStore, settlement: Settlement) -> str:
     (outcome,) = await store.commit_batch(
         [BatchItem(run_id, run.epoch, lease_seconds=30.0, settlement=settlement)]
     )
-    assert outcome.persisted
+    assert isinstance(outcome, Stored)
     return run_id
 
 

@@ -22,6 +22,7 @@ from leaseward import (
     tool,
 )
 from leaseward.runtime.client import new_run_id
+from leaseward.runtime.commits import CommitOutcome, Refused, Stored
 from leaseward.runtime.conversation import normalize_reply, reply_to_json
 from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.lifecycle import StepKind, StepStatus
@@ -38,7 +39,6 @@ from leaseward.runtime.model import (
 )
 from leaseward.storage import (
     BatchItem,
-    BatchOutcome,
     CancelOutcome,
     ExpiredRequest,
     ExpiredRun,
@@ -110,21 +110,19 @@ class FaultyStore:
             ),
         )
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
         if self.crash_next_batch:
             self.crash_next_batch = False
             raise RuntimeError("injected crash inside the store driver")
         passed = [item for item in items if not self.fault(item)]
         committed = iter(await self.inner.commit_batch(passed) if passed else [])
-        outcomes: list[BatchOutcome] = []
+        outcomes: list[CommitOutcome] = []
         for item in items:
             if item in passed:
                 outcomes.append(next(committed))
             else:
                 self.refused.append(item)
-                outcomes.append(
-                    BatchOutcome(persisted=False, lease_held=True, error="injected disk I/O error")
-                )
+                outcomes.append(Refused("injected disk I/O error"))
         return outcomes
 
     async def get_run(self, run_id: str) -> RunRecord | None:
@@ -305,7 +303,7 @@ async def ghost_claims(store: SQLStore, agent: str, steps: tuple[StepWrite, ...]
     [outcome] = await store.commit_batch(
         [BatchItem(run_id, claimed.epoch, steps=steps, lease_seconds=0.01)]
     )
-    assert outcome.persisted
+    assert isinstance(outcome, Stored)
     return run_id
 
 

@@ -30,6 +30,7 @@ from test_store_conformance import new_run
 from leaseward import App, RunState, Runtime, ToolContext, ToolEffect
 from leaseward.actors import LeaseReaper
 from leaseward.runtime.clock import ManualClock
+from leaseward.runtime.commits import Stored
 from leaseward.runtime.lifecycle import RecoveryPolicy
 from leaseward.storage import BatchItem, open_store
 
@@ -247,7 +248,7 @@ async def test_a_reaper_reaps_only_a_lease_it_watched_unrenewed_for_the_seconds_
         clock.advance(4.9)
         assert await reaper.reap_once() == ()
         (renewed,) = await store.commit_batch([BatchItem(run.id, run.epoch, lease_seconds=5.0)])
-        assert renewed.persisted
+        assert isinstance(renewed, Stored)
         clock.advance(0.2)
         assert await reaper.reap_once() == ()
         clock.advance(4.9)

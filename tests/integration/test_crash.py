@@ -45,6 +45,7 @@ from leaseward import (
     StepStatus,
 )
 from leaseward.runtime.client import new_run_id
+from leaseward.runtime.commits import Stored
 from leaseward.runtime.model import NewRun
 from leaseward.storage import BatchItem, open_store
 
@@ -257,7 +258,7 @@ async def test_worker_that_reaps_and_reclaims_a_run_keeps_its_new_attempt(
     [outcome] = await store.commit_batch(
         [BatchItem(run_id, claimed.epoch, steps=(step,), lease_seconds=0.3)]
     )
-    assert outcome.persisted
+    assert isinstance(outcome, Stored)
     app = build_app("non_idempotent", tmp_path, crash=False, tool_seconds=1.0)
     async with Runtime.open(
         store, app, poll_interval_seconds=0.02, reap_interval_seconds=0.05

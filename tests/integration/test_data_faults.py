@@ -26,8 +26,9 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.runtime.commits import CommitOutcome, Refused, Stored
 from leaseward.runtime.model import Settlement
-from leaseward.storage import BatchItem, BatchOutcome, open_store
+from leaseward.storage import BatchItem, open_store
 
 pytestmark = pytest.mark.anyio
 
@@ -38,12 +39,10 @@ LONE_SURROGATE = "\ud83d"
 class DataFaultStore(FaultyStore):
     """Refuses the items its fault picks as the store does data it cannot hold."""
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
         outcomes = await super().commit_batch(items)
         return [
-            BatchOutcome(persisted=False, lease_held=True, error="refused text", data_error=True)
-            if item in self.refused
-            else outcome
+            Refused("refused text", data_error=True) if item in self.refused else outcome
             for item, outcome in zip(items, outcomes, strict=True)
         ]
 
@@ -56,13 +55,13 @@ class LostAnswerStore(FaultyStore):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.lost: list[BatchItem] = []
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
         outcomes = await self.inner.commit_batch(items)
-        answered: list[BatchOutcome] = []
+        answered: list[CommitOutcome] = []
         for item, outcome in zip(items, outcomes, strict=True):
-            if outcome.persisted and not self.lost and self.fault(item):
+            if isinstance(outcome, Stored) and not self.lost and self.fault(item):
                 self.lost.append(item)
-                outcome = BatchOutcome(persisted=False, lease_held=True, error="answer lost")
+                outcome = Refused("answer lost")
             answered.append(outcome)
         return answered
 

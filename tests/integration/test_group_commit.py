@@ -23,6 +23,7 @@ from leaseward import (
     ProviderReply,
     ProviderRequest,
     Role,
+    RunNotFound,
     RunState,
     Runtime,
     ScriptedProvider,
@@ -32,16 +33,30 @@ from leaseward import (
     ToolContext,
     tool,
 )
+from leaseward.actors import Persister, Reply
+from leaseward.actors.messages import (
+    Cancel,
+    Claim,
+    Persist,
+    PersisterMessage,
+    ReapRuns,
+    Renew,
+    Submit,
+)
 from leaseward.runtime.clock import SystemClock
+from leaseward.runtime.commits import Fenced, Stored, Unanswered
 from leaseward.runtime.lifecycle import Event, RunMode
 from leaseward.runtime.model import NewRun, Settlement, StepWrite, dump_json
 from leaseward.storage import (
     BatchItem,
+    CancelOutcome,
     ClaimRequest,
+    Reap,
     SQLiteExecutor,
     SQLiteOptions,
     SQLStore,
     WriteBatch,
+    WriteResults,
     open_store,
 )
 from leaseward.storage.executor import Params, Row
@@ -148,7 +163,7 @@ async def statements_for(store: SQLStore, executor: CountingExecutor, runs: int)
             )
         )
     )
-    assert all(outcome.persisted for outcome in results.items)
+    assert all(isinstance(outcome, Stored) for outcome in results.items)
     return executor.statements - before
 
 
@@ -308,7 +323,7 @@ async def test_a_stale_item_in_a_set_writes_nothing_beside_live_items_of_the_sam
         [first] = await store.claim_runs("old", 1, 30.0, ["a"])
         release = Settlement(Event.RELEASE)
         [released] = await store.commit_batch([BatchItem(first.id, 1, settlement=release)])
-        assert released.persisted
+        assert isinstance(released, Stored)
         [again] = await store.claim_runs("new", 1, 30.0, ["a"])
         assert (again.id, again.epoch) == (first.id, 2)
         await store.create_run(queued())
@@ -324,12 +339,90 @@ async def test_a_stale_item_in_a_set_writes_nothing_beside_live_items_of_the_sam
         run = await store.get_run(first.id)
     finally:
         await store.aclose()
-    assert (stale.persisted, stale.lease_held) == (False, False)
-    assert (live.persisted, live.lease_held) == (True, True)
-    assert (beside.persisted, beside.lease_held) == (True, False)
+    assert stale == Fenced()
+    assert live == Stored()
+    assert beside == Stored()
     assert [(step.seq, step.epoch) for step in journal] == [(0, 2)]
     assert run is not None and (run.state, run.epoch, run.lease_owner) == (
         RunState.RUNNING,
         2,
         "new",
     )
+
+
+async def test_one_batch_of_every_kind_of_request_answers_each_asker_its_own_share(
+    store_url: str,
+) -> None:
+    """The Persister knows no kind: each request adds its own part to the batch and
+    takes exactly its part of the results back, whatever else shares the batch."""
+    store = await open_store(store_url)
+    try:
+        runs = [await store.create_run(queued()) for _ in range(4)]
+        claimed = {run.id: run for run in await store.claim_runs("w", 3, 30.0, ["a"])}
+        writer, kept, reaped = (run for run in runs if run.id in claimed)
+        (waiting,) = (run for run in runs if run.id not in claimed)
+        (expired,) = await store.expired_runs(
+            [mark for mark in await store.running_leases() if mark.run_id == reaped.id]
+        )
+        fresh_a, fresh_b = queued(), queued("b")
+        requests: list[PersisterMessage] = [
+            Persist(BatchItem(writer.id, 1, steps=(read_step(0),), lease_seconds=30.0), Reply()),
+            # Its own lease, and one at an epoch the run never had.
+            Renew(
+                (
+                    BatchItem(kept.id, 1, lease_seconds=30.0),
+                    BatchItem(kept.id, 7, lease_seconds=30.0),
+                ),
+                Reply(),
+            ),
+            Submit((fresh_a, fresh_b), Reply()),
+            Cancel(waiting.id, Reply()),
+            Persist(BatchItem(writer.id, 2, steps=(read_step(1),), lease_seconds=30.0), Reply()),
+            ReapRuns((Reap(expired, Settlement(Event.REQUEUE)),), Reply()),
+            Claim(ClaimRequest("w2", 5, 30.0, ("b",)), Reply()),
+            Cancel("nobody", Reply()),
+        ]
+        persister = Persister(store)
+        # Queued before the Persister starts, so that they all make its first batch.
+        for request in requests:
+            persister.mailbox.send_nowait(request)
+        async with anyio.create_task_group() as actors:
+            actors.start_soon(persister.run)
+            with anyio.fail_after(10):
+                answers = [await request.reply.wait() for request in requests]
+            actors.cancel_scope.cancel()
+        journal = await store.list_steps(writer.id)
+    finally:
+        await store.aclose()
+
+    assert (persister.stats.batches, persister.stats.largest_batch) == (1, 10)
+    stored, renewed, submitted, cancelled, stale, reaps, leased, unknown = answers
+    assert stored == Stored()
+    assert renewed == (Stored(), Fenced())
+    assert [run.id for run in submitted] == [fresh_a.id, fresh_b.id]
+    assert cancelled is CancelOutcome.CANCELLED
+    assert stale == Fenced()
+    assert reaps == (True,)
+    assert isinstance(leased, tuple) and [(r.id, r.epoch) for r in leased] == [(fresh_b.id, 1)]
+    assert isinstance(unknown, RunNotFound)
+    assert [(step.seq, step.epoch) for step in journal] == [(0, 1)]
+
+
+class ShortAnsweringStore:
+    """Answers one journal item fewer than it was sent: a store's bug."""
+
+    async def commit(self, batch: WriteBatch) -> WriteResults:
+        return WriteResults(items=(Stored(),) * (len(batch.items) - 1))
+
+
+async def test_results_that_cannot_be_shared_out_leave_no_asker_waiting() -> None:
+    persister = Persister(ShortAnsweringStore())  # type: ignore[arg-type]
+    requests = [Persist(BatchItem(f"run-{n}", 1), Reply()) for n in range(2)]
+    for request in requests:
+        persister.mailbox.send_nowait(request)
+    with pytest.raises(ValueError, match="results"):
+        await persister.run()
+    # The batch may be stored, and nobody can say which item is: none counts as stored.
+    with anyio.fail_after(1):
+        answers = [await request.reply.wait() for request in requests]
+    assert answers == [Unanswered("the persister could not answer")] * 2

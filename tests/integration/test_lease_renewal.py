@@ -29,7 +29,8 @@ from leaseward import App, Reason, RunState, Runtime, StepInfo, ToolContext, Too
 from leaseward.actors import Lease, LeaseKeeper, Persister
 from leaseward.actors.lease_keeper import GUARD_TICK_SECONDS
 from leaseward.runtime.clock import ManualClock
-from leaseward.storage import BatchItem, BatchOutcome, open_store
+from leaseward.runtime.commits import CommitOutcome
+from leaseward.storage import BatchItem, open_store
 
 pytestmark = pytest.mark.anyio
 
@@ -56,7 +57,7 @@ class CountingRenewals(FaultyStore):
         super().__init__(inner)
         self.renewals_per_write: list[int] = []
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
         renewals = sum(1 for item in items if not item.steps and item.settlement is None)
         if renewals:
             self.renewals_per_write.append(renewals)

@@ -33,6 +33,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.runtime.commits import Fenced
 from leaseward.runtime.conversation import idempotency_key
 from leaseward.runtime.lifecycle import Event, StepKind
 from leaseward.runtime.model import Settlement, StepWrite
@@ -149,7 +150,7 @@ async def test_stale_epoch_can_neither_record_nor_settle(store_url: str) -> None
     journal = await store.list_steps(run_id)
     await store.aclose()
 
-    assert (outcome.persisted, outcome.lease_held) == (False, False)
+    assert outcome == Fenced()
     assert after is not None and after.state is RunState.COMPLETED
     assert 9 not in [s.seq for s in journal]
 

@@ -43,7 +43,8 @@ from leaseward import (
 )
 from leaseward.actors.reaper import LeaseReaper
 from leaseward.runtime.clock import ManualClock, SystemClock
-from leaseward.storage import BatchItem, BatchOutcome, open_store
+from leaseward.runtime.commits import CommitOutcome
+from leaseward.storage import BatchItem, open_store
 
 pytestmark = pytest.mark.anyio
 
@@ -74,7 +75,7 @@ class LockedBeforeIntent(FaultyStore):
         self._hold_seconds = hold_seconds
         self.held = 0
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
         intent_batch = any(
             step.status is StepStatus.STARTED and not step.settles
             for item in items

@@ -25,6 +25,7 @@ from leaseward import (
     StepStatus,
     ToolEffect,
 )
+from leaseward.runtime.commits import Stored
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.lifecycle import (
     Event,
@@ -168,7 +169,7 @@ async def dead_letter(store: SQLStore, reason: Reason, *, outcome: StepStatus | 
     [stored] = await store.commit_batch(
         [BatchItem(run_id, run.epoch, steps=steps, settlement=settlement)]
     )
-    assert stored.persisted
+    assert isinstance(stored, Stored)
     return run_id
 
 

@@ -44,6 +44,7 @@ from leaseward import (
     tool,
 )
 from leaseward.runtime.clock import ManualClock
+from leaseward.runtime.commits import Stored
 from leaseward.runtime.lifecycle import Event
 from leaseward.runtime.model import Settlement
 from leaseward.storage import BatchItem, SQLStore, open_store, parse_store_url, pool_size_for
@@ -237,8 +238,10 @@ async def test_lease_times_come_from_the_database_clock_not_the_workers(pg_url: 
         skewed.advance(86_400 * 8)
         # The worker's clock a week ahead changes nothing: the database dates the renewal.
         (outcome,) = await store.commit_batch([BatchItem(run.id, run.epoch, lease_seconds=5.0)])
-        assert outcome.persisted and outcome.lease_expires_at is not None
-        assert outcome.lease_expires_at == pytest.approx(time.time() + 5.0, abs=1.0)
+        assert isinstance(outcome, Stored)
+        renewed = await store.get_run(run.id)
+        assert renewed is not None and renewed.lease_expires_at is not None
+        assert renewed.lease_expires_at == pytest.approx(time.time() + 5.0, abs=1.0)
     finally:
         await store.aclose()
 
@@ -274,7 +277,7 @@ async def test_submit_and_requeue_wake_a_waiting_store_in_another_connection(
         assert await waited(waiter, 0.1) >= 0.05  # a claim is no news
         requeue = Settlement(Event.REQUEUE, spends_retry=True)
         (outcome,) = await other.commit_batch([BatchItem(run.id, run.epoch, settlement=requeue)])
-        assert outcome.persisted
+        assert isinstance(outcome, Stored)
         # The notice came while nobody waited: it is kept for the next wait.
         await anyio.sleep(0.2)
         assert await waited(waiter, 10.0) < 1.0

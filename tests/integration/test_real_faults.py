@@ -50,8 +50,9 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.runtime.commits import CommitOutcome
 from leaseward.runtime.model import WorkerRegistration
-from leaseward.storage import BatchItem, BatchOutcome, Store, open_store
+from leaseward.storage import BatchItem, Store, open_store
 
 pytestmark = pytest.mark.anyio
 
@@ -402,7 +403,7 @@ class LoseCommitOf(FaultyStore):
         # the one other writer beside the Persister, must not send it meanwhile.
         self._one_commit = anyio.Lock()
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
         if self._proxy.dropped or not any(
             step.tool == "charge" and step.status is self._status
             for item in items

@@ -12,7 +12,8 @@ import pytest
 from support import Calls, FaultyStore, one_call_agent, until
 
 from leaseward import App, Reason, RunState, Runtime, StepKind, StepStatus, ToolEffect
-from leaseward.storage import BatchItem, BatchOutcome, open_store
+from leaseward.runtime.commits import CommitOutcome
+from leaseward.storage import BatchItem, open_store
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +34,7 @@ class HoldsTheIntent(FaultyStore):
         self.intent_sent = anyio.Event()
         self.release: Callable[[], bool] = lambda: False
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
         if not self.intent_sent.is_set() and any(
             step.kind is StepKind.TOOL and step.status is StepStatus.STARTED and not step.settles
             for item in items

@@ -27,6 +27,7 @@ from leaseward import (
     ToolCall,
 )
 from leaseward.runtime.clock import ManualClock
+from leaseward.runtime.commits import Fenced, Refused, Stored
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
 from leaseward.runtime.model import (
@@ -201,7 +202,7 @@ async def test_a_run_available_later_is_not_claimed_before_its_time(
     run = await claimed(store)
     requeue = Settlement(Event.REQUEUE, delay_seconds=10.0, spends_retry=True)
     (outcome,) = await store.commit_batch([BatchItem(run.id, run.epoch, settlement=requeue)])
-    assert outcome.persisted
+    assert isinstance(outcome, Stored)
     queued = await store.get_run(run.id)
     assert queued is not None
     assert (queued.state, queued.requeues) == (RunState.QUEUED, 1)
@@ -265,7 +266,7 @@ async def test_a_batch_under_the_wrong_epoch_writes_nothing(
     (outcome,) = await store.commit_batch(
         [BatchItem(run.id, stale_epoch, steps=(provider_step(0, ASK),), lease_seconds=50.0)]
     )
-    assert (outcome.persisted, outcome.lease_held) == (False, False)
+    assert outcome == Fenced()
     assert await store.list_steps(run.id) == []
     assert await store.get_run(run.id) == run
 
@@ -278,8 +279,7 @@ async def test_a_batch_under_the_right_epoch_records_and_renews(
     (outcome,) = await store.commit_batch(
         [BatchItem(run.id, 1, steps=(provider_step(0, ASK), intent(1)), lease_seconds=5.0)]
     )
-    assert (outcome.persisted, outcome.lease_held, outcome.cancel_requested) == (True, True, False)
-    assert outcome.lease_expires_at == pytest.approx(clock.now() + 5.0)
+    assert outcome == Stored(cancel_requested=False)
     renewed = await store.get_run(run.id)
     assert renewed is not None
     assert renewed.lease_expires_at == pytest.approx(clock.now() + 5.0)
@@ -296,8 +296,10 @@ async def test_a_batch_under_the_right_epoch_records_and_renews(
     (outcome,) = await store.commit_batch(
         [BatchItem(run.id, 1, steps=(outcome_of(intent(1)),), lease_seconds=7.0)]
     )
-    assert (outcome.persisted, outcome.lease_held, outcome.cancel_requested) == (True, True, True)
-    assert outcome.lease_expires_at == pytest.approx(clock.now() + 7.0)
+    assert outcome == Stored(cancel_requested=True)
+    renewed = await store.get_run(run.id)
+    assert renewed is not None
+    assert renewed.lease_expires_at == pytest.approx(clock.now() + 7.0)
     settled = (await store.list_steps(run.id))[1]
     assert (settled.status, settled.output, settled.finished_at) == (
         StepStatus.SUCCEEDED,
@@ -313,7 +315,7 @@ async def test_a_settle_under_a_stale_epoch_changes_nothing(
     await clock.advance(1)
     for epoch in (0, 2):
         (outcome,) = await store.commit_batch([BatchItem(run.id, epoch, settlement=COMPLETE)])
-        assert (outcome.persisted, outcome.lease_held) == (False, False)
+        assert outcome == Fenced()
     assert await store.get_run(run.id) == run
 
 
@@ -323,7 +325,7 @@ async def test_a_terminal_run_cannot_be_settled_or_renewed_again(
     run = await claimed(store)
     await clock.advance(1)
     (outcome,) = await store.commit_batch([BatchItem(run.id, 1, settlement=COMPLETE)])
-    assert (outcome.persisted, outcome.lease_held) == (True, False)
+    assert outcome == Stored()
     done = await store.get_run(run.id)
     assert done is not None
     assert (done.state, done.reason, done.result) == (
@@ -343,7 +345,7 @@ async def test_a_terminal_run_cannot_be_settled_or_renewed_again(
     ]
     for item in attempts:
         (outcome,) = await store.commit_batch([item])
-        assert (outcome.persisted, outcome.lease_held) == (False, False), item
+        assert outcome == Fenced(), item
     assert await store.get_run(run.id) == done
     assert await store.list_steps(run.id) == []
     assert await store.claim_runs("w1", 10, 5.0, ["a"]) == []
@@ -357,7 +359,7 @@ async def test_a_bad_step_fails_its_item_only(store: SQLStore, clock: StoreClock
     (outcome,) = await store.commit_batch(
         [BatchItem(three.id, 1, steps=(intent(0), outcome_of(intent(0))), lease_seconds=5.0)]
     )
-    assert outcome.persisted
+    assert isinstance(outcome, Stored)
     three_before = await store.list_steps(three.id)
     changed_outcome = attrs.evolve(outcome_of(intent(0)), output_json='{"charged":6}')
     await clock.advance(2)
@@ -374,13 +376,10 @@ async def test_a_bad_step_fails_its_item_only(store: SQLStore, clock: StoreClock
         ]
     )
 
-    assert [(o.persisted, o.lease_held) for o in outcomes] == [
-        (False, True),
-        (True, True),
-        (False, True),
-    ]
-    assert "no open intent" in (outcomes[0].error or "")
-    assert "no open intent" in (outcomes[2].error or "")
+    refused_one, stored_two, refused_three = outcomes
+    assert isinstance(refused_one, Refused) and "no open intent" in refused_one.error
+    assert stored_two == Stored()
+    assert isinstance(refused_three, Refused) and "no open intent" in refused_three.error
     assert await store.list_steps(one.id) == []
     assert await store.get_run(one.id) == one
     assert await store.list_steps(three.id) == three_before
@@ -404,7 +403,7 @@ async def test_every_claim_and_renewal_changes_the_lease_mark_and_no_clock_does(
     run = await claimed(store)
     assert await lease_of(store, run.id) == LeaseMark(run.id, 1, 1, 5.0)
     (outcome,) = await store.commit_batch([BatchItem(run.id, 1, lease_seconds=7.0)])
-    assert outcome.persisted
+    assert isinstance(outcome, Stored)
     assert await lease_of(store, run.id) == LeaseMark(run.id, 1, 2, 7.0)
     # The store's clock going anywhere says nothing about a lease.
     await clock.advance(3600)
@@ -448,7 +447,7 @@ async def test_an_unrenewed_lease_is_found_with_its_last_step(
     (outcome,) = await store.commit_batch(
         [BatchItem(run.id, 1, steps=(provider_step(0, ASK), intent(1)), lease_seconds=5.0)]
     )
-    assert outcome.persisted
+    assert isinstance(outcome, Stored)
     seen = await store.running_leases()
     # Renewing the other run keeps it out of the reaper's way.
     await store.commit_batch([BatchItem(fresh.id, 1, lease_seconds=5.0)])
@@ -481,7 +480,7 @@ async def test_reap_settles_an_expired_run_once(store: SQLStore, clock: StoreClo
     assert await store.expired_runs([LeaseMark(run.id, 1, 1, 5.0)]) == []
     # The worker that lost the run can no longer write under its epoch.
     (outcome,) = await store.commit_batch([BatchItem(run.id, 1, lease_seconds=5.0)])
-    assert (outcome.persisted, outcome.lease_held) == (False, False)
+    assert outcome == Fenced()
 
 
 async def test_reap_is_fenced_by_a_renewal_since_the_scan(
@@ -492,7 +491,7 @@ async def test_reap_is_fenced_by_a_renewal_since_the_scan(
     (expired,) = await store.expired_runs([seen])
     # The slow worker comes back and renews before the reaper acts on its scan.
     (outcome,) = await store.commit_batch([BatchItem(run.id, 1, lease_seconds=5.0)])
-    assert outcome.persisted
+    assert isinstance(outcome, Stored)
     assert await store.expired_runs([seen]) == []
 
     requeue = Settlement(Event.REQUEUE, spends_retry=True)
@@ -543,7 +542,7 @@ async def test_cancel_a_running_run_sets_the_flag(store: SQLStore) -> None:
     # The holder settles it at its next boundary.
     cancel = Settlement(Event.CANCEL_RUNNING, Reason.CANCELLED)
     (outcome,) = await store.commit_batch([BatchItem(run.id, 1, settlement=cancel)])
-    assert outcome.persisted
+    assert isinstance(outcome, Stored)
     assert await store.request_cancel(run.id) is CancelOutcome.ALREADY_FINISHED
     final = await store.get_run(run.id)
     assert final is not None
@@ -677,7 +676,7 @@ async def settled(store: SQLStore, settlement: Settlement = COMPLETE) -> str:
             )
         ]
     )
-    assert outcome.persisted
+    assert isinstance(outcome, Stored)
     return run.id
 
 
@@ -787,7 +786,7 @@ async def keyed(
         (outcome,) = await store.commit_batch(
             [BatchItem(run.id, run.epoch, lease_seconds=5.0, settlement=settlement)]
         )
-        assert outcome.persisted
+        assert isinstance(outcome, Stored)
     return record.id
 
 
@@ -913,17 +912,17 @@ async def test_a_withdrawal_leaves_no_open_intent_and_refuses_a_settled_one(
     run = await claimed(store)
     never_stored = attrs.evolve(intent(0), withdraws=True)
     (outcome,) = await store.commit_batch([BatchItem(run.id, 1, steps=(never_stored,))])
-    assert outcome.persisted
+    assert isinstance(outcome, Stored)
     assert await store.list_steps(run.id) == []
 
     (outcome,) = await store.commit_batch(
         [BatchItem(run.id, 1, steps=(intent(0), outcome_of(intent(0))), lease_seconds=5.0)]
     )
-    assert outcome.persisted
+    assert isinstance(outcome, Stored)
     settled = await store.list_steps(run.id)
     (outcome,) = await store.commit_batch(
         [BatchItem(run.id, 1, steps=(attrs.evolve(intent(0), withdraws=True),))]
     )
-    assert not outcome.persisted
+    assert not isinstance(outcome, Stored)
     assert "no open intent" in (outcome.error or "")
     assert await store.list_steps(run.id) == settled

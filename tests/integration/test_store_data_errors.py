@@ -10,6 +10,7 @@ import pytest
 from support import provider_step
 
 from leaseward import ProviderReply, StoreError, ToolCall
+from leaseward.runtime.commits import Refused, Stored
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, StepKind, StepStatus
 from leaseward.runtime.model import NewRun, RunRecord, Settlement, StepWrite
@@ -73,7 +74,7 @@ async def test_text_the_driver_cannot_encode_is_a_data_error(store: SQLStore, te
 
     (outcome,) = await store.commit_batch([BatchItem(run.id, run.epoch, steps=(step,))])
 
-    assert (outcome.persisted, outcome.lease_held, outcome.data_error) == (False, True, True)
+    assert isinstance(outcome, Refused) and outcome.data_error
     assert outcome.error
     assert await store.list_steps(run.id) == []
 
@@ -83,7 +84,7 @@ async def test_a_number_the_driver_cannot_bind_is_a_data_error(store: SQLStore) 
 
     (outcome,) = await store.commit_batch([BatchItem(run.id, 2**70)])
 
-    assert (outcome.persisted, outcome.lease_held, outcome.data_error) == (False, True, True)
+    assert isinstance(outcome, Refused) and outcome.data_error
     assert await store.get_run(run.id) == run
 
 
@@ -96,7 +97,7 @@ async def test_a_poisoned_item_leaves_the_eight_good_ones_of_its_batch_alone(
         (stored,) = await store.commit_batch(
             [BatchItem(run.id, run.epoch, steps=(provider_step(0, ASK), intent(1)))]
         )
-        assert stored.persisted
+        assert isinstance(stored, Stored)
     poisoned = StepWrite(
         seq=0,
         kind=StepKind.PROVIDER,
@@ -123,8 +124,9 @@ async def test_a_poisoned_item_leaves_the_eight_good_ones_of_its_batch_alone(
 
     refused = [o for item, o in zip(items, outcomes, strict=True) if item.run_id == runs[8].id]
     good = [o for item, o in zip(items, outcomes, strict=True) if item.run_id != runs[8].id]
-    assert [(o.persisted, o.data_error) for o in refused] == [(False, True)]
-    assert all(o.persisted for o in good), good
+    (only,) = refused
+    assert isinstance(only, Refused) and only.data_error
+    assert all(isinstance(o, Stored) for o in good), good
     assert await store.list_steps(runs[8].id) == []
     for run in writers:
         assert [s.status for s in await store.list_steps(run.id)] == [
@@ -146,7 +148,7 @@ async def test_storing_the_same_record_twice_is_a_no_op(store: SQLStore) -> None
 
     (again,) = await store.commit_batch([item])
 
-    assert first.persisted and again.persisted
+    assert isinstance(first, Stored) and isinstance(again, Stored)
     assert await store.list_steps(run.id) == stored
 
 
@@ -160,8 +162,8 @@ async def test_a_different_record_under_a_stored_seq_is_refused(store: SQLStore)
 
     (refused,) = await store.commit_batch([BatchItem(run.id, run.epoch, steps=(other,))])
 
-    assert first.persisted
-    assert (refused.persisted, refused.data_error) == (False, True)
+    assert isinstance(first, Stored)
+    assert isinstance(refused, Refused) and refused.data_error
     assert "step 0" in (refused.error or "")
     assert await store.list_steps(run.id) == stored
 
@@ -182,8 +184,8 @@ async def test_settling_an_intent_again_with_the_same_outcome_is_a_no_op(
         [BatchItem(run.id, run.epoch, steps=(outcome_of(intent(0), '{"charged":6}'),))]
     )
 
-    assert stored.persisted and again.persisted
-    assert (different.persisted, different.data_error) == (False, True)
+    assert isinstance(stored, Stored) and isinstance(again, Stored)
+    assert isinstance(different, Refused) and different.data_error
     assert await store.list_steps(run.id) == journal
 
 

@@ -32,9 +32,10 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.runtime.commits import CommitOutcome
 from leaseward.runtime.errors import CommitOutcomeUnknown, StoreError
 from leaseward.runtime.model import WorkerRegistration
-from leaseward.storage import BatchItem, BatchOutcome, open_store
+from leaseward.storage import BatchItem, open_store
 
 pytestmark = pytest.mark.anyio
 
@@ -61,7 +62,7 @@ class LoseAnswersTo(FaultyStore):
         # the one other writer beside the Persister, must not send it meanwhile.
         self._one_commit = anyio.Lock()
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
         if not any(step.tool == self._tool for item in items for step in item.steps):
             return await super().commit_batch(items)
         async with self._one_commit:
@@ -166,7 +167,7 @@ class CommitsThenFallsSilent(FaultyStore):
         self.silent_commits = 0
         self.partitioned = anyio.Event()
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
         outcomes = await super().commit_batch(items)
         if any(step.tool == self._tool for item in items for step in item.steps):
             self.silent_commits += 1

@@ -33,6 +33,7 @@ from leaseward import (
     WorkerInfo,
 )
 from leaseward.actors import WORKER_GONE_AFTER_BEATS, WORKER_GONE_AFTER_MIN_SECONDS
+from leaseward.runtime.commits import Stored
 from leaseward.runtime.model import WorkerRegistration
 from leaseward.storage import BatchItem, SQLStore, open_store
 
@@ -169,7 +170,7 @@ async def dead_letter(store: SQLStore) -> None:
     await store.create_run(new_run("payer-old"))
     (run,) = await store.claim_runs("w0", 1, 5.0, ["payer-old"])
     (outcome,) = await store.commit_batch([BatchItem(run.id, run.epoch, settlement=DEAD)])
-    assert outcome.persisted
+    assert isinstance(outcome, Stored)
 
 
 @pytest.mark.parametrize(

@@ -87,7 +87,7 @@ SET lease_expires_at = leaseward_clock() + locked.lease_seconds,
     updated_at = leaseward_now()
 FROM locked
 WHERE runs.id = locked.id AND runs.epoch = locked.epoch AND runs.state = :source
-RETURNING runs.id AS run_id, runs.epoch, runs.cancel_requested, runs.lease_expires_at;
+RETURNING runs.id AS run_id, runs.epoch, runs.cancel_requested;
 
 -- name: insert_steps
 -- Every new journal row of a batch. :steps is a JSON array of arrays, each

@@ -60,7 +60,7 @@ FROM (
     FROM json_each(:items)
 ) AS wanted
 WHERE runs.id = wanted.run_id AND runs.epoch = wanted.epoch AND runs.state = :source
-RETURNING runs.id AS run_id, runs.epoch AS epoch, runs.cancel_requested, runs.lease_expires_at;
+RETURNING runs.id AS run_id, runs.epoch AS epoch, runs.cancel_requested;
 
 -- name: insert_steps
 -- Every new journal row of a batch. :steps is a JSON array of arrays, each
