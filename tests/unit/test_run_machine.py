@@ -1154,3 +1154,37 @@ def answers(pending: Command, now: float, sent: Commit | None) -> st.SearchStrat
             st.builds(LeaseRenewed, st.floats(now, now + 60.0)),
         )
     raise AssertionError(f"no answers for {pending!r}")
+
+
+@pytest.mark.parametrize("effect", WRITES)
+def test_an_intent_goes_only_with_the_pending_turn_that_asked_for_it(effect: ToolEffect) -> None:
+    m = machine(effect)
+    m.start()
+    admit(m)
+    m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL])))
+    intent = action(m.feed(Committed(Refused("locked"), sent_at=0.0)))
+    assert isinstance(intent, RecordIntent)
+    assert [s.kind for s in intent.steps] == [StepKind.PROVIDER, StepKind.TOOL]
+    commands = m.feed(Committed(Refused("locked"), sent_at=0.0))
+    # Never sent again alone: stored without its turn, a resumed run would not know it.
+    assert "step.deferred" not in events(commands)
+    assert not any(isinstance(c, CallTool) for c in commands)
+    assert [s.kind for s in settled(commands).steps] == [StepKind.PROVIDER]
+
+
+@pytest.mark.parametrize("effect", EFFECTS)
+@pytest.mark.parametrize(
+    "outcome",
+    [Refused("locked"), Refused("bad", data_error=True), Unanswered("lost")],
+    ids=["refused", "data_error", "unanswered"],
+)
+def test_a_settle_not_stored_leaves_the_run_to_the_reaper(
+    effect: ToolEffect, outcome: CommitOutcome
+) -> None:
+    m = machine(effect)
+    to_call(m)
+    assert settled(m.feed(CutOff("lease"))).steps == ()
+    commands = m.feed(Committed(outcome, sent_at=0.0))
+    # With nothing fresh in it, an unanswered settle cannot be read back.
+    assert names(commands)[-2:] == ["run.settle_failed", "Stop"]
+    assert action(commands) == Stop(None)
