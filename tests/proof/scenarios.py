@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -34,6 +35,10 @@ POLL_SECONDS = 0.02
 MARKER_TIMEOUT_SECONDS = 30.0
 RESCUE_TIMEOUT_SECONDS = 30.0
 GHOST_LEASE_SECONDS = 0.2
+# A worker frozen inside a write transaction of its own (a heartbeat, a renewal) holds
+# SQLite's one write lock, so nobody can take its run over: that is a lock, not a lease,
+# question. Such a freeze is thrown away and the scenario begun again on a new store.
+FREEZE_ATTEMPTS = 5
 
 
 @attrs.frozen
@@ -112,8 +117,36 @@ async def _snapshot(url: str, run_id: str) -> tuple[Any, ...]:
         await store.aclose()
 
 
+class _FrozenHoldingTheWriteLock(Exception):
+    pass
+
+
+def _write_locked(url: str) -> bool:
+    connection = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=0.2)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        connection.rollback()
+        return False
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):
+            return True
+        raise
+    finally:
+        connection.close()
+
+
 async def crash_at(point: str, effect: str, url: str, directory: Path, action: str) -> Outcome:
     """Run the scenario; ``action`` is "kill" (SIGKILL) or "stop" (SIGSTOP, later SIGCONT)."""
+    for attempt in range(1, FREEZE_ATTEMPTS + 1):
+        try:
+            return await _crash_at(point, effect, url, directory, action)
+        except _FrozenHoldingTheWriteLock:
+            directory = directory / f"frozen-again-{attempt}"
+            url = f"sqlite:///{directory / 'store.db'}"
+    raise AssertionError(f"the worker froze inside a transaction {FREEZE_ATTEMPTS} times")
+
+
+async def _crash_at(point: str, effect: str, url: str, directory: Path, action: str) -> Outcome:
     directory.mkdir(parents=True, exist_ok=True)
     marker = directory / "marker.jsonl"
     # Created as a worker creates it: the client that submits creates none.
@@ -133,6 +166,12 @@ async def crash_at(point: str, effect: str, url: str, directory: Path, action: s
     life = ProcessLife()
     try:
         hit = await _wait_marker(proc, marker, directory)
+        if (
+            action == "stop"
+            and url.startswith("sqlite:")
+            and await anyio.to_thread.run_sync(_write_locked, url)
+        ):
+            raise _FrozenHoldingTheWriteLock()
         if action == "kill":
             life.died = hit
             await _exit_of(proc)
