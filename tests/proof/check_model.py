@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import attrs
 from model.bounds import DEEP, DEEP_DEPTH
 from model.explorer import explore
 
@@ -19,9 +20,7 @@ def main() -> int:
     parser.add_argument("--depth", type=int, default=DEEP_DEPTH)
     parser.add_argument("--workers", type=int, default=DEEP.workers)
     arguments = parser.parse_args()
-    scenario = DEEP.__class__(
-        calls=DEEP.calls, workers=arguments.workers, budget=DEEP.budget, holes=DEEP.holes
-    )
+    scenario = attrs.evolve(DEEP, workers=arguments.workers)
     calls = ", ".join(
         f"{call.name} ({call.effect.value}{', approval' if call.needs_approval else ''})"
         for call in scenario.calls
@@ -30,7 +29,15 @@ def main() -> int:
     print(f"  asking for {calls}, then a final reply")
     print(f"  faults and actions per path: {scenario.budget.describe()}")
     sys.stdout.flush()
-    report = explore(scenario, depth=arguments.depth)
+    report = explore(
+        scenario,
+        depth=arguments.depth,
+        progress=lambda done: print(
+            f"  depth {done.depth}: {done.states} states, {done.transitions} transitions, "
+            f"{done.seconds:.1f} s",
+            flush=True,
+        ),
+    )
     print(f"searched to depth {report.depth} in {report.seconds:.1f} s")
     if report.violation is not None:
         print(report.describe())

@@ -7,7 +7,7 @@ import attrs
 import pytest
 from model.bounds import HOLES, SMALL, SMALL_DEPTH
 from model.explorer import explore
-from model.world import Holes
+from model.scenario import Holes
 
 
 def test_the_protocol_keeps_every_invariant_at_a_small_bound() -> None:

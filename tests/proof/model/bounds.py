@@ -7,7 +7,7 @@ import attrs
 
 from leaseward.runtime.effects import ToolEffect
 
-from .world import Budget, Call, Holes, Scenario
+from .scenario import Budget, Call, Holes, Scenario
 
 __all__ = ["DEEP", "DEEP_DEPTH", "HOLES", "SMALL", "SMALL_DEPTH"]
 
@@ -16,13 +16,11 @@ STAMP = Call("stamp", ToolEffect.IDEMPOTENT_WRITE)
 CHARGE = Call("charge", ToolEffect.NON_IDEMPOTENT_WRITE)
 APPROVED_CHARGE = attrs.evolve(CHARGE, needs_approval=True)
 
-SMALL = Scenario(
-    calls=(STAMP, CHARGE),
-    workers=2,
-    budget=Budget(crashes=1, pauses=1, lost_answers=1, refusals=1, cancels=1),
-)
+SMALL = Scenario(calls=(CHARGE,), workers=2, budget=Budget(crashes=1, pauses=1))
 SMALL_DEPTH = 40
 
+# Every fault kind and operator action is open to every path, one fault a path: the
+# depth reaches a run parked for approval, approved and completed by the shortest path.
 DEEP = Scenario(
     calls=(LOOKUP, STAMP, APPROVED_CHARGE),
     workers=2,
@@ -43,9 +41,10 @@ DEEP = Scenario(
         redrives=1,
         purges=1,
         resubmits=1,
+        total=1,
     ),
 )
-DEEP_DEPTH = 40
+DEEP_DEPTH = 19
 
 # Each hole put back, with the smallest world that shows it and the guarantee it breaks.
 HOLES: dict[str, tuple[Scenario, str]] = {

@@ -12,7 +12,8 @@ from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.lifecycle import Reason, RunState, StepStatus
 from leaseward.runtime.model import Decision, arguments_digest, load_json
 
-from .world import KEY, World
+from .scenario import KEY
+from .world import World
 
 __all__ = ["violation"]
 
@@ -53,7 +54,7 @@ def _without_intent(world: World) -> str | None:
         needs_intent = (e.effect is not None and e.effect.is_write) or e.approval is not None
         if needs_intent and not e.intent_durable:
             return (
-                f"G3: {e.worker} executed {e.call_id} of {e.run_id} (seq {e.seq}, epoch "
+                f"G3: {e.worker} executed {e.call_id} of {e.run_id} (epoch "
                 f"{e.epoch}) without a durable intent"
             )
     return None

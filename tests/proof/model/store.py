@@ -14,6 +14,7 @@ Flags re-introduce holes that reviews found, for the checker's own tests.
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -43,6 +44,7 @@ from leaseward.runtime.lifecycle import (
 )
 from leaseward.runtime.model import (
     Decision,
+    HumanRequest,
     NewRun,
     PurgedRun,
     RequestKind,
@@ -413,6 +415,33 @@ class SimStore:
         journal = self.steps.get(run_id, {})
         return journal[max(journal)] if journal else None
 
+    def list_requests(self, run_id: str) -> list[HumanRequest]:
+        run = self.runs[run_id]
+        return [
+            HumanRequest(
+                run_id=run_id,
+                agent=run.agent,
+                seq=r.seq,
+                position=r.position,
+                call_id=r.call_id,
+                kind=r.kind,
+                tool=r.tool,
+                effect=r.effect,
+                arguments=load_json(r.arguments_json),
+                arguments_digest=r.arguments_digest,
+                epoch=r.epoch,
+                requested_at=r.requested_at,
+                expires_at=r.expires_at,
+                decision=r.decision,
+                operator=None,
+                note=None,
+                value=None,
+                decided_at=r.decided_at,
+                age_seconds=max(0.0, self.now - r.requested_at),
+            )
+            for r in sorted(self.requests[run_id], key=lambda r: (r.seq, r.position))
+        ]
+
     def get_run(self, run_id: str) -> RunRecord | None:
         run = self.runs.get(run_id)
         return None if run is None else run.record()
@@ -527,7 +556,7 @@ class SimStore:
 
     # -- operator actions ---------------------------------------------------------------------
 
-    def _open_call(self, run_id: str) -> SimStep | None:
+    def open_call(self, run_id: str) -> SimStep | None:
         last = self.last_step(run_id)
         return last if last is not None and last.status is StepStatus.STARTED else None
 
@@ -551,7 +580,7 @@ class SimStore:
             raise RunNotFound(f"no run with id {run_id!r}")
         redrivable = run.state is RunState.DEAD_LETTERED and (
             run.reason in REDRIVABLE_REASONS
-            or (run.reason is Reason.INTERRUPTED_WRITE and self._open_call(run_id) is None)
+            or (run.reason is Reason.INTERRUPTED_WRITE and self.open_call(run_id) is None)
         )
         if not redrivable:
             raise IllegalTransition(f"run {run_id} cannot be redriven")
@@ -563,7 +592,7 @@ class SimStore:
             raise RunNotFound(f"no run with id {run_id!r}")
         if run.state is not RunState.DEAD_LETTERED or run.reason is not Reason.INTERRUPTED_WRITE:
             raise IllegalTransition(f"run {run_id} waits for no resolution")
-        last = self._open_call(run_id)
+        last = self.open_call(run_id)
         if last is None:
             raise IllegalTransition(f"run {run_id} has no interrupted call to resolve")
         output = {
@@ -628,8 +657,30 @@ class SimStore:
             purged_at=key.purged_at,
         )
 
-    def snapshot(self) -> dict[str, Any]:
-        """What the conformance bridge compares with a real store: runs and journals."""
-        return {
-            run_id: (self.runs[run_id].record(), self.list_steps(run_id)) for run_id in self.runs
+    def copy(self) -> SimStore:
+        """An independent store: journal rows are replaced, never changed, so they are shared."""
+        copied = copy.copy(self)
+        copied.runs = {run_id: copy.copy(run) for run_id, run in self.runs.items()}
+        copied.steps = {run_id: dict(journal) for run_id, journal in self.steps.items()}
+        copied.requests = {
+            run_id: [copy.copy(request) for request in requests]
+            for run_id, requests in self.requests.items()
         }
+        copied.keys = {name: copy.copy(key) for name, key in self.keys.items()}
+        return copied
+
+    def fingerprint(self) -> tuple[Any, ...]:
+        """Equal for equal stores, and hashable."""
+        return (
+            self.now,
+            tuple((run_id, *vars(run).values()) for run_id, run in self.runs.items()),
+            tuple(
+                (run_id, tuple(tuple(vars(row).values()) for row in journal.values()))
+                for run_id, journal in self.steps.items()
+            ),
+            tuple(
+                (run_id, tuple(tuple(vars(request).values()) for request in requests))
+                for run_id, requests in self.requests.items()
+            ),
+            tuple((name, *vars(key).values()) for name, key in self.keys.items()),
+        )
