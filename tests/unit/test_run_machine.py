@@ -1188,3 +1188,20 @@ def test_a_settle_not_stored_leaves_the_run_to_the_reaper(
     # With nothing fresh in it, an unanswered settle cannot be read back.
     assert names(commands)[-2:] == ["run.settle_failed", "Stop"]
     assert action(commands) == Stop(None)
+
+
+@pytest.mark.parametrize("effect", EFFECTS)
+def test_an_open_attempt_is_resumed_by_its_effect(effect: ToolEffect) -> None:
+    m, commands = resumed(effect, [provider_row(), open_intent(effect)])
+    if effect is ToolEffect.NON_IDEMPOTENT_WRITE:
+        settlement = settled(commands).settlement
+        assert settlement is not None and settlement.reason is Reason.INTERRUPTED_WRITE
+        return
+    if effect.is_write:
+        assert isinstance(action(commands), RecordIntent)
+        commands = m.feed(stored())
+    call = action(m.feed(AdmissionCheck(now=0.0, wall=0.0)))
+    assert isinstance(call, CallTool) and call.protected is effect.is_write
+    # A new row after the open one: the journal keeps what the earlier attempt wrote.
+    outcome = action(m.feed(ToolReturned(1)))
+    assert isinstance(outcome, Commit) and outcome.steps[-1].seq == 2
