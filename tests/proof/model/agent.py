@@ -52,7 +52,8 @@ async def _act(what: str) -> str:
 
 @functools.cache
 def agent_for(calls: tuple[Call, ...]) -> Agent:
-    """One agent per scenario, shared by every machine (and rebuilt by ``pickle``)."""
+    """One agent per scenario, shared by every machine (and named by its calls when a
+    machine's state is pickled for its digest)."""
     tools = [
         tool(
             name=call.name,

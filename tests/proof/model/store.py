@@ -7,8 +7,9 @@ refused; which reap, decision, redrive, resolution or submit is accepted) are
 pinned by the scenario tables of tests/integration/test_model_conformance.py,
 which run against this store and against SQLite and PostgreSQL alike.
 
-The state is plain data: ``pickle`` copies it and its bytes are what the
-explorer hashes, so nothing here may hold a reference to anything outside it.
+The state is plain data: ``copy`` makes an independent store (journal rows are
+replaced, never changed, so copies share them) and ``fingerprint`` is what the
+explorer merges equal states on.
 Flags re-introduce holes that reviews found, for the checker's own tests.
 """
 

@@ -11,8 +11,9 @@ admission check and the call it admits) and feeds back the event that answers
 it. The provider is scripted (one turn asking for every call of the scenario,
 then a final reply) and each call is written to the ledger when it starts.
 
-The whole world is plain data, copied with ``pickle`` (the agent, shared facts,
-is pickled by name); its pickled bytes are what the explorer merges states on.
+The whole world is plain data: ``World.copy`` makes an independent one (sharing the
+machines, which a worker copies before it feeds one), and ``World.fingerprint`` is
+what the explorer merges equal states on.
 """
 
 from __future__ import annotations
