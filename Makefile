@@ -3,7 +3,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run embedded test test-fast lint typecheck docs bench bench-peers bench-leases soak demo-crash clean
+.PHONY: run embedded test test-fast lint typecheck docs check-model bench bench-peers bench-leases soak demo-crash clean
 
 PACKAGE_SOURCES := $(shell find leaseward runtime actors storage -name '*.py' -o -name '*.sql')
 
@@ -63,6 +63,13 @@ $(DOCS_STAMP): $(STAMP)
 # NO_MKDOCS_2_WARNING keeps the theme's notice about MkDocs 2.0 out of the log.
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# The model checker at its deep bound (tests/proof/check_model.py): every interleaving of
+# two workers driving the RunMachine over a simulated store, with crashes, pauses, lost and
+# delayed answers, refusals, clock steps, a stop and operator actions, to a depth. Its last
+# line: model check: N states, M transitions, 0 violations. make test runs a small bound.
+check-model: $(STAMP)
+	$(BIN)/python tests/proof/check_model.py $(CHECK_MODEL_FLAGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/steps.py
