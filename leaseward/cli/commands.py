@@ -111,6 +111,8 @@ def _on_client(
     name="leaseward",
     help="A durable runtime for LLM agent runs: daemon and operator tools.",
     epilog=_EPILOG,
+    # A bare ``leaseward`` is a mistake like any other: one line, exit 2, not the help.
+    no_args_is_help=False,
 )
 @click.version_option(VERSION, prog_name="leaseward", message="%(prog)s %(version)s")
 @click.pass_context

@@ -10,7 +10,7 @@ from typing import Any
 import click
 import pytest
 
-from leaseward.cli import EXIT_USAGE, main
+from leaseward.cli import EXIT_USAGE, commands, main
 from leaseward.cli.commands import leaseward
 from leaseward.cli.types import (
     DURATION,
@@ -24,6 +24,12 @@ from leaseward.cli.types import (
     RUN_STATE,
 )
 from leaseward.runtime.lifecycle import RunState
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator command configures the process's logging: not the test runner's."""
+    monkeypatch.setattr(commands, "configure_logging", lambda *_, **__: None)
 
 
 @pytest.mark.parametrize(
@@ -132,3 +138,8 @@ def test_a_bad_variable_is_one_usage_error_naming_it_and_changes_nothing(
         "leaseward: error: LEASEWARD_LEASE_SECONDS='0': '0' must be greater than 0\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_no_command_is_one_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == EXIT_USAGE
+    assert capsys.readouterr() == ("", "leaseward: error: Missing command.\n")
