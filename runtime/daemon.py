@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
+import pkgutil
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -52,16 +52,16 @@ def load_app(path: str) -> App:
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
-        module = importlib.import_module(module_name)
+        value = pkgutil.resolve_name(path)
     except Exception as exc:
+        # resolve_name imports the module, then looks the attribute up: a module that
+        # imported is one without the attribute (an import may raise AttributeError too).
+        if isinstance(exc, AttributeError) and module_name in sys.modules:
+            raise ConfigurationError(
+                f"--app {path!r}: module {module_name!r} has no attribute {attribute!r}"
+            ) from None
         raise ConfigurationError(
             f"--app {path!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
-        ) from None
-    try:
-        value = getattr(module, attribute)
-    except AttributeError:
-        raise ConfigurationError(
-            f"--app {path!r}: module {module_name!r} has no attribute {attribute!r}"
         ) from None
     if callable(value) and not isinstance(value, App):
         try:

@@ -2,8 +2,8 @@
 
 The page holds a marker; the hook replaces it with the top-level help and each
 subcommand's help, run through the installed console script. Going through the
-program rather than its parser keeps the page true whatever the CLI is built with
-(argparse today, click later): only the text a user sees is read.
+program rather than its click group keeps the page true to what a user sees: only
+the printed help is read.
 """
 
 from __future__ import annotations
@@ -23,15 +23,14 @@ from mkdocs.structure.pages import Page
 MARKER = "<!-- cli-reference -->"
 PAGE = "reference/cli.md"
 
-# Wide enough for the flags' help, narrow enough for a page: both argparse and click
-# wrap at COLUMNS.
+# Wide enough for the flags' help, narrow enough for a page: click wraps at COLUMNS.
 COLUMNS = "100"
 
 _SECTION = re.compile(r"^(\S[^:]*):\s*$")
 # A command's line in the listing: a short indent, then its name (lowercase, dashes).
-# Wrapped help text is indented further, and argparse's COMMAND metavar is uppercase.
+# Wrapped help text is indented further.
 _COMMAND = re.compile(r"^ {2,6}([a-z][a-z0-9-]*)(?:\s{2,}|$)")
-_COMMAND_SECTIONS = ("commands", "positional arguments")
+_COMMAND_SECTIONS = ("commands",)
 
 
 def _program() -> list[str]:

@@ -548,7 +548,7 @@ def _help(*command: str) -> str:
 
 
 def _flags(help_text: str) -> set[str]:
-    options = help_text.split(" options: ", 1)[1]
+    options = help_text.split(" Options: ", 1)[1]
     return set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", options)) - {"--help"}
 
 
@@ -558,7 +558,7 @@ def test_daemon_help_names_the_variable_of_every_flag() -> None:
     assert {"--store", "--app", "--concurrency", "--lease-seconds", "--drain-seconds"} <= flags
     for flag in sorted(flags):
         variable = "LEASEWARD_" + flag[2:].upper().replace("-", "_")
-        assert f"[env: {variable}" in text, f"daemon --help does not name {variable}"
+        assert f"[env var: {variable}" in text, f"daemon --help does not name {variable}"
 
 
 # Flags that say what one invocation does, never set by a variable left in the environment.
@@ -591,7 +591,7 @@ def test_every_other_command_help_names_its_variables_and_only_those(command: st
         if flag in ONE_OFF:
             assert variable not in text, f"{command} --help names {variable}, which is not read"
         else:
-            assert f"[env: {variable}" in text, f"{command} --help does not name {variable}"
+            assert f"[env var: {variable}" in text, f"{command} --help does not name {variable}"
 
 
 def test_help_says_which_flags_have_variables() -> None:

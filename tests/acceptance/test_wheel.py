@@ -144,6 +144,7 @@ def test_the_wheel_holds_only_the_leaseward_package(wheel: Path) -> None:
         "leaseward/py.typed",
         "leaseward/runtime/app.py",
         "leaseward/providers.py",
+        "leaseward/cli/commands.py",
         "leaseward/runtime/providers/__init__.py",
         "leaseward/runtime/providers/openai.py",
         "leaseward/runtime/providers/anthropic.py",

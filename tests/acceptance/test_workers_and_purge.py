@@ -294,6 +294,6 @@ def test_purge_deletes_the_journal_with_its_run(daemons: DaemonPool, url: str) -
 def test_help_names_the_store_variable_and_no_other(command: str, flags: set[str]) -> None:
     # Every other flag says what one invocation does: no variable may set it.
     text = " ".join(ok(command, "--help", env=base_env(COLUMNS="80")).stdout.split())
-    assert re.findall(r"\[env: (LEASEWARD_\w+)", text) == ["LEASEWARD_STORE"]
+    assert re.findall(r"\[env var: (LEASEWARD_\w+)", text) == ["LEASEWARD_STORE"]
     for flag in flags:
         assert flag in text

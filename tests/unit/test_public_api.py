@@ -158,7 +158,7 @@ FORBIDDEN_MODULES = {
     "leaseward.runtime.app",
     "leaseward.runtime.client",
     "leaseward.runtime.daemon",
-    "leaseward.runtime.cli",
+    "leaseward.cli",
     "leaseward.runtime.providers",
 }
 
@@ -203,7 +203,7 @@ def forbidden_imports(source: str, module: str) -> list[str]:
         "from leaseward.runtime import client",
         "from leaseward import Runtime",
         "from . import daemon",
-        "from .cli import main",
+        "from leaseward.cli import main",
         "def f():\n    import leaseward.storage.sqlite\n",
         "if TYPE_CHECKING:\n    from leaseward.actors import Reply\n",
     ],
@@ -246,7 +246,7 @@ SHELL_ONLY = {
     "leaseward.runtime.app",
     "leaseward.runtime.client",
     "leaseward.runtime.daemon",
-    "leaseward.runtime.cli",
+    "leaseward.cli",
 }
 
 

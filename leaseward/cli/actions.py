@@ -1,0 +1,452 @@
+"""What each command does, once its flags are parsed: open the store, act, print.
+
+An action takes plain values (never click's context), so it reads as the operation
+it is. A mistake in how it was called raises ``click.UsageError`` before anything
+changes; the store's own errors pass through for the entry point to word.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import click
+
+from leaseward.actors.reaper import LeaseReaper
+from leaseward.cli.defaults import EXIT_FAILURE
+from leaseward.cli.json_output import (
+    print_json,
+    request_json,
+    run_json,
+    step_json,
+    usage_json,
+    worker_json,
+)
+from leaseward.cli.tables import count, print_approvals, print_runs, print_workers, timestamp
+from leaseward.cli.timeline import print_timeline
+from leaseward.runtime.client import Client, default_operator, open_existing_store
+from leaseward.runtime.daemon import DaemonSettings, load_app, serve
+from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
+from leaseward.runtime.model import MAX_INPUT_BYTES, RunInfo
+from leaseward.storage.connect import open_store
+from leaseward.storage.url import store_location
+
+__all__ = [
+    "approvals",
+    "approve",
+    "cancel",
+    "daemon",
+    "dead_letters",
+    "migrate",
+    "purge",
+    "read_input",
+    "reap",
+    "redrive",
+    "reject",
+    "reply",
+    "resolve",
+    "runs",
+    "show",
+    "submit",
+    "with_client",
+    "workers",
+]
+
+ClientAction = Callable[..., Awaitable[int]]
+
+
+async def with_client(
+    store_url: str, action: ClientAction, *, read_only: bool, **flags: Any
+) -> int:
+    """``action`` on an existing store: a mistyped path must not create a database. A
+    read-only action works on a store this user may only read, and never migrates one."""
+    store = await open_existing_store(store_url, read_only=read_only)
+    try:
+        return await action(Client(store), store_url=store_url, **flags)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await store.aclose()
+
+
+def read_input(text: str) -> Any:
+    """``--input``: JSON text, or ``@file`` holding JSON."""
+    if text.startswith("@"):
+        return _read_input_file(Path(text[1:]))
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        hint = ""
+        first = text.strip()[:1]
+        if not first or first not in '{["-0123456789':
+            # A bare word is the usual slip: the shell ate the quotes of a JSON string.
+            quoted = shlex.quote(json.dumps(text, ensure_ascii=False))
+            hint = f"; a JSON string is written in quotes: --input {quoted}"
+        raise click.UsageError(f"--input is not JSON: {exc}{hint}") from None
+
+
+def _read_input_file(path: Path) -> Any:
+    # At most one byte over the limit is read: a huge file is refused without
+    # holding it in memory (the canonical JSON of the input is held to the same limit).
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise click.UsageError(f"--input @{path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise click.UsageError(
+            f"--input @{path} is larger than the input limit ({MAX_INPUT_BYTES} bytes)"
+        )
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise click.UsageError(f"--input @{path} is not UTF-8 text: {exc.reason}") from None
+    except json.JSONDecodeError as exc:
+        raise click.UsageError(f"--input @{path} is not JSON: {exc}") from None
+
+
+# -- runs nobody serves -----------------------------------------------------------------
+
+
+async def _unserved(client: Client, runs: Sequence[RunInfo]) -> frozenset[str]:
+    """The agents of these queued runs that no live worker serves."""
+    queued = {run.agent for run in runs if run.state is RunState.QUEUED}
+    if not queued:
+        return frozenset()
+    return frozenset(queued - await client.served_agents())
+
+
+def _serving(served: frozenset[str]) -> str:
+    return f"live workers serve {', '.join(sorted(served))}" if served else "no worker is live"
+
+
+async def _submit_served(
+    client: Client,
+    agent: str,
+    value: Any,
+    *,
+    idempotency_key: str | None,
+    wait: bool,
+    timeout: float | None,
+) -> str:
+    """Submit, saying so when no live worker serves the agent.
+
+    The run is queued all the same (its workers may be restarting), except under
+    --wait without --timeout: that wait could never end, and a command that fails
+    changes nothing, so a script that retries it cannot queue the run twice.
+    """
+    served = await client.served_agents()
+    if agent in served:
+        return await client.submit(agent, value, idempotency_key=idempotency_key)
+    if wait and timeout is None:
+        raise click.UsageError(
+            f"no live worker serves agent {agent!r} ({_serving(served)}), so --wait "
+            "would never return; nothing was queued (add --timeout, or drop --wait)"
+        )
+    run_id = await client.submit(agent, value, idempotency_key=idempotency_key)
+    print(
+        f"leaseward: warning: no live worker serves agent {agent!r} ({_serving(served)}); "
+        f"run {run_id} stays queued until one does",
+        file=sys.stderr,
+    )
+    return run_id
+
+
+# -- the runs ---------------------------------------------------------------------------
+
+
+async def submit(
+    client: Client,
+    *,
+    store_url: str,
+    agent: str,
+    input_text: str,
+    idempotency_key: str | None,
+    wait: bool,
+    timeout: float | None,
+    as_json: bool,
+) -> int:
+    value = read_input(input_text)
+    run_id = await _submit_served(
+        client, agent, value, idempotency_key=idempotency_key, wait=wait, timeout=timeout
+    )
+    if not wait:
+        print(json.dumps({"id": run_id}) if as_json else run_id)
+        return 0
+    run = await client.wait(run_id, timeout=timeout)
+    if as_json:
+        print_json(run_json(run))
+    else:
+        print_runs([run])
+    return 0 if run.state is RunState.COMPLETED else EXIT_FAILURE
+
+
+async def runs(
+    client: Client,
+    *,
+    store_url: str,
+    state: RunState | None,
+    agent: str | None,
+    limit: int,
+    as_json: bool,
+) -> int:
+    found = await client.runs(state=state, agent=agent, limit=limit)
+    if as_json:
+        print_json([run_json(r) for r in found])
+    else:
+        print_runs(found, await _unserved(client, found))
+    return 0
+
+
+async def show(client: Client, *, store_url: str, run_id: str, as_json: bool) -> int:
+    run = await client.get(run_id)
+    steps = await client.steps(run_id)
+    requests = await client.requests(run_id)
+    if as_json:
+        print_json(
+            {
+                **run_json(run),
+                "usage": usage_json(steps),
+                "steps": [step_json(s) for s in steps],
+                "requests": [request_json(r) for r in requests],
+            }
+        )
+    else:
+        print_timeline(run, steps, store_url, requests)
+        if run.agent in await _unserved(client, [run]):
+            print(f"note: no live worker serves {run.agent}; the run waits until one does")
+    return 0
+
+
+async def cancel(client: Client, *, store_url: str, run_id: str) -> int:
+    cancelled = await client.cancel(run_id)
+    run = await client.get(run_id)
+    if not cancelled:
+        print(f"leaseward: run {run_id} had already finished ({run.state.value})", file=sys.stderr)
+        return EXIT_FAILURE
+    if run.state is RunState.CANCELLED:
+        print(f"run {run_id} cancelled")
+    else:
+        print(f"run {run_id}: cancel requested; it stops at its next step boundary")
+    return 0
+
+
+async def dead_letters(
+    client: Client, *, store_url: str, reason: Reason | None, limit: int, as_json: bool
+) -> int:
+    found = await client.dead_letters(reason=reason, limit=limit)
+    if as_json:
+        print_json([run_json(r) for r in found])
+    else:
+        print_runs(found)
+    return 0
+
+
+def _next_attempt(run: RunInfo) -> str:
+    # The operator's action opened an epoch of its own (G9); the claim that resumes the
+    # run opens the next one, which its new steps carry and show then reports.
+    return f"it resumes from its journal at epoch {run.epoch + 1}"
+
+
+async def redrive(client: Client, *, store_url: str, run_id: str) -> int:
+    run = await client.redrive(run_id)
+    print(f"run {run.id} requeued: {_next_attempt(run)}")
+    return 0
+
+
+async def resolve(
+    client: Client,
+    *,
+    store_url: str,
+    run_id: str,
+    applied: bool,
+    note: str | None,
+    operator: str | None,
+) -> int:
+    run = await client.resolve(
+        run_id, applied=applied, operator=operator or default_operator(), note=note
+    )
+    verdict = "applied" if applied else "not applied"
+    print(f"run {run.id}: call recorded as {verdict}; requeued: {_next_attempt(run)}")
+    return 0
+
+
+# -- calls that wait for a person -------------------------------------------------------
+
+
+async def approvals(client: Client, *, store_url: str, limit: int, as_json: bool) -> int:
+    requests = await client.approvals(limit=limit)
+    if as_json:
+        print_json([request_json(r) for r in requests])
+    else:
+        print_approvals(requests)
+    return 0
+
+
+def _decided(run: RunInfo, what: str) -> str:
+    if run.state is RunState.QUEUED:
+        return f"run {run.id}: {what}; every call is decided, requeued"
+    return f"run {run.id}: {what}; it still waits for other calls ({run.state.value})"
+
+
+async def approve(
+    client: Client,
+    *,
+    store_url: str,
+    run_id: str,
+    call: str | None,
+    note: str | None,
+    operator: str | None,
+) -> int:
+    run = await client.approve(run_id, call, operator=operator or default_operator(), note=note)
+    print(_decided(run, "approved"))
+    return 0
+
+
+async def reject(
+    client: Client,
+    *,
+    store_url: str,
+    run_id: str,
+    call: str | None,
+    reason: str,
+    operator: str | None,
+) -> int:
+    run = await client.reject(run_id, call, operator=operator or default_operator(), reason=reason)
+    print(_decided(run, "rejected"))
+    return 0
+
+
+async def reply(
+    client: Client,
+    *,
+    store_url: str,
+    run_id: str,
+    input_text: str,
+    call: str | None,
+    operator: str | None,
+) -> int:
+    value = read_input(input_text)
+    run = await client.send_input(
+        run_id, value, call_id=call, operator=operator or default_operator()
+    )
+    print(_decided(run, "answered"))
+    return 0
+
+
+async def workers(client: Client, *, store_url: str, as_json: bool) -> int:
+    found = await client.workers()
+    if as_json:
+        print_json([worker_json(w) for w in found])
+    else:
+        print_workers(found)
+    return 0
+
+
+# -- the store itself -------------------------------------------------------------------
+
+
+async def reap(store_url: str) -> int:
+    store = await open_existing_store(store_url)
+    try:
+        reaper = LeaseReaper(store, interval_seconds=1.0, policy=RecoveryPolicy())
+        reaped = await reaper.reap_watching()
+        expired = await reaper.expire_once()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await store.aclose()
+    for request in expired:
+        then = "requeued" if request.requeued else "still waits for other calls"
+        print(f"run {request.run_id}: approval of call {request.call_id} expired; {then}")
+    if not reaped:
+        print("no expired leases")
+    for item in reaped:
+        settled = item.settlement
+        why = "" if settled.reason is None else f" ({settled.reason.value})"
+        print(f"run {item.run_id} epoch {item.epoch}: lease expired -> {settled.target.value}{why}")
+    return 0
+
+
+async def migrate(store_url: str) -> int:
+    store = await open_store(store_url, migrate=False)
+    try:
+        created = not await store.schema_present()
+        version = await store.migrate()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await store.aclose()
+    if created:
+        print(f"created a leaseward store at {store_location(store_url)}")
+    print(f"schema at version {version}")
+    return 0
+
+
+async def daemon(app_path: str | None, settings: DaemonSettings) -> int:
+    if not app_path:
+        raise click.UsageError(
+            "--app is required (or LEASEWARD_APP), e.g. --app myproject.agents:app"
+        )
+    if settings.reap_interval_seconds >= settings.lease_seconds:
+        raise click.UsageError(
+            f"--reap-interval-seconds ({settings.reap_interval_seconds:g}) must be shorter "
+            f"than --lease-seconds ({settings.lease_seconds:g}): a dead worker's runs wait "
+            "up to the lease plus the reap interval to be recovered"
+        )
+    return await serve(settings, load_app(app_path))
+
+
+# -- retention --------------------------------------------------------------------------
+
+
+async def purge(
+    client: Client,
+    *,
+    store_url: str,
+    finished_before: timedelta | None,
+    state: RunState | None,
+    include_dead_letters: bool,
+    forget_keys_older_than: timedelta | None,
+    dry_run: bool,
+) -> int:
+    if finished_before is None and forget_keys_older_than is None:
+        raise click.UsageError("purge needs --finished-before, --forget-keys-older-than, or both")
+    if finished_before is None and (state or include_dead_letters):
+        raise click.UsageError("--state and --include-dead-letters need --finished-before")
+    if state is RunState.DEAD_LETTERED and not include_dead_letters:
+        raise click.UsageError(
+            "dead-lettered runs wait for an operator: purging them needs --include-dead-letters"
+        )
+    if finished_before is not None:
+        result = await client.purge(
+            finished_before=finished_before,
+            state=state,
+            include_dead_letters=include_dead_letters,
+            dry_run=dry_run,
+        )
+        counts = (
+            f"{count(result.runs, 'run')} ({count(result.steps, 'journal row')}) finished "
+            f"before {timestamp(result.finished_before)}, "
+            f"in {count(result.batches, 'batch', 'batches')}"
+        )
+        kept = "" if include_dead_letters or state else "; dead-lettered runs kept"
+        if result.dry_run:
+            print(f"would delete {counts}{kept}; nothing changed (dry run)")
+        else:
+            print(f"deleted {counts}{kept}")
+    if forget_keys_older_than is not None:
+        forgotten = await client.forget_keys(older_than=forget_keys_older_than, dry_run=dry_run)
+        counts = (
+            f"{count(forgotten.keys, 'idempotency key')} of purged runs first used before "
+            f"{timestamp(forgotten.created_before)}, "
+            f"in {count(forgotten.batches, 'batch', 'batches')}"
+        )
+        if forgotten.dry_run:
+            print(f"would forget {counts}; nothing changed (dry run)")
+        else:
+            print(f"forgot {counts}")
+    return 0

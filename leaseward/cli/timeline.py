@@ -1,0 +1,264 @@
+"""``leaseward show``: a run, its journal as a timeline, what waits for a person, and
+what the operator does next."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Sequence
+
+from leaseward.cli.defaults import DEFAULT_STORE_URL
+from leaseward.cli.json_output import total_usage
+from leaseward.cli.tables import (
+    RUN_COLUMNS,
+    count,
+    run_row,
+    shortened,
+    table,
+    timestamp,
+    tokens,
+)
+from leaseward.runtime.conversation import usage_from_json
+from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.lifecycle import (
+    Reason,
+    RecoveryAction,
+    RecoveryPolicy,
+    RunState,
+    StepKind,
+    StepStatus,
+    decide_recovery,
+)
+from leaseward.runtime.model import HumanRequest, RequestKind, RunInfo, StepInfo
+
+__all__ = ["print_timeline"]
+
+
+_STEP_COLUMNS = ("SEQ", "EPOCH", "STEP", "EFFECT", "STATUS", "TOOK")
+
+
+def _took(step: StepInfo) -> str:
+    if step.resolved_at is not None:
+        # finished_at is when the operator decided, maybe hours later: how long the
+        # call itself took is unknown.
+        return "unknown"
+    if step.finished_at is None:
+        return "open"
+    seconds = step.finished_at - step.started_at
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def _step_details(step: StepInfo) -> list[str]:
+    details: list[str] = []
+    usage = usage_from_json(step.output) if step.kind is StepKind.PROVIDER else None
+    if usage is not None:
+        model = step.output.get("model")
+        details.append(f"tokens: {tokens(usage)}" + (f" ({model})" if model else ""))
+    if step.tool is not None and step.arguments is not None:
+        arguments = json.dumps(step.arguments, ensure_ascii=False)
+        details.append(f"arguments: {shortened(arguments)}")
+    if step.resolved_by is not None:
+        output = step.output if isinstance(step.output, dict) else {}
+        verdict = str(output.get("resolution", "resolved")).replace("_", " ")
+        note = output.get("note")
+        when = "" if step.resolved_at is None else f" at {timestamp(step.resolved_at)}"
+        details.append(
+            f"resolved: {verdict}, by {step.resolved_by}{when}"
+            + (f": {shortened(str(note))}" if note else "")
+        )
+    elif step.error:
+        details.append(f"error: {step.error}")
+    return details
+
+
+def _store_flag(store: str) -> str:
+    """``--store URL`` when a command without it would open another store, else nothing."""
+    implied = os.environ.get("LEASEWARD_STORE") or DEFAULT_STORE_URL
+    return "" if store == implied else f" --store {shlex.quote(store)}"
+
+
+def _next_steps(run: RunInfo, steps: Sequence[StepInfo], store: str) -> list[str]:
+    """What the operator does next with a run that waits for a decision."""
+    if run.state is not RunState.DEAD_LETTERED or run.reason is not Reason.INTERRUPTED_WRITE:
+        return []
+    # By status: an intent whose call raised or timed out has ended, yet stays open.
+    open_calls = [s for s in steps if s.status is StepStatus.STARTED and s.tool is not None]
+    if not open_calls:
+        return [
+            "the journal records the outcome of every call: nothing is left to decide.",
+            f"  leaseward redrive {shlex.quote(run.id)}{_store_flag(store)}",
+        ]
+    call = open_calls[-1]
+    command = f"leaseward resolve {shlex.quote(run.id)}"
+    flag = _store_flag(store)
+    return [
+        f"call {call.call_id} of {call.tool} (step {call.seq}) was interrupted: nobody knows "
+        "whether it applied.",
+        f"Check the outside system (idempotency key {call.idempotency_key}), then record "
+        "what happened:",
+        f"  {command} --applied{flag}",
+        f"  {command} --not-applied{flag}",
+        'with --note "..." to keep why in the journal.',
+    ]
+
+
+def _span(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    minutes = int(seconds) // 60
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
+
+
+def _reaper_will(run: RunInfo, steps: Sequence[StepInfo]) -> str:
+    """What the next reaper pass does with this run's expired lease (the reaper's own rule,
+    under the default recovery policy)."""
+    # The reaper looks at the newest journal row, when it is a tool call's.
+    last = steps[-1] if steps and steps[-1].kind is StepKind.TOOL else None
+    recovery = decide_recovery(
+        mode=run.mode,
+        requeues=run.requeues,
+        last_effect=None if last is None else last.effect,
+        last_status=None if last is None else last.status,
+        failure_class=FailureClass.CONNECTION,
+        reaped=True,
+        audit_failed=False,
+        policy=RecoveryPolicy(),
+    )
+    why = "" if recovery.reason is None else f" ({recovery.reason.value})"
+    verb = {
+        RecoveryAction.REQUEUE: "requeues",
+        RecoveryAction.DEAD_LETTER: "dead-letters",
+        RecoveryAction.FAIL: "fails",
+    }[recovery.action]
+    return f"the next reaper pass {verb} it{why}"
+
+
+def _lease_lines(run: RunInfo, steps: Sequence[StepInfo]) -> list[str]:
+    """Who holds a running run's lease and for how long, or that it expired; when a
+    requeued run's next attempt is due. Times are the store's, as the reaper sees them."""
+    now = run.read_at
+    if now is None:
+        return []
+    if run.state is RunState.RUNNING and run.lease_expires_at is not None:
+        left = run.lease_expires_at - now
+        if left > 0:
+            return [f"lease held by {run.lease_owner}, for {_span(left)} more"]
+        return [f"lease expired {_span(-left)} ago; {_reaper_will(run, steps)}"]
+    if run.state is RunState.QUEUED and run.requeues and run.available_at is not None:
+        retries = f"requeued {count(run.requeues, 'time')}"
+        if run.available_at > now:
+            return [
+                f"{retries}; the next attempt is due in {_span(run.available_at - now)} "
+                f"(at {timestamp(run.available_at)})"
+            ]
+        return [f"{retries}; the next attempt is due now"]
+    return []
+
+
+def _request_lines(request: HumanRequest, run: RunInfo) -> list[str]:
+    asked = (
+        f"question: {shortened(json.dumps(request.question, ensure_ascii=False))}"
+        if request.kind is RequestKind.INPUT
+        else f"arguments: {shortened(json.dumps(request.arguments, ensure_ascii=False))}"
+    )
+    lines = [
+        f"call {request.call_id} of {request.tool} ({request.effect.value}, turn "
+        f"{request.seq}): {request.kind.value} requested at {timestamp(request.requested_at)}",
+        f"  {asked}",
+    ]
+    if request.decision is None and run.state.terminal:
+        lines.append(f"  never decided: the run is {run.state.value}")
+        return lines
+    if request.decision is None:
+        expiry = (
+            "" if request.expires_at is None else f", expires at {timestamp(request.expires_at)}"
+        )
+        lines.append(f"  waiting{expiry}")
+        return lines
+    by = "" if request.operator is None else f" by {request.operator}"
+    when = "" if request.decided_at is None else f" at {timestamp(request.decided_at)}"
+    why = "" if not request.note else f": {shortened(request.note)}"
+    lines.append(f"  {request.decision.value}{by}{when}{why}")
+    if request.kind is RequestKind.INPUT:
+        lines.append(f"  answer: {shortened(json.dumps(request.value, ensure_ascii=False))}")
+    return lines
+
+
+def _waiting_next_steps(run: RunInfo, requests: Sequence[HumanRequest], store: str) -> list[str]:
+    """The commands that decide what a waiting run waits for."""
+    pending = [r for r in requests if r.pending]
+    if not pending or run.state.terminal:
+        return []
+    command = shlex.quote(run.id)
+    flag = _store_flag(store)
+    several = len(pending) > 1
+    lines: list[str] = []
+    for request in pending:
+        call = f" --call {shlex.quote(request.call_id)}" if several else ""
+        if request.kind is RequestKind.INPUT:
+            lines.append(f"  leaseward reply {command}{call} --input JSON{flag}")
+        else:
+            lines.append(f"  leaseward approve {command}{call}{flag}")
+            lines.append(f'  leaseward reject {command}{call} --reason "..."{flag}')
+    what = "input" if run.state is RunState.WAITING_FOR_INPUT else "approval"
+    return [f"the run waits for {what} ({count(len(pending), 'call')}); decide with:", *lines]
+
+
+def print_timeline(
+    run: RunInfo,
+    steps: Sequence[StepInfo],
+    store: str,
+    requests: Sequence[HumanRequest] = (),
+) -> None:
+    for line in table([RUN_COLUMNS, run_row(run)]):
+        print(line)
+    if run.idempotency_key is not None:
+        print(f"idempotency key: {run.idempotency_key}")
+    if run.result is not None:
+        print(f"result: {json.dumps(run.result, ensure_ascii=False)}")
+    if run.error:
+        print(f"error: {run.error}")
+    if run.failure_class is not None:
+        print(f"failure class: {run.failure_class.value}")
+    for line in _lease_lines(run, steps):
+        print(line)
+    if steps:
+        rows = [
+            (
+                str(step.seq),
+                str(step.epoch),
+                "provider" if step.tool is None else step.tool,
+                "-" if step.effect is None else step.effect.value,
+                step.status.value,
+                _took(step),
+            )
+            for step in steps
+        ]
+        lines = table([_STEP_COLUMNS, *rows])
+        # Details go under the STEP column.
+        indent = " " * lines[0].index("STEP")
+        print()
+        print(lines[0])
+        for step, line in zip(steps, lines[1:], strict=True):
+            print(line)
+            for detail in _step_details(step):
+                print(f"{indent}{detail}")
+        total = total_usage(steps)
+        if total is not None:
+            usage, turns = total
+            print()
+            print(f"tokens: {tokens(usage)} in total, over {count(turns, 'provider turn')}")
+    if requests:
+        print()
+        for request in requests:
+            for line in _request_lines(request, run):
+                print(line)
+    next_steps = _next_steps(run, steps, store) + _waiting_next_steps(run, requests, store)
+    if next_steps:
+        print()
+        for line in next_steps:
+            print(line)
