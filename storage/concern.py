@@ -31,5 +31,5 @@ class StoreConcern:
         """The run, locked for this transaction as every writer locks it first."""
         row = await self._executor.fetch_one(self._queries["lock_run"], {"run_id": run_id})
         if row is None:
-            raise RunNotFound(f"no run with id {run_id!r}")
+            raise RunNotFound(run_id=run_id)
         return run_from_row(row)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from leaseward.runtime.decisions import WAITING_STATES, kind_decided, request_to_decide
 from leaseward.runtime.errors import (
-    IllegalTransition,
     RequestExpired,
-    RequestNotFound,
     StoreError,
 )
 from leaseward.runtime.lifecycle import TRANSITIONS, RunState, source_state
@@ -24,31 +23,6 @@ from leaseward.storage.rows import request_from_row, run_from_row
 
 __all__ = ["HumanRequests"]
 
-_WAITING_STATES = [kind.waiting_state.value for kind in RequestKind]
-
-
-def _kind_of(decision: Decision) -> RequestKind:
-    return RequestKind.INPUT if decision is Decision.ANSWERED else RequestKind.APPROVAL
-
-
-def _decided_text(request: HumanRequest) -> str:
-    by = f" by {request.operator}" if request.operator else ""
-    return f"call {request.call_id} of run {request.run_id} was already {request.decision}{by}"
-
-
-def _refuse_expired(request: HumanRequest) -> None:
-    """A decision on an expired request is refused with when it expired, however late."""
-    if request.decision is Decision.EXPIRED and request.expires_at is not None:
-        raise RequestExpired(request.run_id, request.call_id, request.expires_at)
-
-
-def _calls(requests: Sequence[HumanRequest]) -> str:
-    return ", ".join(r.call_id for r in requests) or "none"
-
-
-def _state_text(run: RunRecord) -> str:
-    return run.state.value if run.reason is None else f"{run.state.value} ({run.reason.value})"
-
 
 class HumanRequests(StoreConcern):
     """Approvals and input requests: each decision locks its run first."""
@@ -64,7 +38,11 @@ class HumanRequests(StoreConcern):
         async with self._executor.reading():
             rows = await self._executor.fetch_all(
                 self._queries["pending_requests"],
-                {"states": _WAITING_STATES, "limit": limit, "now": self._now()},
+                {
+                    "states": [state.value for state in WAITING_STATES],
+                    "limit": limit,
+                    "now": self._now(),
+                },
             )
         return [request_from_row(r) for r in rows]
 
@@ -79,7 +57,7 @@ class HumanRequests(StoreConcern):
         value_json: str | None = None,
     ) -> tuple[HumanRequest, RunRecord]:
         q = self._queries
-        kind = _kind_of(decision)
+        kind = kind_decided(decision)
         async with self._executor.transaction():
             # The run first, as every writer locks it: a cancel, a claim or another
             # decision on it waits here, and what is decided below stays true.
@@ -91,7 +69,7 @@ class HumanRequests(StoreConcern):
                     q["run_requests"], {"run_id": run_id, "now": now}
                 )
             ]
-            request = self._request_to_decide(run, requests, call_id, kind)
+            request = request_to_decide(run, requests, call_id, kind)
             decided = await self._executor.fetch_all(
                 q["decide_request"],
                 {
@@ -129,62 +107,6 @@ class HumanRequests(StoreConcern):
             if r["seq"] == request.seq and r["call_id"] == request.call_id
         )
         return stored, run_from_row(after)
-
-    def _request_to_decide(
-        self,
-        run: RunRecord,
-        requests: Sequence[HumanRequest],
-        call_id: str | None,
-        kind: RequestKind,
-    ) -> HumanRequest:
-        """The one request a decision names, or the error saying why there is none."""
-        waiting = run.state is kind.waiting_state
-        pending = [r for r in requests if r.pending and r.kind is kind] if waiting else []
-        if call_id is None:
-            if len(pending) == 1:
-                return pending[0]
-            if not pending:
-                decided = [r for r in requests if r.kind is kind and not r.pending]
-                newest = max(decided, key=lambda r: (r.seq, r.position), default=None)
-                if newest is None:
-                    last = ""
-                else:
-                    if run.state.value not in _WAITING_STATES:
-                        # Not waiting for anything else: the expired request is the one meant.
-                        _refuse_expired(newest)
-                    last = f" ({_decided_text(newest)})"
-                raise IllegalTransition(
-                    f"run {run.id} is {_state_text(run)}: it waits for no {kind.value}{last}"
-                )
-            raise RequestNotFound(
-                f"run {run.id} waits for {len(pending)} {kind.value}s; name the call "
-                f"({_calls(pending)})"
-            )
-        named = [r for r in requests if r.call_id == call_id]
-        if not named:
-            raise RequestNotFound(
-                f"run {run.id} has no request for call {call_id!r} (pending: {_calls(pending)})"
-            )
-        # A call id may come back in a later turn: the newest request is the live one.
-        request = max(named, key=lambda r: r.seq)
-        if request.kind is not kind:
-            how = (
-                "send_input (leaseward reply)"
-                if request.kind is RequestKind.INPUT
-                else ("approve or reject")
-            )
-            raise IllegalTransition(
-                f"call {call_id} of run {run.id} asks for {request.kind.value}, not "
-                f"{kind.value}: {how} decides it"
-            )
-        _refuse_expired(request)
-        if not request.pending:
-            raise IllegalTransition(f"{_decided_text(request)}; nothing changed")
-        if not waiting:
-            raise IllegalTransition(
-                f"run {run.id} is {_state_text(run)}: its requests can no longer be decided"
-            )
-        return request
 
     async def _requeue_decided(
         self, run_ids: Sequence[str], kind: RequestKind, now: float

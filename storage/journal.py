@@ -56,14 +56,11 @@ def _check_same_request(key: Row, new: NewRun) -> None:
     """Refuse ``new`` if its key was used for another agent or input than it asks for."""
     if key["request_digest"] == new.request_digest:
         return
-    what = (
-        f"agent {key['agent']!r}, not {new.agent!r}"
-        if key["agent"] != new.agent
-        else f"a different input to {key['agent']!r}"
-    )
     raise IdempotencyKeyConflict(
-        f"the idempotency key {new.idempotency_key!r} was already used by run "
-        f"{key['run_id']} for {what}"
+        key=new.idempotency_key,
+        run_id=key["run_id"],
+        stored_agent=key["agent"],
+        agent=new.agent,
     )
 
 
@@ -315,7 +312,7 @@ class JournalWriter(StoreConcern):
         for run_id in run_ids:
             state = states.get(run_id)
             if state is None:
-                results.append(RunNotFound(f"no run with id {run_id!r}"))
+                results.append(RunNotFound(run_id=run_id))
             elif state.terminal:
                 results.append(CancelOutcome.ALREADY_FINISHED)
             elif state is RunState.RUNNING:

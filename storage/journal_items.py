@@ -11,37 +11,9 @@ from leaseward.runtime.model import NewRequest, Settlement, StepWrite
 from leaseward.storage.concern import StoreConcern
 from leaseward.storage.executor import Row
 from leaseward.storage.protocol import BatchItem
-from leaseward.storage.rows import json_set
+from leaseward.storage.rows import json_set, step_from_row
 
 __all__ = ["ItemRefused", "ItemWriter"]
-
-
-def _same_step(row: Row, epoch: int, step: StepWrite) -> bool:
-    """Whether the stored ``row`` is what ``step`` would have written under ``epoch``.
-
-    Times are left out: the store sets them from its clock at each commit.
-    """
-    settled = (epoch, step.status.value, step.output_json, step.error)
-    if settled != (row["epoch"], row["status"], row["output_json"], row["error"]):
-        return False
-    if step.settles:
-        # Settling writes only those: the rest of the row is the intent's.
-        return True
-    return (
-        step.kind.value,
-        step.tool,
-        step.call_id,
-        None if step.effect is None else step.effect.value,
-        step.idempotency_key,
-        step.arguments_json,
-    ) == (
-        row["kind"],
-        row["tool"],
-        row["call_id"],
-        row["effect"],
-        row["idempotency_key"],
-        row["arguments_json"],
-    )
 
 
 _StepsByKey = dict[tuple[str, int], tuple[int, StepWrite]]
@@ -270,7 +242,8 @@ class ItemWriter(StoreConcern):
             row = await self._executor.fetch_one(
                 self._queries["get_step"], {"run_id": key[0], "seq": step.seq}
             )
-            if row is None or not _same_step(row, items[position].epoch, step):
+            stored = None if row is None else step_from_row(row)
+            if not step.stored_in(stored, items[position].epoch):
                 raise ItemRefused(
                     position, f"step {step.seq} of run {key[0]} {problem}", data_error=True
                 )

@@ -4,26 +4,20 @@ from __future__ import annotations
 
 import json
 
-from leaseward.runtime.errors import IllegalTransition, StoreError
+from leaseward.runtime.errors import StoreError
 from leaseward.runtime.lifecycle import (
-    REDRIVABLE_REASONS,
     TRANSITIONS,
     Event,
-    Reason,
-    RunState,
     StepStatus,
     source_state,
 )
 from leaseward.runtime.model import RunRecord
+from leaseward.runtime.operator_rules import check_redrive, check_resolve
 from leaseward.storage.concern import WORK_CHANNEL, StoreConcern
 from leaseward.storage.executor import Row
 from leaseward.storage.rows import run_from_row
 
 __all__ = ["OperatorActions"]
-
-
-def _state_text(run: RunRecord) -> str:
-    return run.state.value if run.reason is None else f"{run.state.value} ({run.reason.value})"
 
 
 class OperatorActions(StoreConcern):
@@ -56,25 +50,7 @@ class OperatorActions(StoreConcern):
     async def redrive(self, run_id: str) -> RunRecord:
         async with self._executor.transaction():
             run = await self._lock_run(run_id)
-            redrivable = run.state is RunState.DEAD_LETTERED and (
-                run.reason in REDRIVABLE_REASONS
-                # Dead-lettered over a call whose outcome did get stored (its commit's
-                # answer was lost): the journal leaves nothing for an operator to decide.
-                or (
-                    run.reason is Reason.INTERRUPTED_WRITE and await self._open_call(run_id) is None
-                )
-            )
-            if not redrivable:
-                hint = (
-                    "; an interrupted write needs `resolve` (did the call apply?)"
-                    if run.reason is Reason.INTERRUPTED_WRITE
-                    else ""
-                )
-                raise IllegalTransition(
-                    f"run {run_id} is {_state_text(run)}: only a run dead-lettered "
-                    "not_retryable or retries_exhausted, or interrupted_write with its "
-                    f"call's outcome recorded, can be redriven{hint}"
-                )
+            check_redrive(run, call_open=await self._open_call(run_id) is not None)
             return await self._reopen(run, Event.REDRIVE, reset_requeues=True)
 
     async def resolve(
@@ -83,20 +59,9 @@ class OperatorActions(StoreConcern):
         q = self._queries
         async with self._executor.transaction():
             run = await self._lock_run(run_id)
-            if (
-                run.state is not RunState.DEAD_LETTERED
-                or run.reason is not Reason.INTERRUPTED_WRITE
-            ):
-                raise IllegalTransition(
-                    f"run {run_id} is {_state_text(run)}: only a run dead-lettered "
-                    "interrupted_write waits for a resolution"
-                )
             last = await self._open_call(run_id)
-            if last is None:
-                raise IllegalTransition(
-                    f"run {run_id} has no interrupted call to resolve: its journal records "
-                    "the outcome of its last call; `redrive` puts it back in the queue"
-                )
+            check_resolve(run, call_open=last is not None)
+            assert last is not None, "check_resolve refuses a run with no open call"
             output = {
                 "resolution": "applied" if applied else "not_applied",
                 "resolved_by": operator,

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import attrs
-
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.lifecycle import Reason, RunState, StepStatus
 from leaseward.runtime.model import RunRecord, StepInfo
@@ -24,7 +22,7 @@ class RunReads(StoreConcern):
             row = await self._executor.fetch_one(
                 self._queries["read_run"], {"run_id": run_id, "now": self._now()}
             )
-        return None if row is None else attrs.evolve(run_from_row(row), read_at=row["read_at"])
+        return None if row is None else run_from_row(row)
 
     async def list_runs(
         self,

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import enum
+import functools
 import json
-from collections.abc import Iterable
-from typing import Any
+import types
+import typing
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, Union
+
+import attrs
 
 from leaseward.runtime.effects import ToolEffect
-from leaseward.runtime.failures import FailureClass
-from leaseward.runtime.lifecycle import Reason, RunMode, RunState, StepKind, StepStatus
+from leaseward.runtime.lifecycle import Reason, RunState
 from leaseward.runtime.model import (
     Decision,
     HumanRequest,
@@ -21,7 +26,11 @@ from leaseward.runtime.model import (
 )
 from leaseward.storage.executor import Row
 
+T = TypeVar("T")
+
 __all__ = [
+    "RUN_COLUMNS",
+    "STEP_COLUMNS",
     "json_set",
     "optional",
     "purged_from_row",
@@ -36,49 +45,74 @@ def optional(kind: Any, value: Any) -> Any:
     return None if value is None else kind(value)
 
 
-def run_from_row(row: Row) -> RunRecord:
-    return RunRecord(
-        id=row["id"],
-        agent=row["agent"],
-        mode=RunMode(row["mode"]),
-        state=RunState(row["state"]),
-        reason=optional(Reason, row["reason"]),
-        failure_class=optional(FailureClass, row["failure_class"]),
-        input=load_json(row["input_json"]),
-        result=load_json(row["result_json"]),
-        error=row["error"],
-        epoch=row["epoch"],
-        requeues=row["requeues"],
-        lease_owner=row["lease_owner"],
-        lease_expires_at=row["lease_expires_at"],
-        available_at=row["available_at"],
-        cancel_requested=bool(row["cancel_requested"]),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        finished_at=row["finished_at"],
-        idempotency_key=row["idempotency_key"],
+@attrs.frozen
+class _Column:
+    """Where a model field is stored, and how its stored value reads back."""
+
+    field: str
+    name: str
+    read: Callable[[Any], Any]
+    has_default: bool
+    """The field keeps its default when a query does not select its column (as
+    ``read_at``, which only reads that ask the store's clock return)."""
+
+
+def _reader(kind: Any) -> Callable[[Any], Any]:
+    members = [member for member in typing.get_args(kind) if member is not type(None)]
+    base = members[0] if typing.get_origin(kind) in (Union, types.UnionType) else kind
+    if isinstance(base, type) and issubclass(base, enum.Enum):
+        return functools.partial(optional, base)
+    if base is bool:
+        # SQLite stores a flag as 0 or 1.
+        return bool
+    return _as_stored
+
+
+def _as_stored(value: Any) -> Any:
+    return value
+
+
+def _columns(model: type[Any]) -> tuple[_Column, ...]:
+    """One column per attrs field of ``model``: a field typed Any holds JSON, in its
+    ``<name>_json`` column; every other field is stored in the column of its name."""
+    hints = typing.get_type_hints(model)
+    columns = []
+    for field in attrs.fields(model):
+        kind = hints[field.name]
+        stored_as_json = kind is Any
+        columns.append(
+            _Column(
+                field=field.name,
+                name=f"{field.name}_json" if stored_as_json else field.name,
+                read=load_json if stored_as_json else _reader(kind),
+                has_default=field.default is not attrs.NOTHING,
+            )
+        )
+    return tuple(columns)
+
+
+RUN_COLUMNS = _columns(RunRecord)
+STEP_COLUMNS = _columns(StepInfo)
+
+
+def _from_row(model: type[T], columns: tuple[_Column, ...], row: Row) -> T:
+    # Its keys, not the row: ``in`` on a sqlite3.Row looks among the values.
+    selected = set(row.keys())
+    return model(
+        **{
+            column.field: column.read(row[column.name])
+            for column in columns
+            if column.name in selected or not column.has_default
+        }
     )
+
+
+def run_from_row(row: Row) -> RunRecord:
+    return _from_row(RunRecord, RUN_COLUMNS, row)
 
 
 def step_from_row(row: Row) -> StepInfo:
-    return StepInfo(
-        run_id=row["run_id"],
-        seq=row["seq"],
-        epoch=row["epoch"],
-        kind=StepKind(row["kind"]),
-        tool=row["tool"],
-        call_id=row["call_id"],
-        effect=optional(ToolEffect, row["effect"]),
-        status=StepStatus(row["status"]),
-        idempotency_key=row["idempotency_key"],
-        arguments=load_json(row["arguments_json"]),
-        output=load_json(row["output_json"]),
-        error=row["error"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        resolved_by=row["resolved_by"],
-        resolved_at=row["resolved_at"],
-    )
+    return _from_row(StepInfo, STEP_COLUMNS, row)
 
 
 def request_from_row(row: Row) -> HumanRequest:
