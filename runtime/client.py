@@ -191,7 +191,7 @@ class Client:
         purged = await self._store.purged_run(run_id)
         if purged is not None:
             raise RunPurged(purged)
-        raise RunNotFound(f"no run with id {run_id!r}")
+        raise RunNotFound(run_id=run_id)
 
     async def get(self, run_id: str) -> RunInfo:
         """The run as it is now. Raises RunNotFound for an unknown run, and RunPurged

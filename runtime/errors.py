@@ -5,11 +5,14 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+import attrs
+
 if TYPE_CHECKING:
     # For annotations only: the model imports this module.
     from leaseward.runtime.model import PurgedRun
 
 __all__ = [
+    "AmbiguousRequest",
     "AuditPersistenceFailed",
     "CallTimedOut",
     "CommitOutcomeUnknown",
@@ -17,19 +20,29 @@ __all__ = [
     "IdempotencyKeyConflict",
     "IllegalTransition",
     "InvalidInput",
+    "LastDecision",
     "LeaseLost",
     "LeasewardError",
+    "NotAwaitingResolution",
+    "NotRedrivable",
+    "NothingToDecide",
+    "NothingToResolve",
     "ProviderError",
+    "RequestDecided",
     "RequestExpired",
     "RequestNotFound",
+    "RequestsClosed",
     "RunNotFound",
     "RunPurged",
+    "SchemaMismatch",
     "StoreError",
     "StoreNotFound",
     "ToolDefinitionError",
     "ToolError",
     "UnknownAgent",
+    "UnknownRequestCall",
     "WaitTimeout",
+    "WrongRequestKind",
 ]
 
 
@@ -60,9 +73,17 @@ class InvalidInput(LeasewardError):
 class RunNotFound(LeasewardError):
     """No run with that id exists."""
 
+    def __init__(self, message: str | None = None, *, run_id: str | None = None) -> None:
+        if message is None and run_id is not None:
+            message = f"no run with id {run_id!r}"
+        super().__init__(message)
+        self.run_id = run_id
+
 
 class RunPurged(RunNotFound):
     """The run was purged: only its idempotency key, and how it ended, are kept."""
+
+    run_id: str
 
     def __init__(self, purged: PurgedRun) -> None:
         ended = purged.state.value
@@ -72,29 +93,195 @@ class RunPurged(RunNotFound):
             ended += f" at {_utc(purged.finished_at)}"
         super().__init__(
             f"run {purged.run_id} was purged at {_utc(purged.purged_at)}; it had ended "
-            f"{ended} (idempotency key {purged.idempotency_key!r})"
+            f"{ended} (idempotency key {purged.idempotency_key!r})",
+            run_id=purged.run_id,
         )
         self.purged = purged
-
-    @property
-    def run_id(self) -> str:
-        return self.purged.run_id
 
 
 def _utc(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
+def _state_text(state: str, reason: str | None) -> str:
+    return state if reason is None else f"{state} ({reason})"
+
+
+def _calls(call_ids: tuple[str, ...]) -> str:
+    return ", ".join(call_ids) or "none"
+
+
 class RequestNotFound(LeasewardError):
     """The run has no pending request for a person's decision with that call id."""
+
+
+class AmbiguousRequest(RequestNotFound):
+    """The run waits for several decisions of that kind, and the call was not named."""
+
+    def __init__(self, run_id: str, kind: str, pending: tuple[str, ...]) -> None:
+        super().__init__(
+            f"run {run_id} waits for {len(pending)} {kind}s; name the call ({_calls(pending)})"
+        )
+        self.run_id = run_id
+        self.kind = kind
+        self.pending = pending
+
+
+class UnknownRequestCall(RequestNotFound):
+    """The run has no request for a person under that call id."""
+
+    def __init__(self, run_id: str, call_id: str, pending: tuple[str, ...]) -> None:
+        super().__init__(
+            f"run {run_id} has no request for call {call_id!r} (pending: {_calls(pending)})"
+        )
+        self.run_id = run_id
+        self.call_id = call_id
+        self.pending = pending
 
 
 class IdempotencyKeyConflict(LeasewardError):
     """The idempotency key was already used to submit a different agent or input."""
 
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        key: str | None = None,
+        run_id: str | None = None,
+        stored_agent: str | None = None,
+        agent: str | None = None,
+    ) -> None:
+        if message is None and key is not None:
+            what = (
+                f"agent {stored_agent!r}, not {agent!r}"
+                if stored_agent != agent
+                else f"a different input to {stored_agent!r}"
+            )
+            message = f"the idempotency key {key!r} was already used by run {run_id} for {what}"
+        super().__init__(message)
+        self.key = key
+        self.run_id = run_id
+        self.stored_agent = stored_agent
+        self.agent = agent
+
 
 class IllegalTransition(LeasewardError):
     """The run cannot make that state transition."""
+
+
+class RequestDecided(IllegalTransition):
+    """The request was already decided; the new decision changed nothing."""
+
+    def __init__(self, run_id: str, call_id: str, decision: str, operator: str | None) -> None:
+        super().__init__(f"{_decided_text(run_id, call_id, decision, operator)}; nothing changed")
+        self.run_id = run_id
+        self.call_id = call_id
+        self.decision = decision
+        self.operator = operator
+
+
+def _decided_text(run_id: str, call_id: str, decision: str, operator: str | None) -> str:
+    by = f" by {operator}" if operator else ""
+    return f"call {call_id} of run {run_id} was already {decision}{by}"
+
+
+@attrs.frozen
+class LastDecision:
+    """The newest decided request of a kind: what a refusal to decide one reminds of."""
+
+    call_id: str
+    decision: str
+    operator: str | None
+
+
+class NothingToDecide(IllegalTransition):
+    """The run waits for no decision of that kind."""
+
+    def __init__(
+        self, run_id: str, state: str, reason: str | None, kind: str, last: LastDecision | None
+    ) -> None:
+        after = (
+            ""
+            if last is None
+            else f" ({_decided_text(run_id, last.call_id, last.decision, last.operator)})"
+        )
+        super().__init__(
+            f"run {run_id} is {_state_text(state, reason)}: it waits for no {kind}{after}"
+        )
+        self.run_id = run_id
+        self.state = state
+        self.reason = reason
+        self.kind = kind
+        self.last = last
+
+
+class WrongRequestKind(IllegalTransition):
+    """The call asks a person for one kind of decision, and the other kind was sent."""
+
+    def __init__(self, run_id: str, call_id: str, asked: str, sent: str) -> None:
+        how = "send_input (leaseward reply)" if asked == "input" else "approve or reject"
+        super().__init__(
+            f"call {call_id} of run {run_id} asks for {asked}, not {sent}: {how} decides it"
+        )
+        self.run_id = run_id
+        self.call_id = call_id
+        self.asked = asked
+        self.sent = sent
+
+
+class RequestsClosed(IllegalTransition):
+    """The run left its waiting state: none of its requests can be decided any more."""
+
+    def __init__(self, run_id: str, state: str, reason: str | None) -> None:
+        super().__init__(
+            f"run {run_id} is {_state_text(state, reason)}: its requests can no longer be decided"
+        )
+        self.run_id = run_id
+        self.state = state
+        self.reason = reason
+
+
+class NotRedrivable(IllegalTransition):
+    """Only a dead-lettered run the journal leaves nothing to decide about can be redriven."""
+
+    def __init__(self, run_id: str, state: str, reason: str | None) -> None:
+        hint = (
+            "; an interrupted write needs `resolve` (did the call apply?)"
+            if reason == "interrupted_write"
+            else ""
+        )
+        super().__init__(
+            f"run {run_id} is {_state_text(state, reason)}: only a run dead-lettered "
+            "not_retryable or retries_exhausted, or interrupted_write with its "
+            f"call's outcome recorded, can be redriven{hint}"
+        )
+        self.run_id = run_id
+        self.state = state
+        self.reason = reason
+
+
+class NotAwaitingResolution(IllegalTransition):
+    """Only a run dead-lettered over an interrupted write waits for a resolution."""
+
+    def __init__(self, run_id: str, state: str, reason: str | None) -> None:
+        super().__init__(
+            f"run {run_id} is {_state_text(state, reason)}: only a run dead-lettered "
+            "interrupted_write waits for a resolution"
+        )
+        self.run_id = run_id
+        self.state = state
+        self.reason = reason
+
+
+class NothingToResolve(IllegalTransition):
+    """The run's journal records the outcome of its last call: there is nothing to resolve."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            f"run {run_id} has no interrupted call to resolve: its journal records "
+            "the outcome of its last call; `redrive` puts it back in the queue"
+        )
+        self.run_id = run_id
 
 
 class RequestExpired(IllegalTransition):
@@ -137,6 +324,21 @@ class StoreNotFound(StoreError):
         super().__init__(message or f"no leaseward store at {location}")
         # The absolute path of a SQLite file, or a PostgreSQL URL without its password.
         self.location = location
+
+
+class SchemaMismatch(StoreError):
+    """The store's schema is at another version than this leaseward's."""
+
+    def __init__(self, location: str, version: int, newest: int) -> None:
+        how = (
+            f"older than this leaseward's ({newest}); bring it up to date with `leaseward migrate`"
+            if version < newest
+            else f"newer than this leaseward knows ({newest}); upgrade leaseward"
+        )
+        super().__init__(f"the schema in {location} is at version {version}, {how}")
+        self.location = location
+        self.version = version
+        self.newest = newest
 
 
 class CommitOutcomeUnknown(StoreError):

@@ -459,25 +459,8 @@ class RunRecord:
     """The store's clock when the row was read, if the read said."""
 
     def info(self) -> RunInfo:
-        return RunInfo(
-            id=self.id,
-            agent=self.agent,
-            mode=self.mode,
-            state=self.state,
-            reason=self.reason,
-            failure_class=self.failure_class,
-            result=self.result,
-            epoch=self.epoch,
-            requeues=self.requeues,
-            created_at=self.created_at,
-            finished_at=self.finished_at,
-            error=self.error,
-            idempotency_key=self.idempotency_key,
-            lease_owner=self.lease_owner,
-            lease_expires_at=self.lease_expires_at,
-            available_at=self.available_at,
-            read_at=self.read_at,
-        )
+        # Every field of a RunInfo is a RunRecord's, under the same name.
+        return RunInfo(**{field.name: getattr(self, field.name) for field in attrs.fields(RunInfo)})
 
 
 @attrs.frozen
@@ -611,7 +594,8 @@ class StepWrite:
 
     def stored_in(self, row: StepInfo | None, epoch: int) -> bool:
         """Whether ``row`` (the journal's row at this ``seq``, or None) shows this change made
-        under ``epoch``: how a writer whose commit went unanswered learns what it holds."""
+        under ``epoch``: how a writer whose commit went unanswered learns what it holds, and
+        how the store tells a record sent again (stored already) from one it contradicts."""
         if self.withdraws:
             return row is None
         return (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 
 from leaseward.runtime.clock import Clock, SystemClock
-from leaseward.runtime.errors import ConfigurationError, StoreError, StoreNotFound
+from leaseward.runtime.errors import ConfigurationError, SchemaMismatch, StoreNotFound
 from leaseward.runtime.logs import get_logger
 from leaseward.storage.executor import Executor
 from leaseward.storage.migrations import MIGRATIONS
@@ -94,16 +94,8 @@ async def _check_schema(store: SQLStore, parsed: StoreURL) -> None:
     newest = MIGRATIONS[-1].version
     if version == 0:
         raise StoreNotFound(parsed.location)
-    if version < newest:
-        raise StoreError(
-            f"the schema in {parsed.location} is at version {version}, older than this "
-            f"leaseward's ({newest}); bring it up to date with `leaseward migrate`"
-        )
-    if version > newest:
-        raise StoreError(
-            f"the schema in {parsed.location} is at version {version}, newer than this "
-            f"leaseward knows ({newest}); upgrade leaseward"
-        )
+    if version != newest:
+        raise SchemaMismatch(parsed.location, version, newest)
 
 
 async def _connect(

@@ -35,6 +35,7 @@ from leaseward.runtime.lifecycle import RunMode
 from leaseward.runtime.model import request_digest
 from leaseward.storage import SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
+from leaseward.storage.queries import load_queries
 
 pytestmark = pytest.mark.anyio
 
@@ -209,7 +210,8 @@ def dialect_name(request: pytest.FixtureRequest) -> str:
 
 async def migrate_to(store: SQLStore, version: int) -> None:
     """The schema as a leaseward whose newest migration was ``version`` left it."""
-    executor, queries = store._executor, store._queries
+    executor = store._executor
+    queries = load_queries(executor.dialect)
     async with executor.transaction():
         await executor.execute(queries["create_migrations_table"])
         for migration in MIGRATIONS:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 
+import attrs
 import pytest
 from support import provider_step
 
@@ -53,16 +54,8 @@ def intent(seq: int) -> StepWrite:
 
 
 def outcome_of(step: StepWrite, output_json: str = '{"charged":5}') -> StepWrite:
-    return StepWrite(
-        seq=step.seq,
-        kind=step.kind,
-        status=StepStatus.SUCCEEDED,
-        tool=step.tool,
-        call_id=step.call_id,
-        effect=step.effect,
-        output_json=output_json,
-        settles=True,
-    )
+    # As a run settles its intent: the intent's row, with its outcome.
+    return attrs.evolve(step, status=StepStatus.SUCCEEDED, output_json=output_json, settles=True)
 
 
 @pytest.mark.parametrize(

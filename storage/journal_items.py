@@ -1,0 +1,287 @@
+"""Writing journal items: fenced lease renewals, steps, requests and run settlements."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored
+from leaseward.runtime.errors import StoreError
+from leaseward.runtime.lifecycle import RunState, StepStatus, source_state
+from leaseward.runtime.model import NewRequest, Settlement, StepWrite
+from leaseward.storage.concern import StoreConcern
+from leaseward.storage.executor import Row
+from leaseward.storage.protocol import BatchItem
+from leaseward.storage.rows import json_set, step_from_row
+
+__all__ = ["ItemRefused", "ItemWriter"]
+
+
+_StepsByKey = dict[tuple[str, int], tuple[int, StepWrite]]
+"""A batch's steps of one kind by (run id, seq), each with its item's position."""
+
+_INTEGER_RANGE = range(-(2**63), 2**63)
+
+
+def _check_integer(value: int) -> None:
+    """Refuse an integer no database column here holds, before JSON carries it.
+
+    In a set parameter it would arrive as a float (SQLite's JSON reader makes
+    one of any integer past 64 bits), not as the error binding it would raise.
+    """
+    if value not in _INTEGER_RANGE:
+        raise StoreError(f"the integer {value} is out of range", data_error=True)
+
+
+class ItemRefused(Exception):
+    """One item of a batch cannot be written as sent; the others can."""
+
+    def __init__(self, position: int, error: str, *, data_error: bool = False) -> None:
+        super().__init__(error)
+        self.position = position
+        self.outcome = Refused(error, data_error=data_error)
+
+
+class ItemWriter(StoreConcern):
+    """The items of one batch, with one statement per kind of change."""
+
+    async def write_items(self, items: Sequence[BatchItem], now: float) -> list[CommitOutcome]:
+        """Write the items with one statement per kind of change, whatever their number.
+
+        The fence comes first: an item whose run is no longer ``running`` under its
+        epoch writes nothing. Raises ItemRefused for an item that cannot be
+        written as sent (the transaction must then be rolled back).
+        """
+        q = self._queries
+        for item in items:
+            _check_integer(item.epoch)
+        fences = await self._executor.fetch_all(
+            q["renew_leases"],
+            {
+                "items": json_set(
+                    {
+                        "run_id": item.run_id,
+                        "epoch": item.epoch,
+                        "lease_seconds": item.lease_seconds,
+                    }
+                    for item in items
+                ),
+                "source": RunState.RUNNING.value,
+                "now": now,
+            },
+        )
+        held = {(row["run_id"], row["epoch"]): row for row in fences}
+        inserts: _StepsByKey = {}
+        settles: _StepsByKey = {}
+        withdrawals: _StepsByKey = {}
+        settlements: dict[tuple[str, int], tuple[int, Settlement]] = {}
+        requests: list[tuple[BatchItem, NewRequest]] = []
+        for position, item in enumerate(items):
+            if (item.run_id, item.epoch) not in held:
+                continue
+            for step in item.steps:
+                _check_integer(step.seq)
+                kind = withdrawals if step.withdraws else settles if step.settles else inserts
+                kind[(item.run_id, step.seq)] = (position, step)
+            if item.settlement is not None:
+                settlements[(item.run_id, item.epoch)] = (position, item.settlement)
+                requests.extend((item, request) for request in item.settlement.requests)
+        if inserts:
+            await self._insert_steps(items, inserts, now)
+        if settles:
+            await self._settle_steps(items, settles, now)
+        if withdrawals:
+            await self._withdraw_steps(items, withdrawals)
+        if requests:
+            await self._insert_requests(requests, now)
+        if settlements:
+            settled = await self.settle_runs(
+                [(key[0], key[1], settlement) for key, (_, settlement) in settlements.items()], now
+            )
+            for key, (position, _) in settlements.items():
+                if key not in settled:
+                    raise ItemRefused(position, "the run changed under its own lease")
+        return [
+            Fenced() if fence is None else Stored(cancel_requested=bool(fence["cancel_requested"]))
+            for fence in (held.get((item.run_id, item.epoch)) for item in items)
+        ]
+
+    async def _insert_steps(
+        self,
+        items: Sequence[BatchItem],
+        steps: _StepsByKey,
+        now: float,
+    ) -> None:
+        rows = await self._executor.fetch_all(
+            self._queries["insert_steps"],
+            {
+                # In the positions insert_steps reads them from.
+                "steps": json_set(
+                    [
+                        items[position].run_id,
+                        step.seq,
+                        items[position].epoch,
+                        step.kind.value,
+                        step.tool,
+                        step.call_id,
+                        None if step.effect is None else step.effect.value,
+                        step.status.value,
+                        step.idempotency_key,
+                        step.arguments_json,
+                        step.output_json,
+                        step.error,
+                        step.started_at,
+                        step.status is not StepStatus.STARTED,
+                    ]
+                    for position, step in steps.values()
+                ),
+                "now": now,
+            },
+        )
+        await self._check_unwritten(items, steps, rows, "is already recorded differently")
+
+    async def _settle_steps(
+        self,
+        items: Sequence[BatchItem],
+        steps: _StepsByKey,
+        now: float,
+    ) -> None:
+        rows = await self._executor.fetch_all(
+            self._queries["settle_steps"],
+            {
+                "steps": json_set(
+                    {
+                        "run_id": items[position].run_id,
+                        "seq": step.seq,
+                        "epoch": items[position].epoch,
+                        "status": step.status.value,
+                        "output_json": step.output_json,
+                        "error": step.error,
+                    }
+                    for position, step in steps.values()
+                ),
+                "started": StepStatus.STARTED.value,
+                "now": now,
+            },
+        )
+        await self._check_unwritten(items, steps, rows, "has no open intent")
+
+    async def _insert_requests(
+        self, requests: Sequence[tuple[BatchItem, NewRequest]], now: float
+    ) -> None:
+        await self._executor.execute(
+            self._queries["insert_requests"],
+            {
+                "requests": json_set(
+                    {
+                        "run_id": item.run_id,
+                        "epoch": item.epoch,
+                        "seq": request.seq,
+                        "position": request.position,
+                        "call_id": request.call_id,
+                        "kind": request.kind.value,
+                        "tool": request.tool,
+                        "effect": request.effect.value,
+                        "arguments_json": request.arguments_json,
+                        "arguments_digest": request.arguments_digest,
+                        "timeout_seconds": request.timeout_seconds,
+                    }
+                    for item, request in requests
+                ),
+                "now": now,
+            },
+        )
+
+    async def _withdraw_steps(self, items: Sequence[BatchItem], steps: _StepsByKey) -> None:
+        rows = await self._executor.fetch_all(
+            self._queries["withdraw_steps"],
+            {
+                "steps": json_set(
+                    {
+                        "run_id": items[position].run_id,
+                        "seq": step.seq,
+                        "epoch": items[position].epoch,
+                    }
+                    for position, step in steps.values()
+                ),
+                "started": StepStatus.STARTED.value,
+            },
+        )
+        written = {(row["run_id"], row["seq"]) for row in rows}
+        for key, (position, step) in steps.items():
+            if key in written:
+                continue
+            # A withdrawal leaves no open intent behind. An intent whose commit went
+            # unanswered may never have been stored: nothing is left to withdraw. A row
+            # that is there but settled, or another epoch's, is not this attempt's.
+            row = await self._executor.fetch_one(
+                self._queries["get_step"], {"run_id": key[0], "seq": step.seq}
+            )
+            if row is not None:
+                raise ItemRefused(position, f"step {step.seq} of run {key[0]} has no open intent")
+
+    async def _check_unwritten(
+        self,
+        items: Sequence[BatchItem],
+        steps: _StepsByKey,
+        written_rows: Sequence[Row],
+        problem: str,
+    ) -> None:
+        """Accept a step the statement did not write if its row is stored exactly as sent.
+
+        A record is sent again when the answer to the commit that stored it was
+        lost: storing it twice changes nothing and is no error, or the run would
+        fail the write that follows it. A different row under the same seq is a
+        contradiction that no retry resolves.
+        """
+        if len(written_rows) == len(steps):
+            return
+        written = {(row["run_id"], row["seq"]) for row in written_rows}
+        for key, (position, step) in steps.items():
+            if key in written:
+                continue
+            row = await self._executor.fetch_one(
+                self._queries["get_step"], {"run_id": key[0], "seq": step.seq}
+            )
+            stored = None if row is None else step_from_row(row)
+            if not step.stored_in(stored, items[position].epoch):
+                raise ItemRefused(
+                    position, f"step {step.seq} of run {key[0]} {problem}", data_error=True
+                )
+
+    async def settle_runs(
+        self,
+        settlements: Sequence[tuple[str, int, Settlement]],
+        now: float,
+        *,
+        renewals: Mapping[str, int] | None = None,
+    ) -> set[tuple[str, int]]:
+        """Settle runs, each fenced on its epoch (a reaped one also on its ``renewals``);
+        returns the (run id, epoch) settled."""
+        rows = await self._executor.fetch_all(
+            self._queries["settle_runs"],
+            {
+                "settlements": json_set(
+                    {
+                        "run_id": run_id,
+                        "epoch": epoch,
+                        "source": source_state(settlement.event).value,
+                        "target": settlement.target.value,
+                        "reason": None if settlement.reason is None else settlement.reason.value,
+                        "failure_class": (
+                            None
+                            if settlement.failure_class is None
+                            else settlement.failure_class.value
+                        ),
+                        "result_json": settlement.result_json,
+                        "error": settlement.error,
+                        "spent_retries": 1 if settlement.spends_retry else 0,
+                        "delay_seconds": settlement.delay_seconds,
+                        "terminal": settlement.target.terminal,
+                        "renewals": None if renewals is None else renewals[run_id],
+                    }
+                    for run_id, epoch, settlement in settlements
+                ),
+                "now": now,
+            },
+        )
+        return {(row["run_id"], row["epoch"]) for row in rows}

@@ -1,0 +1,174 @@
+"""Rows as the model's types: how each table's row reads back, and how a set of rows is sent."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import json
+import types
+import typing
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, Union
+
+import attrs
+
+from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.lifecycle import Reason, RunState
+from leaseward.runtime.model import (
+    Decision,
+    HumanRequest,
+    PurgedRun,
+    RequestKind,
+    RunRecord,
+    StepInfo,
+    WorkerInfo,
+    load_json,
+)
+from leaseward.storage.executor import Row
+
+T = TypeVar("T")
+
+__all__ = [
+    "RUN_COLUMNS",
+    "STEP_COLUMNS",
+    "json_set",
+    "optional",
+    "purged_from_row",
+    "request_from_row",
+    "run_from_row",
+    "step_from_row",
+    "worker_from_row",
+]
+
+
+def optional(kind: Any, value: Any) -> Any:
+    return None if value is None else kind(value)
+
+
+@attrs.frozen
+class _Column:
+    """Where a model field is stored, and how its stored value reads back."""
+
+    field: str
+    name: str
+    read: Callable[[Any], Any]
+    has_default: bool
+    """The field keeps its default when a query does not select its column (as
+    ``read_at``, which only reads that ask the store's clock return)."""
+
+
+def _reader(kind: Any) -> Callable[[Any], Any]:
+    members = [member for member in typing.get_args(kind) if member is not type(None)]
+    base = members[0] if typing.get_origin(kind) in (Union, types.UnionType) else kind
+    if isinstance(base, type) and issubclass(base, enum.Enum):
+        return functools.partial(optional, base)
+    if base is bool:
+        # SQLite stores a flag as 0 or 1.
+        return bool
+    return _as_stored
+
+
+def _as_stored(value: Any) -> Any:
+    return value
+
+
+def _columns(model: type[Any]) -> tuple[_Column, ...]:
+    """One column per attrs field of ``model``: a field typed Any holds JSON, in its
+    ``<name>_json`` column; every other field is stored in the column of its name."""
+    hints = typing.get_type_hints(model)
+    columns = []
+    for field in attrs.fields(model):
+        kind = hints[field.name]
+        stored_as_json = kind is Any
+        columns.append(
+            _Column(
+                field=field.name,
+                name=f"{field.name}_json" if stored_as_json else field.name,
+                read=load_json if stored_as_json else _reader(kind),
+                has_default=field.default is not attrs.NOTHING,
+            )
+        )
+    return tuple(columns)
+
+
+RUN_COLUMNS = _columns(RunRecord)
+STEP_COLUMNS = _columns(StepInfo)
+
+
+def _from_row(model: type[T], columns: tuple[_Column, ...], row: Row) -> T:
+    # Its keys, not the row: ``in`` on a sqlite3.Row looks among the values.
+    selected = set(row.keys())
+    return model(
+        **{
+            column.field: column.read(row[column.name])
+            for column in columns
+            if column.name in selected or not column.has_default
+        }
+    )
+
+
+def run_from_row(row: Row) -> RunRecord:
+    return _from_row(RunRecord, RUN_COLUMNS, row)
+
+
+def step_from_row(row: Row) -> StepInfo:
+    return _from_row(StepInfo, STEP_COLUMNS, row)
+
+
+def request_from_row(row: Row) -> HumanRequest:
+    return HumanRequest(
+        run_id=row["run_id"],
+        agent=row["agent"],
+        seq=row["seq"],
+        position=row["position"],
+        call_id=row["call_id"],
+        kind=RequestKind(row["kind"]),
+        tool=row["tool"],
+        effect=ToolEffect(row["effect"]),
+        arguments=load_json(row["arguments_json"]),
+        arguments_digest=row["arguments_digest"],
+        epoch=row["epoch"],
+        requested_at=row["requested_at"],
+        expires_at=row["expires_at"],
+        decision=optional(Decision, row["decision"]),
+        operator=row["operator"],
+        note=row["note"],
+        value=load_json(row["value_json"]),
+        decided_at=row["decided_at"],
+        age_seconds=max(0.0, row["now"] - row["requested_at"]),
+    )
+
+
+def worker_from_row(row: Row) -> WorkerInfo:
+    return WorkerInfo(
+        id=row["id"],
+        host=row["host"],
+        pid=row["pid"],
+        agents=tuple(json.loads(row["agents_json"])),
+        started_at=row["started_at"],
+        heartbeat_at=row["heartbeat_at"],
+        heartbeat_age_seconds=max(0.0, row["now"] - row["heartbeat_at"]),
+        stale_after_seconds=row["stale_after_seconds"],
+    )
+
+
+def purged_from_row(key: Row) -> PurgedRun:
+    return PurgedRun(
+        run_id=key["run_id"],
+        agent=key["agent"],
+        idempotency_key=key["idempotency_key"],
+        state=RunState(key["final_state"]),
+        reason=optional(Reason, key["final_reason"]),
+        finished_at=key["finished_at"],
+        purged_at=key["purged_at"],
+    )
+
+
+def json_set(rows: Iterable[dict[str, Any] | list[Any]]) -> str:
+    """A set of rows as the one JSON parameter a set statement reads them from.
+
+    Not ASCII-escaped: text a database cannot store (a lone surrogate) stays
+    as it is, so the driver refuses it as a data error instead of the database
+    storing something else.
+    """
+    return json.dumps(list(rows), ensure_ascii=False, separators=(",", ":"))

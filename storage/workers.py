@@ -1,0 +1,47 @@
+"""The worker registry: who is serving, and since when their last heartbeat."""
+
+from __future__ import annotations
+
+import json
+
+from leaseward.runtime.model import WorkerInfo, WorkerRegistration
+from leaseward.storage.concern import StoreConcern
+from leaseward.storage.rows import worker_from_row
+
+__all__ = ["WorkerRegistry"]
+
+
+class WorkerRegistry(StoreConcern):
+    """Workers register, beat and leave; a stale one is only listed, never reaped here."""
+
+    async def register_worker(self, worker: WorkerRegistration) -> None:
+        await self._beat(worker, starting=True)
+
+    async def heartbeat_worker(self, worker: WorkerRegistration) -> None:
+        await self._beat(worker, starting=False)
+
+    async def _beat(self, worker: WorkerRegistration, *, starting: bool) -> None:
+        async with self._executor.transaction():
+            await self._executor.execute(
+                self._queries["beat_worker"],
+                {
+                    "id": worker.id,
+                    "host": worker.host,
+                    "pid": worker.pid,
+                    "agents_json": json.dumps(list(worker.agents)),
+                    "stale_after_seconds": worker.stale_after_seconds,
+                    "starting": starting,
+                    "now": self._now(),
+                },
+            )
+
+    async def remove_worker(self, worker_id: str) -> None:
+        async with self._executor.transaction():
+            await self._executor.execute(self._queries["remove_worker"], {"id": worker_id})
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        async with self._executor.reading():
+            rows = await self._executor.fetch_all(
+                self._queries["list_workers"], {"now": self._now()}
+            )
+        return [worker_from_row(r) for r in rows]

@@ -1,0 +1,69 @@
+"""Rows read back as the model's types, by columns derived from the model's fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.lifecycle import Reason, RunMode, RunState
+from leaseward.runtime.model import RunInfo, RunRecord
+from leaseward.storage.rows import RUN_COLUMNS, run_from_row
+
+ROW: dict[str, Any] = {
+    "id": "run-1",
+    "agent": "agent",
+    "mode": "queued",
+    "state": "dead_lettered",
+    "reason": "not_retryable",
+    "failure_class": "client_error",
+    "input_json": '{"q":1}',
+    "result_json": None,
+    "error": "boom",
+    "epoch": 3,
+    "requeues": 1,
+    "lease_owner": None,
+    "lease_expires_at": None,
+    "available_at": 5.0,
+    "cancel_requested": 0,
+    "created_at": 1.0,
+    "updated_at": 2.0,
+    "finished_at": 2.0,
+    "idempotency_key": "k",
+    "request_digest": "not a field of a run",
+}
+
+
+def test_a_run_row_reads_back_typed() -> None:
+    run = run_from_row(ROW)
+    assert run.mode is RunMode.QUEUED
+    assert run.state is RunState.DEAD_LETTERED
+    assert run.reason is Reason.NOT_RETRYABLE
+    assert run.failure_class is FailureClass.CLIENT_ERROR
+    assert run.input == {"q": 1}
+    assert run.result is None
+    assert run.cancel_requested is False
+    assert run.read_at is None
+
+
+def test_the_store_clock_is_read_where_a_query_selects_it() -> None:
+    assert run_from_row({**ROW, "read_at": 9.0}).read_at == 9.0
+
+
+def test_every_field_of_a_run_has_its_column() -> None:
+    names = {column.name for column in RUN_COLUMNS}
+    assert names == {*ROW} - {"request_digest"} | {"read_at"}
+
+
+def test_a_run_as_users_see_it_is_read_from_its_record() -> None:
+    info = run_from_row({**ROW, "read_at": 9.0}).info()
+    assert (info.state, info.reason, info.error, info.read_at) == (
+        RunState.DEAD_LETTERED,
+        Reason.NOT_RETRYABLE,
+        "boom",
+        9.0,
+    )
+    assert {field.name for field in attrs.fields(RunInfo)} <= {
+        field.name for field in attrs.fields(RunRecord)
+    }
