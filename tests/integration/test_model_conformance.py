@@ -54,7 +54,7 @@ from leaseward.runtime.model import (
     request_digest,
 )
 from leaseward.storage import SQLStore
-from leaseward.storage.protocol import BatchItem, BatchOutcome, ExpiredRun, LeaseMark
+from leaseward.storage.protocol import BatchItem, ExpiredRun, LeaseMark
 
 pytestmark = pytest.mark.anyio
 
@@ -140,15 +140,6 @@ def decision_of(outcome: CommitOutcome) -> str:
         return "refused for its data" if outcome.data_error else "refused"
     assert isinstance(outcome, Unanswered)
     return "unanswered"
-
-
-def outcome_of(batch: BatchOutcome) -> CommitOutcome:
-    """The Persister's reading of a real store's answer to one item."""
-    if batch.persisted:
-        return Stored(cancel_requested=batch.cancel_requested)
-    if not batch.lease_held:
-        return Fenced(batch.error)
-    return Refused(batch.error or "", data_error=batch.data_error)
 
 
 def refusal(exc: Exception) -> str:
@@ -298,8 +289,8 @@ class Real(Target):
     async def commit(
         self, run_id: str, epoch: int, steps: Sequence[tuple[str, int]], settle: str | None = None
     ) -> str:
-        (batch,) = await self.store.commit_batch([_item(run_id, epoch, steps, settle)])
-        return decision_of(outcome_of(batch))
+        (outcome,) = await self.store.commit_batch([_item(run_id, epoch, steps, settle)])
+        return decision_of(outcome)
 
     async def cancel(self, run_id: str) -> str:
         return (await self.store.request_cancel(run_id)).value
