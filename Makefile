@@ -13,8 +13,12 @@ $(BIN)/python:
 
 # A regular (not editable) install, redone whenever a source file changes: the
 # console script and every subprocess run exactly what the wheel would hold.
+# setuptools builds the wheel in ./build, which is removed after: a stale second copy
+# of the package there would be found by grep and type checkers, and would shadow the
+# build package for `python -m build`.
 $(STAMP): $(BIN)/python pyproject.toml $(PACKAGE_SOURCES)
 	$(BIN)/python -m pip install --quiet '.[test,bench]'
+	rm -rf build
 	touch $(STAMP)
 
 DEMO_STORE ?= sqlite:///leaseward.db
@@ -56,6 +60,7 @@ DOCS_STAMP := $(VENV)/.docs-installed
 # the CLI page runs the installed leaseward.
 $(DOCS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet '.[docs]'
+	rm -rf build
 	touch $@
 
 # The site (mkdocs.yml, docs/) into site/. Strict: any warning fails it (a broken
