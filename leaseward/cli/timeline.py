@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import unicodedata
 from collections.abc import Sequence
 
 from leaseward.cli.defaults import DEFAULT_STORE_URL
@@ -36,6 +37,18 @@ __all__ = ["print_timeline"]
 
 
 _STEP_COLUMNS = ("SEQ", "EPOCH", "STEP", "EFFECT", "STATUS", "TOOK")
+
+
+def _shown(line: str) -> str:
+    """A line as the terminal gets it: a tool name, a tool's error and a model's words are
+    untrusted, so control and format characters (escape sequences, newlines, bidi
+    overrides) are printed as escapes, never acted on."""
+    return "".join(
+        (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+        if unicodedata.category(c) in ("Cc", "Cf")
+        else c
+        for c in line
+    )
 
 
 def _took(step: StepInfo) -> str:
@@ -215,17 +228,17 @@ def print_timeline(
     requests: Sequence[HumanRequest] = (),
 ) -> None:
     for line in table([RUN_COLUMNS, run_row(run)]):
-        print(line)
+        print(_shown(line))
     if run.idempotency_key is not None:
-        print(f"idempotency key: {run.idempotency_key}")
+        print(_shown(f"idempotency key: {run.idempotency_key}"))
     if run.result is not None:
-        print(f"result: {json.dumps(run.result, ensure_ascii=False)}")
+        print(_shown(f"result: {json.dumps(run.result, ensure_ascii=False)}"))
     if run.error:
-        print(f"error: {run.error}")
+        print(_shown(f"error: {run.error}"))
     if run.failure_class is not None:
-        print(f"failure class: {run.failure_class.value}")
+        print(_shown(f"failure class: {run.failure_class.value}"))
     for line in _lease_lines(run, steps):
-        print(line)
+        print(_shown(line))
     if steps:
         rows = [
             (
@@ -242,23 +255,23 @@ def print_timeline(
         # Details go under the STEP column.
         indent = " " * lines[0].index("STEP")
         print()
-        print(lines[0])
+        print(_shown(lines[0]))
         for step, line in zip(steps, lines[1:], strict=True):
-            print(line)
+            print(_shown(line))
             for detail in _step_details(step):
-                print(f"{indent}{detail}")
+                print(_shown(f"{indent}{detail}"))
         total = total_usage(steps)
         if total is not None:
             usage, turns = total
             print()
-            print(f"tokens: {tokens(usage)} in total, over {count(turns, 'provider turn')}")
+            print(_shown(f"tokens: {tokens(usage)} in total, over {count(turns, 'provider turn')}"))
     if requests:
         print()
         for request in requests:
             for line in _request_lines(request, run):
-                print(line)
+                print(_shown(line))
     next_steps = _next_steps(run, steps, store) + _waiting_next_steps(run, requests, store)
     if next_steps:
         print()
         for line in next_steps:
-            print(line)
+            print(_shown(line))

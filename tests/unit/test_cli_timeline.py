@@ -1,0 +1,34 @@
+"""What `leaseward show` prints of text a model or a tool wrote: escaped, never acted on."""
+
+from __future__ import annotations
+
+import pytest
+
+from leaseward.cli.timeline import print_timeline
+from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.lifecycle import Reason, RunMode, RunState, StepKind, StepStatus
+from leaseward.runtime.model import RunInfo, StepInfo
+
+
+def test_control_and_bidi_characters_of_a_tool_are_printed_as_escapes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run = RunInfo(
+        id="r1", agent="payer", mode=RunMode.QUEUED, state=RunState.FAILED,
+        reason=Reason.NOT_RETRYABLE,
+        failure_class=None, result=None, epoch=1, requeues=0, created_at=1.0,
+        finished_at=2.0, error="boom\x1b[2J\nforged line", idempotency_key=None,
+    )  # fmt: skip
+    step = StepInfo(
+        run_id="r1", seq=1, epoch=1, kind=StepKind.TOOL, tool="charge\x1b]0;owned\x07",
+        call_id="c1", effect=ToolEffect.READ_ONLY, status=StepStatus.FAILED,
+        idempotency_key="k", arguments={}, output=None, error="bad\u202eelif\r",
+        started_at=1.0, finished_at=1.5,
+    )  # fmt: skip
+    print_timeline(run, [step], "sqlite:///runs.db")
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "\x07" not in printed and "\u202e" not in printed
+    assert "\r" not in printed
+    assert "error: boom\\x1b[2J\\x0aforged line" in printed
+    assert "charge\\x1b]0;owned\\x07" in printed
+    assert "error: bad\\u202eelif\\x0d" in printed
