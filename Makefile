@@ -5,19 +5,19 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run embedded test test-fast lint typecheck docs check-model bench bench-peers bench-leases soak demo-crash clean
 
-PACKAGE_SOURCES := $(shell find leaseward runtime actors storage -name '*.py' -o -name '*.sql')
-
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# A regular (not editable) install, redone whenever a source file changes: the
-# console script and every subprocess run exactly what the wheel would hold.
-# setuptools builds the wheel in ./build, which is removed after: a stale second copy
-# of the package there would be found by grep and type checkers, and would shadow the
-# build package for `python -m build`.
-$(STAMP): $(BIN)/python pyproject.toml $(PACKAGE_SOURCES)
-	$(BIN)/python -m pip install --quiet '.[test,bench]'
+# An editable install: the layer folders at the repository root are mapped into the
+# leaseward namespace (pyproject.toml's package-dir), so every edit is what the tests,
+# the console script and every subprocess run, and tracebacks name the files as they
+# are in the checkout. tests/acceptance/test_wheel.py builds and installs the real
+# wheel. setuptools may leave a ./build folder behind; it is removed, since a stale
+# copy there would be found by grep and type checkers, and would shadow the build
+# package for `python -m build`.
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet --editable '.[test,bench]'
 	rm -rf build
 	touch $(STAMP)
 
@@ -38,12 +38,17 @@ run: $(STAMP)
 embedded: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 
+# ruff, and the layer contract (tests/checks/layers.py): imports point kernel <- storage
+# <- actors <- shell <- facade, and the kernel does no I/O.
 lint: $(STAMP)
 	$(BIN)/ruff check leaseward runtime actors storage tests bench examples docs/hooks
 	$(BIN)/ruff format --check leaseward runtime actors storage tests bench examples docs/hooks
+	$(BIN)/python -m tests.checks.layers
 
+# mypy --strict over the package as the wheel names its modules, the tests and the
+# benchmarks (tests/checks/typecheck.py says why mypy is not called by its command).
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict -p leaseward
+	$(BIN)/python -m tests.checks.typecheck
 
 test: lint typecheck
 	$(BIN)/python -m pytest
@@ -59,7 +64,7 @@ DOCS_STAMP := $(VENV)/.docs-installed
 # The documentation tools (the docs extra), on top of the package's own install:
 # the CLI page runs the installed leaseward.
 $(DOCS_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet '.[docs]'
+	$(BIN)/python -m pip install --quiet --editable '.[docs]'
 	rm -rf build
 	touch $@
 

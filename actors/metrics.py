@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.lifecycle import Reason, RunState, StepKind
 from leaseward.runtime.model import Decision
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = [
     "BATCH_ITEMS_BUCKETS",

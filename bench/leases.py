@@ -111,6 +111,11 @@ import anyio.abc
 import attrs
 import lease_costs
 from anyio.streams.buffered import BufferedByteReceiveStream
+from leaseward.actors.persister import Persister
+from leaseward.actors.reaper import LeaseReaper, Reaped
+from leaseward.runtime.model import RunRecord
+from leaseward.storage import open_store
+from leaseward.storage.protocol import ClaimRequest
 from steps import (
     RESULTS_DIR,
     describe,
@@ -136,12 +141,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.actors.persister import Persister
-from leaseward.actors.reaper import LeaseReaper, Reaped
-from leaseward.runtime.app import LEASE_SECONDS, REAP_INTERVAL_SECONDS
-from leaseward.runtime.model import RunRecord
-from leaseward.storage import open_store
-from leaseward.storage.protocol import ClaimRequest
+from leaseward.app import LEASE_SECONDS, REAP_INTERVAL_SECONDS
 
 AGENT = "leased"
 TOOL = "call"

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-
 from leaseward.runtime.model import (
     EXPIRED_REASON,
     Decision,

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-
 from leaseward.runtime.lifecycle import StepKind, StepStatus
 from leaseward.runtime.model import (
     Message,

@@ -10,7 +10,6 @@ import enum
 import math
 
 import attrs
-
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import IllegalTransition
 from leaseward.runtime.failures import FailureClass

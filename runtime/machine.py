@@ -69,7 +69,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-
 from leaseward.runtime.agents import Agent
 from leaseward.runtime.approvals import Gate, GateAction, gate_call
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered

@@ -12,7 +12,6 @@ from types import MappingProxyType
 from typing import Any, TypeGuard
 
 import attrs
-
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import ConfigurationError, InvalidInput, ProviderError
 from leaseward.runtime.failures import FailureClass

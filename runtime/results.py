@@ -20,7 +20,6 @@ from typing import Any
 import attrs
 import pydantic
 import pydantic_core
-
 from leaseward.runtime.errors import InvalidInput
 from leaseward.runtime.model import MAX_RESULT_BYTES, dump_json
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import anyio
-
 from leaseward.runtime.clock import Clock, SystemClock
 from leaseward.runtime.errors import ConfigurationError, SchemaMismatch, StoreNotFound
 from leaseward.runtime.logs import get_logger

@@ -7,7 +7,6 @@ from collections.abc import Iterator, Sequence
 from typing import Protocol, TypeVar
 
 import attrs
-
 from leaseward.runtime.commits import CommitOutcome
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import LeasewardError

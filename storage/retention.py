@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import anyio
-
 from leaseward.runtime.errors import InvalidInput, StoreError
 from leaseward.runtime.lifecycle import RunState
 from leaseward.runtime.model import ForgetKeysResult, PurgedRun, PurgeResult

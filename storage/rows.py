@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, Union
 
 import attrs
-
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.lifecycle import Reason, RunState
 from leaseward.runtime.model import (

@@ -21,7 +21,6 @@ from typing import Any
 import aiosqlite
 import anyio
 import attrs
-
 from leaseward.runtime.errors import ConfigurationError, StoreError, StoreNotFound
 from leaseward.storage.executor import Params, Row
 

@@ -30,8 +30,8 @@ from leaseward.cli.json_output import (
 )
 from leaseward.cli.tables import count, print_approvals, print_runs, print_workers, timestamp
 from leaseward.cli.timeline import print_timeline
-from leaseward.runtime.client import Client, default_operator, open_existing_store
-from leaseward.runtime.daemon import DaemonSettings, load_app, serve
+from leaseward.client import Client, default_operator, open_existing_store
+from leaseward.daemon import DaemonSettings, load_app, serve
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
 from leaseward.runtime.model import MAX_INPUT_BYTES, RunInfo
 from leaseward.storage.connect import open_store

@@ -18,6 +18,14 @@ from typing import Any, TypeVar
 import anyio
 import click
 
+from leaseward.app import (
+    CONCURRENCY,
+    DRAIN_SECONDS,
+    LEASE_SECONDS,
+    POLL_INTERVAL_SECONDS,
+    REAP_INTERVAL_SECONDS,
+    default_worker_id,
+)
 from leaseward.cli import actions
 from leaseward.cli.defaults import DEFAULT_STORE_URL
 from leaseward.cli.types import (
@@ -32,15 +40,7 @@ from leaseward.cli.types import (
     REASON,
     RUN_STATE,
 )
-from leaseward.runtime.app import (
-    CONCURRENCY,
-    DRAIN_SECONDS,
-    LEASE_SECONDS,
-    POLL_INTERVAL_SECONDS,
-    REAP_INTERVAL_SECONDS,
-    default_worker_id,
-)
-from leaseward.runtime.daemon import DaemonSettings
+from leaseward.daemon import DaemonSettings
 from leaseward.runtime.lifecycle import Reason, RunState
 from leaseward.runtime.logs import LOG_LEVELS, configure_logging, default_log_format
 from leaseward.runtime.version import VERSION

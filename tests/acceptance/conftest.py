@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from acceptance_support import DaemonPool, sqlite_url
+
+from tests.acceptance.acceptance_support import DaemonPool, sqlite_url
 
 
 @pytest.fixture

@@ -18,7 +18,14 @@ from pathlib import Path
 import anyio
 import attrs
 import pytest
-from acceptance_support import (
+from leaseward.runtime.commits import Stored
+from leaseward.runtime.conversation import reply_to_json
+from leaseward.runtime.model import MAX_INPUT_BYTES, StepWrite, dump_json
+from leaseward.storage import BatchItem, open_store
+from leaseward.storage.migrations import MIGRATIONS
+
+from leaseward import ProviderReply, StepKind, StepStatus, ToolCall, ToolEffect
+from tests.acceptance.acceptance_support import (
     HERE,
     DaemonPool,
     Result,
@@ -31,15 +38,8 @@ from acceptance_support import (
     snapshot,
     sqlite_url,
 )
-from demo_app import CHARGE_CALL_ID
-from file_modes import unwritable
-
-from leaseward import ProviderReply, StepKind, StepStatus, ToolCall, ToolEffect
-from leaseward.runtime.commits import Stored
-from leaseward.runtime.conversation import reply_to_json
-from leaseward.runtime.model import MAX_INPUT_BYTES, StepWrite, dump_json
-from leaseward.storage import BatchItem, open_store
-from leaseward.storage.migrations import MIGRATIONS
+from tests.acceptance.demo_app import CHARGE_CALL_ID
+from tests.file_modes import unwritable
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2

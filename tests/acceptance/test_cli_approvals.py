@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from acceptance_support import (
+
+from tests.acceptance.acceptance_support import (
     DaemonPool,
     assert_one_line_error,
     leaseward,
@@ -21,7 +22,7 @@ from acceptance_support import (
     show,
     wait_until,
 )
-from demo_app import APPROVAL_TIMEOUT_SECONDS
+from tests.acceptance.demo_app import APPROVAL_TIMEOUT_SECONDS
 
 
 def submit(url: str, agent: str) -> str:

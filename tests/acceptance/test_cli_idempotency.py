@@ -6,7 +6,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from acceptance_support import (
+from tests.acceptance.acceptance_support import (
     CLI_TIMEOUT_SECONDS,
     HERE,
     LEASEWARD,

@@ -8,8 +8,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from acceptance_support import DaemonPool, ok, read_lines, show, wait_until
-from demo_app import CHARGE_CALL_ID, SLOW_STEPS
+from tests.acceptance.acceptance_support import DaemonPool, ok, read_lines, show, wait_until
+from tests.acceptance.demo_app import CHARGE_CALL_ID, SLOW_STEPS
 
 
 def test_submit_wait_completes_a_run_and_the_journal_shows_each_step(

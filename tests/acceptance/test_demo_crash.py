@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from acceptance_support import ROOT, base_env
+
+from tests.acceptance.acceptance_support import ROOT, base_env
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from acceptance_support import DaemonPool, ok, read_lines, show, wait_until
-from demo_app import CHARGE_CALL_ID
+from tests.acceptance.acceptance_support import DaemonPool, ok, read_lines, show, wait_until
+from tests.acceptance.demo_app import CHARGE_CALL_ID
 
 DRAIN = ("--drain-seconds", "1")
 CHARGE_SECONDS = 5.0

@@ -15,7 +15,8 @@ from typing import Any
 
 import attrs
 import pytest
-from acceptance_support import (
+
+from tests.acceptance.acceptance_support import (
     Daemon,
     DaemonPool,
     assert_one_line_error,

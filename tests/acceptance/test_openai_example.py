@@ -14,8 +14,9 @@ from typing import Any
 
 import anyio
 import pytest
-from acceptance_support import LEASEWARD, ROOT, base_env, ok, sqlite_url
-from model_server import ModelServer, Reply, model_server, openai_completion
+
+from tests.acceptance.acceptance_support import LEASEWARD, ROOT, base_env, ok, sqlite_url
+from tests.model_server import ModelServer, Reply, model_server, openai_completion
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-from acceptance_support import ok, show
 
 from leaseward import (
     Agent,
@@ -19,6 +18,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from tests.acceptance.acceptance_support import ok, show
 
 WAIT_SECONDS = 20.0
 

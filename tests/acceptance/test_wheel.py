@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from acceptance_support import ROOT, sqlite_url, wait_until
+
+from tests.acceptance.acceptance_support import ROOT, sqlite_url, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -142,13 +143,15 @@ def test_the_wheel_holds_only_the_leaseward_package(wheel: Path) -> None:
     for expected in (
         "leaseward/__init__.py",
         "leaseward/py.typed",
-        "leaseward/runtime/app.py",
-        "leaseward/providers.py",
+        "leaseward/app.py",
+        "leaseward/client.py",
+        "leaseward/daemon.py",
         "leaseward/cli/commands.py",
-        "leaseward/runtime/providers/__init__.py",
-        "leaseward/runtime/providers/openai.py",
-        "leaseward/runtime/providers/anthropic.py",
-        "leaseward/runtime/providers/endpoint.py",
+        "leaseward/providers/__init__.py",
+        "leaseward/providers/openai.py",
+        "leaseward/providers/anthropic.py",
+        "leaseward/providers/endpoint.py",
+        "leaseward/runtime/machine.py",
         "leaseward/actors/run_actor.py",
         "leaseward/storage/sql_store.py",
         "leaseward/storage/sql/queries/sqlite.sql",

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import anyio
 import pytest
-from acceptance_support import (
+from leaseward.runtime.clock import ManualClock, SystemClock
+from leaseward.runtime.commits import Stored
+from leaseward.runtime.lifecycle import Event, Reason
+from leaseward.runtime.model import NewRun, RunMode, Settlement, WorkerRegistration
+from leaseward.storage import BatchItem, SQLStore, open_store
+
+from tests.acceptance.acceptance_support import (
     DaemonPool,
     assert_one_line_error,
     base_env,
@@ -17,13 +23,7 @@ from acceptance_support import (
     show,
     snapshot,
 )
-from demo_app import app
-
-from leaseward.runtime.clock import ManualClock, SystemClock
-from leaseward.runtime.commits import Stored
-from leaseward.runtime.lifecycle import Event, Reason
-from leaseward.runtime.model import NewRun, RunMode, Settlement, WorkerRegistration
-from leaseward.storage import BatchItem, SQLStore, open_store
+from tests.acceptance.demo_app import app
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from crash_worker import append_line, read_lines
 
 from leaseward import (
     Agent,
@@ -33,6 +32,7 @@ from leaseward import (
     ask_human,
     tool,
 )
+from tests.integration.crash_worker import append_line, read_lines
 
 CALLS_FILE = "calls.jsonl"
 LOG_FILE = "worker.log"

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import anyio
-from crash_worker import append_line
 
 from leaseward import (
     Agent,
@@ -34,6 +33,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from tests.integration.crash_worker import append_line
 
 AGENT = "pauser"
 CALLS_FILE = "calls.jsonl"

@@ -10,18 +10,6 @@ from typing import Any, TypeVar
 
 import anyio
 import structlog
-
-from leaseward import (
-    Agent,
-    App,
-    ProviderReply,
-    ScriptedProvider,
-    ToolCall,
-    ToolContext,
-    ToolEffect,
-    tool,
-)
-from leaseward.runtime.client import new_run_id
 from leaseward.runtime.commits import CommitOutcome, Refused, Stored
 from leaseward.runtime.conversation import normalize_reply, reply_to_json
 from leaseward.runtime.errors import LeasewardError
@@ -48,6 +36,18 @@ from leaseward.storage import (
     WriteResults,
 )
 from leaseward.storage.protocol import Settlement
+
+from leaseward import (
+    Agent,
+    App,
+    ProviderReply,
+    ScriptedProvider,
+    ToolCall,
+    ToolContext,
+    ToolEffect,
+    tool,
+)
+from leaseward.client import new_run_id
 
 Fault = Callable[[BatchItem], bool]
 

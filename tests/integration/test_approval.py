@@ -17,8 +17,8 @@ from typing import Any
 
 import anyio
 import pytest
-from approval_worker import LOG_FILE, build_app, executions
-from stores import created
+from leaseward.actors.metrics import Metrics
+from leaseward.runtime.model import arguments_digest
 
 from leaseward import (
     Client,
@@ -36,8 +36,8 @@ from leaseward import (
     StepKind,
     StepStatus,
 )
-from leaseward.actors.metrics import Metrics
-from leaseward.runtime.model import arguments_digest
+from tests.integration.approval_worker import LOG_FILE, build_app, executions
+from tests.stores import created
 
 pytestmark = pytest.mark.anyio
 

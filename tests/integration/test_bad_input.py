@@ -10,9 +10,9 @@ from typing import Any
 
 import anyio
 import pytest
-from file_modes import unwritable
-from stores import created
-from support import Calls
+from leaseward.runtime.model import MAX_ARGUMENTS_BYTES, MAX_INPUT_BYTES, MAX_RESULT_BYTES
+from leaseward.storage import open_store
+from leaseward.storage.migrations import MIGRATIONS
 
 from leaseward import (
     Agent,
@@ -42,9 +42,9 @@ from leaseward import (
     UnknownAgent,
     tool,
 )
-from leaseward.runtime.model import MAX_ARGUMENTS_BYTES, MAX_INPUT_BYTES, MAX_RESULT_BYTES
-from leaseward.storage import open_store
-from leaseward.storage.migrations import MIGRATIONS
+from tests.file_modes import unwritable
+from tests.integration.support import Calls
+from tests.stores import created
 
 pytestmark = pytest.mark.anyio
 

@@ -18,8 +18,16 @@ from typing import Any
 import anyio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from leaseward.runtime.conversation import normalize_reply, reply_to_json
+from leaseward.runtime.model import (
+    MAX_ARGUMENTS_BYTES,
+    MAX_INPUT_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_RESULT_BYTES,
+    dump_json,
+    load_json,
+)
 from pydantic_core import to_jsonable_python
-from support import capture_logs, events
 
 from leaseward import (
     Agent,
@@ -41,15 +49,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.runtime.conversation import normalize_reply, reply_to_json
-from leaseward.runtime.model import (
-    MAX_ARGUMENTS_BYTES,
-    MAX_INPUT_BYTES,
-    MAX_JSON_DEPTH,
-    MAX_RESULT_BYTES,
-    dump_json,
-    load_json,
-)
+from tests.integration.support import capture_logs, events
 
 EXAMPLES = settings(
     max_examples=15,

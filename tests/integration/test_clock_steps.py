@@ -22,17 +22,17 @@ from typing import Any
 
 import anyio
 import pytest
-from crash_worker import read_lines
-from paused_worker import CALLS_FILE, LEASE_SECONDS, build_app
-from support import Calls, capture_logs, events, one_call_agent
-from test_store_conformance import new_run
-
-from leaseward import App, RunState, Runtime, ToolContext, ToolEffect
 from leaseward.actors import LeaseReaper
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.commits import Stored
 from leaseward.runtime.lifecycle import RecoveryPolicy
 from leaseward.storage import BatchItem, open_store
+
+from leaseward import App, RunState, Runtime, ToolContext, ToolEffect
+from tests.integration.crash_worker import read_lines
+from tests.integration.paused_worker import CALLS_FILE, LEASE_SECONDS, build_app
+from tests.integration.support import Calls, capture_logs, events, one_call_agent
+from tests.integration.test_store_conformance import new_run
 
 pytestmark = pytest.mark.anyio
 

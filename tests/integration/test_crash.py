@@ -21,17 +21,9 @@ from typing import Any
 
 import anyio
 import pytest
-from crash_worker import (
-    AGENT,
-    CALL_ID,
-    CALLS_FILE,
-    LOG_FILE,
-    PROVIDER_FILE,
-    build_app,
-    first_reply,
-    read_lines,
-)
-from support import provider_step
+from leaseward.runtime.commits import Stored
+from leaseward.runtime.model import NewRun
+from leaseward.storage import BatchItem, open_store
 
 from leaseward import (
     App,
@@ -44,10 +36,18 @@ from leaseward import (
     StepKind,
     StepStatus,
 )
-from leaseward.runtime.client import new_run_id
-from leaseward.runtime.commits import Stored
-from leaseward.runtime.model import NewRun
-from leaseward.storage import BatchItem, open_store
+from leaseward.client import new_run_id
+from tests.integration.crash_worker import (
+    AGENT,
+    CALL_ID,
+    CALLS_FILE,
+    LOG_FILE,
+    PROVIDER_FILE,
+    build_app,
+    first_reply,
+    read_lines,
+)
+from tests.integration.support import provider_step
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from support import Calls, FaultyStore, capture_logs, events, one_call_agent, records_tool
+from leaseward.runtime.commits import CommitOutcome, Refused, Stored
+from leaseward.runtime.model import Settlement
+from leaseward.storage import BatchItem, open_store
 
 from leaseward import (
     Agent,
@@ -26,9 +28,14 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.runtime.commits import CommitOutcome, Refused, Stored
-from leaseward.runtime.model import Settlement
-from leaseward.storage import BatchItem, open_store
+from tests.integration.support import (
+    Calls,
+    FaultyStore,
+    capture_logs,
+    events,
+    one_call_agent,
+    records_tool,
+)
 
 pytestmark = pytest.mark.anyio
 

@@ -13,26 +13,6 @@ from typing import Any
 
 import anyio
 import pytest
-from stores import created
-
-from leaseward import (
-    Agent,
-    App,
-    Client,
-    InvalidInput,
-    ProviderReply,
-    ProviderRequest,
-    Role,
-    RunNotFound,
-    RunState,
-    Runtime,
-    ScriptedProvider,
-    StepKind,
-    StepStatus,
-    ToolCall,
-    ToolContext,
-    tool,
-)
 from leaseward.actors import Persister, Reply
 from leaseward.actors.messages import (
     Cancel,
@@ -60,6 +40,26 @@ from leaseward.storage import (
     open_store,
 )
 from leaseward.storage.executor import Params, Row
+
+from leaseward import (
+    Agent,
+    App,
+    Client,
+    InvalidInput,
+    ProviderReply,
+    ProviderRequest,
+    Role,
+    RunNotFound,
+    RunState,
+    Runtime,
+    ScriptedProvider,
+    StepKind,
+    StepStatus,
+    ToolCall,
+    ToolContext,
+    tool,
+)
+from tests.stores import created
 
 pytestmark = pytest.mark.anyio
 

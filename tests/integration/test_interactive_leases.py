@@ -11,7 +11,11 @@ from typing import Any
 
 import anyio
 import pytest
-from support import Calls, capture_logs, events, one_call_agent
+from leaseward.actors import LeaseReaper, LeasesReaped
+from leaseward.runtime.clock import ManualClock
+from leaseward.runtime.lifecycle import RecoveryPolicy
+from leaseward.runtime.model import RunInfo
+from leaseward.storage import open_store
 
 from leaseward import (
     App,
@@ -23,11 +27,7 @@ from leaseward import (
     ToolContext,
     ToolEffect,
 )
-from leaseward.actors import LeaseReaper, LeasesReaped
-from leaseward.runtime.clock import ManualClock
-from leaseward.runtime.lifecycle import RecoveryPolicy
-from leaseward.runtime.model import RunInfo
-from leaseward.storage import open_store
+from tests.integration.support import Calls, capture_logs, events, one_call_agent
 
 pytestmark = pytest.mark.anyio
 

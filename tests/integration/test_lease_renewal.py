@@ -21,16 +21,16 @@ from typing import Any
 
 import anyio
 import pytest
-from crash_worker import read_lines
-from paused_worker import CALLS_FILE, LEASE_SECONDS, LOG_FILE, build_app
-from support import Calls, FaultyStore, one_call_agent, queued_run
-
-from leaseward import App, Reason, RunState, Runtime, StepInfo, ToolContext, ToolEffect
 from leaseward.actors import Lease, LeaseKeeper, Persister
 from leaseward.actors.lease_keeper import GUARD_TICK_SECONDS
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.commits import CommitOutcome
 from leaseward.storage import BatchItem, open_store
+
+from leaseward import App, Reason, RunState, Runtime, StepInfo, ToolContext, ToolEffect
+from tests.integration.crash_worker import read_lines
+from tests.integration.paused_worker import CALLS_FILE, LEASE_SECONDS, LOG_FILE, build_app
+from tests.integration.support import Calls, FaultyStore, one_call_agent, queued_run
 
 pytestmark = pytest.mark.anyio
 

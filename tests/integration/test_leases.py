@@ -7,17 +7,11 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from support import (
-    Calls,
-    FaultyStore,
-    capture_logs,
-    events,
-    ghost_claims,
-    intent,
-    one_call_agent,
-    provider_step,
-    queued_run,
-)
+from leaseward.runtime.commits import Fenced
+from leaseward.runtime.conversation import idempotency_key
+from leaseward.runtime.lifecycle import Event, StepKind
+from leaseward.runtime.model import Settlement, StepWrite
+from leaseward.storage import BatchItem, SQLStore, open_store
 
 from leaseward import (
     Agent,
@@ -33,11 +27,17 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.runtime.commits import Fenced
-from leaseward.runtime.conversation import idempotency_key
-from leaseward.runtime.lifecycle import Event, StepKind
-from leaseward.runtime.model import Settlement, StepWrite
-from leaseward.storage import BatchItem, SQLStore, open_store
+from tests.integration.support import (
+    Calls,
+    FaultyStore,
+    capture_logs,
+    events,
+    ghost_claims,
+    intent,
+    one_call_agent,
+    provider_step,
+    queued_run,
+)
 
 pytestmark = pytest.mark.anyio
 

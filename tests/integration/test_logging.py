@@ -114,7 +114,7 @@ def test_a_handler_on_the_leaseward_logger_at_info_gets_info_and_above(db_url: s
 
 def test_importing_leaseward_configures_neither_logging_nor_structlog() -> None:
     probe = (
-        "import logging, structlog, leaseward, leaseward.cli, leaseward.runtime.daemon\n"
+        "import logging, structlog, leaseward, leaseward.cli, leaseward.daemon\n"
         "assert not structlog.is_configured()\n"
         "assert logging.getLogger().handlers == []\n"
         "assert logging.getLogger('leaseward').handlers == []\n"

@@ -18,11 +18,6 @@ from typing import Any
 
 import attrs
 import pytest
-from model.store import SimStore
-
-# The conformance suite's fixtures: a store of each dialect on a clock the test moves.
-from test_store_conformance import StoreClock, clock, store  # noqa: F401
-
 from leaseward.actors.reaper import plan_reap
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered
 from leaseward.runtime.effects import ToolEffect
@@ -55,6 +50,10 @@ from leaseward.runtime.model import (
 )
 from leaseward.storage import SQLStore
 from leaseward.storage.protocol import BatchItem, ExpiredRun, LeaseMark
+
+# The conformance suite's fixtures: a store of each dialect on a clock the test moves.
+from tests.integration.test_store_conformance import StoreClock, clock, store  # noqa: F401
+from tests.proof.model.store import SimStore
 
 pytestmark = pytest.mark.anyio
 

@@ -17,13 +17,10 @@ from typing import Any
 import anyio
 import asyncpg
 import pytest
-from support import (
-    Calls,
-    FaultyStore,
-    ghost_claims,
-    intent,
-    provider_step,
-)
+from leaseward.actors.reaper import LeaseReaper
+from leaseward.runtime.clock import ManualClock, SystemClock
+from leaseward.runtime.commits import CommitOutcome
+from leaseward.storage import BatchItem, open_store
 
 from leaseward import (
     Agent,
@@ -41,10 +38,13 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.actors.reaper import LeaseReaper
-from leaseward.runtime.clock import ManualClock, SystemClock
-from leaseward.runtime.commits import CommitOutcome
-from leaseward.storage import BatchItem, open_store
+from tests.integration.support import (
+    Calls,
+    FaultyStore,
+    ghost_claims,
+    intent,
+    provider_step,
+)
 
 pytestmark = pytest.mark.anyio
 

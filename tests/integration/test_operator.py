@@ -6,8 +6,17 @@ import itertools
 
 import attrs
 import pytest
-from support import Calls, one_call_agent
-from test_leases import CHARGE, FAST, ghost_claims, intent, provider_step
+from leaseward.runtime.commits import Stored
+from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.lifecycle import (
+    Event,
+    RecoveryAction,
+    RecoveryPolicy,
+    RunMode,
+    decide_recovery,
+)
+from leaseward.runtime.model import Settlement
+from leaseward.storage import BatchItem, SQLStore, open_store
 
 from leaseward import (
     Agent,
@@ -25,17 +34,8 @@ from leaseward import (
     StepStatus,
     ToolEffect,
 )
-from leaseward.runtime.commits import Stored
-from leaseward.runtime.failures import FailureClass
-from leaseward.runtime.lifecycle import (
-    Event,
-    RecoveryAction,
-    RecoveryPolicy,
-    RunMode,
-    decide_recovery,
-)
-from leaseward.runtime.model import Settlement
-from leaseward.storage import BatchItem, SQLStore, open_store
+from tests.integration.support import Calls, one_call_agent
+from tests.integration.test_leases import CHARGE, FAST, ghost_claims, intent, provider_step
 
 pytestmark = pytest.mark.anyio
 

@@ -9,9 +9,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from stores import created
 
 from leaseward import Client, RunState
+from tests.stores import created
 
 # Real worker processes killed and waited for: make test-fast skips these.
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

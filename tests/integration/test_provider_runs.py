@@ -11,8 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
-from model_server import Reply, model_server, openai_completion, openai_error
-from support import capture_logs
+from leaseward.storage import open_store
 
 from leaseward import (
     Agent,
@@ -31,7 +30,8 @@ from leaseward import (
     tool,
 )
 from leaseward.providers import OpenAIChat
-from leaseward.storage import open_store
+from tests.integration.support import capture_logs
+from tests.model_server import Reply, model_server, openai_completion, openai_error
 
 pytestmark = pytest.mark.anyio
 

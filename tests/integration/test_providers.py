@@ -16,16 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from model_server import (
-    ModelServer,
-    Reply,
-    anthropic_error,
-    anthropic_message,
-    model_server,
-    openai_completion,
-    openai_error,
-)
-from support import capture_logs, events
 
 from leaseward import (
     FailureClass,
@@ -41,6 +31,16 @@ from leaseward import (
     classify,
 )
 from leaseward.providers import MAX_PAUSED_TURNS, AnthropicMessages, OpenAIChat
+from tests.integration.support import capture_logs, events
+from tests.model_server import (
+    ModelServer,
+    Reply,
+    anthropic_error,
+    anthropic_message,
+    model_server,
+    openai_completion,
+    openai_error,
+)
 
 pytestmark = pytest.mark.anyio
 

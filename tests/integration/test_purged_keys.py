@@ -16,8 +16,11 @@ from typing import Any
 
 import anyio
 import pytest
-from stores import created
-from support import Calls, one_call_agent
+from leaseward.runtime.lifecycle import RunMode
+from leaseward.runtime.model import request_digest
+from leaseward.storage import SQLStore, open_store
+from leaseward.storage.migrations import MIGRATIONS
+from leaseward.storage.queries import load_queries
 
 from leaseward import (
     App,
@@ -31,11 +34,8 @@ from leaseward import (
     Runtime,
     ToolEffect,
 )
-from leaseward.runtime.lifecycle import RunMode
-from leaseward.runtime.model import request_digest
-from leaseward.storage import SQLStore, open_store
-from leaseward.storage.migrations import MIGRATIONS
-from leaseward.storage.queries import load_queries
+from tests.integration.support import Calls, one_call_agent
+from tests.stores import created
 
 pytestmark = pytest.mark.anyio
 

@@ -27,9 +27,9 @@ from urllib.parse import urlsplit
 import anyio
 import asyncpg
 import pytest
-from file_modes import unwritable
-from pg_proxy import CommitDropper
-from support import Calls, FaultyStore, capture_logs, events, one_call_agent
+from leaseward.runtime.commits import CommitOutcome
+from leaseward.runtime.model import WorkerRegistration
+from leaseward.storage import BatchItem, Store, open_store
 
 from leaseward import (
     Agent,
@@ -50,9 +50,9 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.runtime.commits import CommitOutcome
-from leaseward.runtime.model import WorkerRegistration
-from leaseward.storage import BatchItem, Store, open_store
+from tests.file_modes import unwritable
+from tests.integration.pg_proxy import CommitDropper
+from tests.integration.support import Calls, FaultyStore, capture_logs, events, one_call_agent
 
 pytestmark = pytest.mark.anyio
 

@@ -7,10 +7,10 @@ import time
 
 import attrs
 import pytest
-from stores import created
+from leaseward.storage import open_store
 
 from leaseward import Client, RunState
-from leaseward.storage import open_store
+from tests.stores import created
 
 pytestmark = pytest.mark.anyio
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import anyio
 import pytest
-from support import Calls, FaultyStore, one_call_agent, until
-
-from leaseward import App, Reason, RunState, Runtime, StepKind, StepStatus, ToolEffect
 from leaseward.runtime.commits import CommitOutcome
 from leaseward.storage import BatchItem, open_store
+
+from leaseward import App, Reason, RunState, Runtime, StepKind, StepStatus, ToolEffect
+from tests.integration.support import Calls, FaultyStore, one_call_agent, until
 
 pytestmark = pytest.mark.anyio
 

@@ -16,16 +16,6 @@ from typing import Any
 import anyio
 import attrs
 import pytest
-from support import provider_step
-
-from leaseward import (
-    InvalidInput,
-    ProviderReply,
-    RunNotFound,
-    RunPurged,
-    StoreError,
-    ToolCall,
-)
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.commits import Fenced, Refused, Stored
 from leaseward.runtime.effects import ToolEffect
@@ -40,6 +30,16 @@ from leaseward.runtime.model import (
 )
 from leaseward.storage import BatchItem, CancelOutcome, LeaseMark, SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
+
+from leaseward import (
+    InvalidInput,
+    ProviderReply,
+    RunNotFound,
+    RunPurged,
+    StoreError,
+    ToolCall,
+)
+from tests.integration.support import provider_step
 
 pytestmark = pytest.mark.anyio
 

@@ -8,14 +8,14 @@ from collections.abc import AsyncIterator
 
 import attrs
 import pytest
-from support import provider_step
-
-from leaseward import ProviderReply, StoreError, ToolCall
 from leaseward.runtime.commits import Refused, Stored
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, StepKind, StepStatus
 from leaseward.runtime.model import NewRun, RunRecord, Settlement, StepWrite
 from leaseward.storage import BatchItem, SQLStore, open_store
+
+from leaseward import ProviderReply, StoreError, ToolCall
+from tests.integration.support import provider_step
 
 pytestmark = pytest.mark.anyio
 

@@ -4,15 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from support import (
-    Calls,
-    FaultyStore,
-    capture_logs,
-    events,
-    one_call_agent,
-    records_tool,
-    settles_tool,
-)
+from leaseward.storage import open_store
 
 from leaseward import (
     App,
@@ -24,7 +16,15 @@ from leaseward import (
     StepStatus,
     ToolEffect,
 )
-from leaseward.storage import open_store
+from tests.integration.support import (
+    Calls,
+    FaultyStore,
+    capture_logs,
+    events,
+    one_call_agent,
+    records_tool,
+    settles_tool,
+)
 
 pytestmark = pytest.mark.anyio
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import asyncpg
 import pytest
-from support import capture_logs
 
 from leaseward import Agent, App, Client, ProviderReply, Runtime, ScriptedProvider, StoreNotFound
+from tests.integration.support import capture_logs
 
 pytestmark = pytest.mark.anyio
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import anyio
 import pytest
-from stores import created
-from support import Calls, FaultyStore, one_call_agent
+from leaseward.runtime.model import MAX_IDEMPOTENCY_KEY_CHARS, NewRun, RunRecord
+from leaseward.storage import open_store
 
 from leaseward import (
     App,
@@ -29,8 +29,8 @@ from leaseward import (
     ToolContext,
     ToolEffect,
 )
-from leaseward.runtime.model import MAX_IDEMPOTENCY_KEY_CHARS, NewRun, RunRecord
-from leaseward.storage import open_store
+from tests.integration.support import Calls, FaultyStore, one_call_agent
+from tests.stores import created
 
 pytestmark = pytest.mark.anyio
 

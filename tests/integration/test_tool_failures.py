@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
-from support import Calls, until
+from leaseward.storage import open_store
 
 from leaseward import (
     Agent,
@@ -29,7 +29,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.storage import open_store
+from tests.integration.support import Calls, until
 
 pytestmark = pytest.mark.anyio
 

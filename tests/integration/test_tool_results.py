@@ -12,8 +12,9 @@ import uuid
 from typing import Any
 
 import pytest
+from leaseward.runtime.model import MAX_RESULT_BYTES
+from leaseward.runtime.results import MAX_SUMMARY_REPR_CHARS
 from pydantic import BaseModel
-from support import Calls
 from typing_extensions import TypedDict
 
 from leaseward import (
@@ -32,8 +33,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.runtime.model import MAX_RESULT_BYTES
-from leaseward.runtime.results import MAX_SUMMARY_REPR_CHARS
+from tests.integration.support import Calls
 
 pytestmark = pytest.mark.anyio
 

@@ -14,8 +14,10 @@ from urllib.parse import urlsplit
 
 import anyio
 import pytest
-from pg_proxy import CommitDropper
-from support import FaultyStore, capture_logs, events, until
+from leaseward.runtime.commits import CommitOutcome
+from leaseward.runtime.errors import CommitOutcomeUnknown, StoreError
+from leaseward.runtime.model import WorkerRegistration
+from leaseward.storage import BatchItem, open_store
 
 from leaseward import (
     Agent,
@@ -32,10 +34,8 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.runtime.commits import CommitOutcome
-from leaseward.runtime.errors import CommitOutcomeUnknown, StoreError
-from leaseward.runtime.model import WorkerRegistration
-from leaseward.storage import BatchItem, open_store
+from tests.integration.pg_proxy import CommitDropper
+from tests.integration.support import FaultyStore, capture_logs, events, until
 
 pytestmark = pytest.mark.anyio
 

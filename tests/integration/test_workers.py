@@ -14,10 +14,10 @@ from typing import Any
 
 import anyio
 import pytest
-from stores import created
-from support import FaultyStore, capture_logs, events
-from test_leases import FAST
-from test_store_conformance import DEAD, new_run
+from leaseward.actors import WORKER_GONE_AFTER_BEATS, WORKER_GONE_AFTER_MIN_SECONDS
+from leaseward.runtime.commits import Stored
+from leaseward.runtime.model import WorkerRegistration
+from leaseward.storage import BatchItem, SQLStore, open_store
 
 from leaseward import (
     Agent,
@@ -32,10 +32,10 @@ from leaseward import (
     UnknownAgent,
     WorkerInfo,
 )
-from leaseward.actors import WORKER_GONE_AFTER_BEATS, WORKER_GONE_AFTER_MIN_SECONDS
-from leaseward.runtime.commits import Stored
-from leaseward.runtime.model import WorkerRegistration
-from leaseward.storage import BatchItem, SQLStore, open_store
+from tests.integration.support import FaultyStore, capture_logs, events
+from tests.integration.test_leases import FAST
+from tests.integration.test_store_conformance import DEAD, new_run
+from tests.stores import created
 
 pytestmark = pytest.mark.anyio
 

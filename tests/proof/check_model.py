@@ -11,8 +11,9 @@ import argparse
 import sys
 
 import attrs
-from model.bounds import DEEP, DEEP_DEPTH
-from model.explorer import explore
+
+from tests.proof.model.bounds import DEEP, DEEP_DEPTH
+from tests.proof.model.explorer import explore
 
 
 def main() -> int:

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from proof_app import build_app, read_lines
-
-from leaseward import RecoveryPolicy, Runtime
 from leaseward.runtime.errors import StoreError
 from leaseward.storage import WriteBatch, WriteResults, open_store
+
+from leaseward import RecoveryPolicy, Runtime
+from tests.proof.proof_app import build_app, read_lines
 
 LEASE_SECONDS = 1.0
 DEADLINE_MARGIN_SECONDS = 0.2

@@ -22,12 +22,12 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import attrs
-from invariants import ProcessLife, count, read_journal
-from proof_app import build_app, order, read_lines
-from proof_worker import DEADLINE_MARGIN_SECONDS, LEASE_SECONDS, POLICY
+from leaseward.storage import open_store
 
 from leaseward import Client, Reason, RunState, Runtime
-from leaseward.storage import open_store
+from tests.proof.invariants import ProcessLife, count, read_journal
+from tests.proof.proof_app import build_app, order, read_lines
+from tests.proof.proof_worker import DEADLINE_MARGIN_SECONDS, LEASE_SECONDS, POLICY
 
 WORKER = Path(__file__).resolve().with_name("proof_worker.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]

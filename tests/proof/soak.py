@@ -32,14 +32,14 @@ from typing import Any
 
 import anyio
 import attrs
-from invariants import NAMES, ProcessLife, count, read_journal
-from proof_app import EFFECTS, order, read_lines
-from scenarios import start_worker, worker_env
-
-from leaseward import Client, RunState
 from leaseward.runtime.errors import LeasewardError
 from leaseward.storage import open_store
 from leaseward.storage.crash_points import POINTS
+
+from leaseward import Client, RunState
+from tests.proof.invariants import NAMES, ProcessLife, count, read_journal
+from tests.proof.proof_app import EFFECTS, order, read_lines
+from tests.proof.scenarios import start_worker, worker_env
 
 WORKERS = 4
 CONCURRENCY = 8

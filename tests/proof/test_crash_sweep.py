@@ -13,11 +13,11 @@ from typing import Any
 
 import anyio
 import pytest
-from invariants import NAMES
-from scenarios import Outcome, crash_at
+from leaseward.storage.crash_points import POINTS
 
 from leaseward import Reason, RunState
-from leaseward.storage.crash_points import POINTS
+from tests.proof.invariants import NAMES
+from tests.proof.scenarios import Outcome, crash_at
 
 # Real worker processes killed and waited for: make test-fast skips these.
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

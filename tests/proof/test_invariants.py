@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from invariants import Journal, ProcessLife, count
-from proof_app import CALL_ID
+from leaseward.runtime.model import RunRecord, StepInfo
 
 from leaseward import RunMode, RunState, StepKind, StepStatus, ToolEffect
-from leaseward.runtime.model import RunRecord, StepInfo
+from tests.proof.invariants import Journal, ProcessLife, count
+from tests.proof.proof_app import CALL_ID
 
 RUN = "r1"
 

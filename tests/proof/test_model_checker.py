@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import attrs
 import pytest
-from model.bounds import HOLES, SMALL, SMALL_DEPTH
-from model.explorer import explore
-from model.scenario import Holes
+
+from tests.proof.model.bounds import HOLES, SMALL, SMALL_DEPTH
+from tests.proof.model.explorer import explore
+from tests.proof.model.scenario import Holes
 
 
 def test_the_protocol_keeps_every_invariant_at_a_small_bound() -> None:

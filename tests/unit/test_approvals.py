@@ -7,6 +7,9 @@ from typing import Any
 
 import attrs
 import pytest
+from leaseward.runtime.approvals import GateAction, gate_call
+from leaseward.runtime.model import EXPIRED_REASON, arguments_digest
+from leaseward.runtime.tools import bind_tool
 
 from leaseward import (
     Agent,
@@ -21,9 +24,6 @@ from leaseward import (
     ask_human,
     tool,
 )
-from leaseward.runtime.approvals import GateAction, gate_call
-from leaseward.runtime.model import EXPIRED_REASON, arguments_digest
-from leaseward.runtime.tools import bind_tool
 
 
 def request(decision: Decision | None = None, **changes: Any) -> HumanRequest:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from leaseward.cli.json_output import request_json, run_json, step_json, worker_json
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState, StepKind, StepStatus
@@ -16,6 +15,8 @@ from leaseward.runtime.model import (
     StepInfo,
     WorkerInfo,
 )
+
+from leaseward.cli.json_output import request_json, run_json, step_json, worker_json
 
 
 def test_a_run_is_its_fields_less_what_only_the_timeline_shows() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 import pytest
+from leaseward.runtime.lifecycle import RunState
 
 from leaseward.cli import EXIT_USAGE, commands, main
 from leaseward.cli.commands import leaseward
@@ -23,7 +24,6 @@ from leaseward.cli.types import (
     POSITIVE_INT,
     RUN_STATE,
 )
-from leaseward.runtime.lifecycle import RunState
 
 
 @pytest.fixture(autouse=True)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from leaseward.cli.timeline import print_timeline
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState, StepKind, StepStatus
 from leaseward.runtime.model import RunInfo, StepInfo
+
+from leaseward.cli.timeline import print_timeline
 
 
 def test_control_and_bidi_characters_of_a_tool_are_printed_as_escapes(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ssl
 
 import pytest
-
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
     CallTimedOut,

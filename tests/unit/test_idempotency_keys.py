@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from leaseward import InvalidInput
 from leaseward.runtime.model import (
     MAX_IDEMPOTENCY_KEY_CHARS,
     check_idempotency_key,
     request_digest,
 )
+
+from leaseward import InvalidInput
 
 
 def test_a_retry_that_builds_its_objects_in_another_order_has_the_same_digest() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from leaseward.runtime.errors import NotAwaitingResolution, NothingToResolve, NotRedrivable
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
 from leaseward.runtime.model import RunRecord

@@ -8,6 +8,7 @@ from email.utils import format_datetime
 from typing import Any
 
 import pytest
+from leaseward.runtime.failures import FailureClass
 
 from leaseward import (
     Agent,
@@ -24,13 +25,12 @@ from leaseward import (
     Usage,
 )
 from leaseward.providers import AnthropicMessages, OpenAIChat
-from leaseward.runtime.failures import FailureClass
-from leaseward.runtime.providers.anthropic import (
+from leaseward.providers.anthropic import (
     DEFAULT_ANTHROPIC_MAX_TOKENS,
     messages_reply,
     messages_request,
 )
-from leaseward.runtime.providers.endpoint import (
+from leaseward.providers.endpoint import (
     ApiError,
     BadReply,
     Secret,
@@ -39,7 +39,7 @@ from leaseward.runtime.providers.endpoint import (
     failure_class_for,
     retry_after_seconds,
 )
-from leaseward.runtime.providers.openai import chat_reply, chat_request
+from leaseward.providers.openai import chat_reply, chat_request
 
 KEY = "sk-test-4f9a7c1e0b2d"
 SCHEMA = {

@@ -9,7 +9,6 @@ from typing import Any
 
 import attrs
 import pytest
-
 from leaseward.actors.reaper import plan_reap
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.failures import FailureClass

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
 from leaseward.runtime.model import RunInfo, RunRecord

@@ -12,7 +12,6 @@ import functools
 from typing import Any
 
 import attrs
-
 from leaseward.runtime.agents import Agent, ScriptedProvider
 from leaseward.runtime.commits import Stored, Unanswered
 from leaseward.runtime.machine import (

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import attrs
-
 from leaseward.runtime.effects import ToolEffect
 
 from .scenario import Budget, Call, Holes, Scenario

@@ -4,7 +4,6 @@ operator actions a path may take, and which known holes are put back."""
 from __future__ import annotations
 
 import attrs
-
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.lifecycle import RecoveryPolicy, RunState
 from leaseward.runtime.model import dump_json

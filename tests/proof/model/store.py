@@ -20,7 +20,6 @@ import json
 from typing import Any
 
 import attrs
-
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import (

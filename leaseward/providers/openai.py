@@ -8,6 +8,12 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
+from leaseward.providers.endpoint import (
+    BadReply,
+    JsonEndpoint,
+    base_and_key,
+    check_timeout,
+)
 from leaseward.runtime.agents import DEFAULT_PROVIDER_TIMEOUT_SECONDS
 from leaseward.runtime.errors import ConfigurationError, ToolDefinitionError
 from leaseward.runtime.failures import FailureClass
@@ -20,12 +26,6 @@ from leaseward.runtime.model import (
     ToolCall,
     ToolSpec,
     Usage,
-)
-from leaseward.runtime.providers.endpoint import (
-    BadReply,
-    JsonEndpoint,
-    base_and_key,
-    check_timeout,
 )
 from leaseward.runtime.schema import strict_schema
 

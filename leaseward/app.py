@@ -16,8 +16,8 @@ from leaseward.actors.persister import MAX_BATCH_ITEMS
 from leaseward.actors.reaper import Reaped
 from leaseward.actors.run_actor import RunSettings, WriteInFlight
 from leaseward.actors.supervisor import Supervisor, SupervisorSettings
+from leaseward.client import Client
 from leaseward.runtime.agents import App
-from leaseward.runtime.client import Client
 from leaseward.runtime.clock import Clock, SystemClock
 from leaseward.runtime.errors import ConfigurationError, LeasewardError
 from leaseward.runtime.lifecycle import RecoveryPolicy, RunMode

@@ -16,8 +16,8 @@ import structlog
 from anyio.abc import TaskStatus
 
 from leaseward.actors.metrics import Metrics
+from leaseward.app import Runtime
 from leaseward.runtime.agents import App
-from leaseward.runtime.app import Runtime
 from leaseward.runtime.errors import ConfigurationError, LeasewardError
 from leaseward.runtime.logs import LogFormat, configure_logging, get_logger
 

@@ -7,6 +7,12 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from leaseward.providers.endpoint import (
+    BadReply,
+    JsonEndpoint,
+    base_and_key,
+    check_timeout,
+)
 from leaseward.runtime.agents import DEFAULT_PROVIDER_TIMEOUT_SECONDS
 from leaseward.runtime.errors import ConfigurationError
 from leaseward.runtime.failures import FailureClass
@@ -19,12 +25,6 @@ from leaseward.runtime.model import (
     ToolCall,
     ToolSpec,
     Usage,
-)
-from leaseward.runtime.providers.endpoint import (
-    BadReply,
-    JsonEndpoint,
-    base_and_key,
-    check_timeout,
 )
 
 __all__ = [

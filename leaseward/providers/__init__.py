@@ -5,15 +5,15 @@ A shell module of the runtime layer: the kernel never imports it. Users import
 it as ``leaseward.providers``.
 """
 
-from leaseward.runtime.providers.anthropic import (
+from leaseward.providers.anthropic import (
     ANTHROPIC_BASE_URL,
     ANTHROPIC_VERSION,
     DEFAULT_ANTHROPIC_MAX_TOKENS,
     MAX_PAUSED_TURNS,
     AnthropicMessages,
 )
-from leaseward.runtime.providers.endpoint import QUOTA_EXHAUSTED
-from leaseward.runtime.providers.openai import OPENAI_BASE_URL, OpenAIChat
+from leaseward.providers.endpoint import QUOTA_EXHAUSTED
+from leaseward.providers.openai import OPENAI_BASE_URL, OpenAIChat
 
 __all__ = [
     "ANTHROPIC_BASE_URL",

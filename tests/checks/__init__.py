@@ -1,0 +1,1 @@
+"""Checks over the source tree that ``make lint`` and ``make typecheck`` run."""
