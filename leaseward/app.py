@@ -1,11 +1,13 @@
-"""The Runtime: a Client that also executes runs, through a Supervisor and its actors."""
+"""The Runtime: executes runs through a Supervisor and its actors, and holds a Client
+whose writes go through them."""
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -16,15 +18,26 @@ from leaseward.actors.persister import MAX_BATCH_ITEMS
 from leaseward.actors.reaper import Reaped
 from leaseward.actors.run_actor import RunSettings, WriteInFlight
 from leaseward.actors.supervisor import Supervisor, SupervisorSettings
-from leaseward.client import Client
+from leaseward.client import Client, new_run
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock, SystemClock
-from leaseward.runtime.errors import ConfigurationError, LeasewardError
-from leaseward.runtime.lifecycle import RecoveryPolicy, RunMode
-from leaseward.runtime.model import NewRun, RunInfo, RunRecord, Settlement
+from leaseward.runtime.errors import ConfigurationError
+from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunMode, RunState
+from leaseward.runtime.model import (
+    ForgetKeysResult,
+    HumanRequest,
+    PurgeResult,
+    RunInfo,
+    Settlement,
+    StepInfo,
+    WorkerInfo,
+)
 from leaseward.storage.connect import open_store
-from leaseward.storage.protocol import CancelOutcome, Store, unwrap
+from leaseward.storage.protocol import Store, unwrap
+from leaseward.storage.sql_store import PURGE_BATCH_RUNS
 from leaseward.storage.url import pool_size_for
+from leaseward.wakeups import SettleWakeups
+from leaseward.writer import SupervisorWriter
 
 __all__ = [
     "CONCURRENCY",
@@ -67,19 +80,26 @@ def _margin(given: float | None, lease_seconds: float) -> float:
     return float(given)
 
 
-class Runtime(Client):
-    """Executes the app's agents from a durable queue, and interactively on request."""
+class Runtime:
+    """Executes the app's agents from a durable queue, and interactively on request.
+
+    It offers every operation of a Client too, by handing it to ``client``: a Client
+    whose new runs and cancels go through this runtime's Persister, and whose
+    waiters wake as soon as this runtime settles their run.
+    """
 
     def __init__(self, store: Store, app: App, supervisor: Supervisor, clock: Clock) -> None:
-        super().__init__(store, app=app)
         self.app = app
         self.supervisor = supervisor
         self._clock = clock
+        self._writer = SupervisorWriter(supervisor)
+        self._wakeups = SettleWakeups()
+        self.client = Client(store, app=app, writer=self._writer, wakeups=self._wakeups)
         supervisor.ended = self._ended
 
     @classmethod
     @asynccontextmanager
-    async def open(  # type: ignore[override]
+    async def open(
         cls,
         store: str | Store,
         app: App,
@@ -158,20 +178,11 @@ class Runtime(Client):
 
     def _ended(self, run_id: str, settlement: Settlement | None) -> None:
         if settlement is not None and settlement.target.terminal:
-            self._settled(run_id)
-
-    async def _create_runs(self, runs: Sequence[NewRun]) -> tuple[RunRecord | LeasewardError, ...]:
-        return await self.supervisor.persister.submit(runs)
-
-    async def _cancel_run(self, run_id: str) -> CancelOutcome:
-        return await self.supervisor.persister.cancel(run_id)
+            self._wakeups.settled(run_id)
 
     @property
     def worker_id(self) -> str:
         return self.supervisor.settings.worker_id
-
-    def _on_queued(self) -> None:
-        self.supervisor.wake()
 
     async def run(self, agent: str, input: Any, *, idempotency_key: str | None = None) -> RunInfo:
         """Run ``agent`` now, in this task, and return the finished run.
@@ -191,23 +202,24 @@ class Runtime(Client):
         used for another agent or input raises IdempotencyKeyConflict.
         """
         settings = self.supervisor.settings
-        new = self._new_run(
+        new = new_run(
             agent,
             input,
             RunMode.INTERACTIVE,
+            app=self.app,
             lease_owner=settings.worker_id,
             lease_seconds=settings.lease_seconds,
             idempotency_key=idempotency_key,
         )
         sent_at = self._clock.monotonic()
-        [result] = await self._create_runs([new])
+        [result] = await self._writer.create_runs([new])
         record = unwrap(result)
         if record.id != new.id:
             # Joined rather than refused: a retried request gets what the first one
             # gets. The wait ends even if that run's worker died: a reaper settles it.
             return await self.wait(record.id)
         await self.supervisor.run_interactive(record, sent_at + settings.lease_seconds)
-        self._settled(record.id)
+        self._wakeups.settled(record.id)
         return await self.get(record.id)
 
     def stop_now(self) -> tuple[WriteInFlight, ...]:
@@ -225,3 +237,136 @@ class Runtime(Client):
     async def reap_once(self) -> tuple[Reaped, ...]:
         """One reaper pass now, instead of waiting for the timer."""
         return await self.supervisor.reaper.reap_once()
+
+    # The Client's operations, on this runtime's Client.
+
+    @property
+    def store(self) -> Store:
+        return self.client.store
+
+    async def submit(self, agent: str, input: Any, *, idempotency_key: str | None = None) -> str:
+        """Queue a run (see ``Client.submit``); this runtime is woken to claim it."""
+        return await self.client.submit(agent, input, idempotency_key=idempotency_key)
+
+    async def submit_many(self, agent: str, inputs: Iterable[Any]) -> list[str]:
+        """Queue a run per input in one write (see ``Client.submit_many``)."""
+        return await self.client.submit_many(agent, inputs)
+
+    async def get(self, run_id: str) -> RunInfo:
+        """The run as it is now (see ``Client.get``)."""
+        return await self.client.get(run_id)
+
+    async def runs(
+        self,
+        *,
+        state: RunState | None = None,
+        agent: str | None = None,
+        reason: Reason | None = None,
+        limit: int = 100,
+    ) -> list[RunInfo]:
+        """Runs, newest first (see ``Client.runs``)."""
+        return await self.client.runs(state=state, agent=agent, reason=reason, limit=limit)
+
+    async def dead_letters(
+        self, *, reason: Reason | None = None, limit: int = 100
+    ) -> list[RunInfo]:
+        """Dead-lettered runs, newest first (see ``Client.dead_letters``)."""
+        return await self.client.dead_letters(reason=reason, limit=limit)
+
+    async def redrive(self, run_id: str) -> RunInfo:
+        """Requeue a dead-lettered run (see ``Client.redrive``)."""
+        return await self.client.redrive(run_id)
+
+    async def resolve(
+        self, run_id: str, *, applied: bool, operator: str | None = None, note: str | None = None
+    ) -> RunInfo:
+        """Record whether an interrupted write applied (see ``Client.resolve``)."""
+        return await self.client.resolve(run_id, applied=applied, operator=operator, note=note)
+
+    async def approve(
+        self,
+        run_id: str,
+        call_id: str | None = None,
+        *,
+        operator: str | None = None,
+        note: str | None = None,
+    ) -> RunInfo:
+        """Approve one call that waits for approval (see ``Client.approve``)."""
+        return await self.client.approve(run_id, call_id, operator=operator, note=note)
+
+    async def reject(
+        self,
+        run_id: str,
+        call_id: str | None = None,
+        *,
+        reason: str,
+        operator: str | None = None,
+    ) -> RunInfo:
+        """Reject one call that waits for approval (see ``Client.reject``)."""
+        return await self.client.reject(run_id, call_id, reason=reason, operator=operator)
+
+    async def send_input(
+        self,
+        run_id: str,
+        value: Any,
+        *,
+        call_id: str | None = None,
+        operator: str | None = None,
+    ) -> RunInfo:
+        """Answer a run waiting for input (see ``Client.send_input``)."""
+        return await self.client.send_input(run_id, value, call_id=call_id, operator=operator)
+
+    async def approvals(self, *, limit: int = 100) -> list[HumanRequest]:
+        """The requests that wait for a person (see ``Client.approvals``)."""
+        return await self.client.approvals(limit=limit)
+
+    async def requests(self, run_id: str) -> list[HumanRequest]:
+        """Every request for a person the run made (see ``Client.requests``)."""
+        return await self.client.requests(run_id)
+
+    async def steps(self, run_id: str) -> list[StepInfo]:
+        """The run's journal, oldest step first (see ``Client.steps``)."""
+        return await self.client.steps(run_id)
+
+    async def wait(self, run_id: str, timeout: float | None = None) -> RunInfo:
+        """Wait until the run is terminal (see ``Client.wait``); a run this runtime
+        settles wakes its waiters at once."""
+        return await self.client.wait(run_id, timeout)
+
+    async def workers(self) -> list[WorkerInfo]:
+        """The registered workers (see ``Client.workers``)."""
+        return await self.client.workers()
+
+    async def served_agents(self) -> frozenset[str]:
+        """The agents some live worker serves (see ``Client.served_agents``)."""
+        return await self.client.served_agents()
+
+    async def purge(
+        self,
+        *,
+        finished_before: timedelta,
+        state: RunState | None = None,
+        include_dead_letters: bool = False,
+        dry_run: bool = False,
+        batch_runs: int = PURGE_BATCH_RUNS,
+    ) -> PurgeResult:
+        """Delete finished runs and their journals (see ``Client.purge``)."""
+        return await self.client.purge(
+            finished_before=finished_before,
+            state=state,
+            include_dead_letters=include_dead_letters,
+            dry_run=dry_run,
+            batch_runs=batch_runs,
+        )
+
+    async def forget_keys(
+        self, *, older_than: timedelta, dry_run: bool = False, batch_keys: int = PURGE_BATCH_RUNS
+    ) -> ForgetKeysResult:
+        """Forget the idempotency keys of purged runs (see ``Client.forget_keys``)."""
+        return await self.client.forget_keys(
+            older_than=older_than, dry_run=dry_run, batch_keys=batch_keys
+        )
+
+    async def cancel(self, run_id: str) -> bool:
+        """Cancel a run (see ``Client.cancel``); False when it had already finished."""
+        return await self.client.cancel(run_id)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import getpass
 import uuid
-from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -16,7 +15,6 @@ from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.errors import (
     InvalidInput,
-    LeasewardError,
     RequestExpired,
     RunNotFound,
     RunPurged,
@@ -42,10 +40,12 @@ from leaseward.runtime.model import (
     request_digest,
 )
 from leaseward.storage.connect import open_store
-from leaseward.storage.protocol import CancelOutcome, Store, WriteBatch, unwrap
+from leaseward.storage.protocol import CancelOutcome, Store, unwrap
 from leaseward.storage.sql_store import PURGE_BATCH_RUNS, SQLStore
+from leaseward.wakeups import SettleWakeups
+from leaseward.writer import RunWriter, StoreWriter
 
-__all__ = ["WAIT_POLL_SECONDS", "Client", "open_existing_store"]
+__all__ = ["WAIT_POLL_SECONDS", "Client", "new_run", "open_existing_store"]
 
 WAIT_POLL_SECONDS = 0.5
 
@@ -75,21 +75,60 @@ def default_operator() -> str:
         return "unknown"
 
 
+def new_run(
+    agent: str,
+    input: Any,
+    mode: RunMode,
+    *,
+    app: App | None,
+    lease_owner: str | None = None,
+    lease_seconds: float | None = None,
+    idempotency_key: str | None = None,
+) -> NewRun:
+    """A run checked before anything is stored: its agent against ``app`` (given), its
+    input as JSON within the size limit, and its idempotency key."""
+    if app is not None:
+        app.agent(agent)
+    elif not isinstance(agent, str) or not agent:
+        raise UnknownAgent("an agent name must be a non-empty string")
+    input_json = dump_json(input, what="the run input", limit=MAX_INPUT_BYTES)
+    keyed = idempotency_key is not None
+    return NewRun(
+        id=new_run_id(),
+        agent=agent,
+        mode=mode,
+        input_json=input_json,
+        lease_owner=lease_owner,
+        lease_seconds=lease_seconds,
+        idempotency_key=check_idempotency_key(idempotency_key) if keyed else None,
+        request_digest=request_digest(agent, input) if keyed else None,
+    )
+
+
 class Client:
     """Submits, inspects and cancels runs in a store.
 
     Given the ``app``, ``submit`` refuses agents it does not know; without it, a
     run for an agent no worker serves stays queued until one does (a queue accepts
     work while its workers restart): ``served_agents`` tells whether one does now.
+
+    A ``writer`` and ``wakeups`` are given by a process that also executes runs (a
+    Runtime): new runs and cancels then go through its writer, and the runs it
+    settles wake this Client's waiters at once.
     """
 
-    def __init__(self, store: Store, *, app: App | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        app: App | None = None,
+        writer: RunWriter | None = None,
+        wakeups: SettleWakeups | None = None,
+    ) -> None:
         self._store = store
         self._app = app
-        # Per run waited for: the event its settlement in this process sets, and how
-        # many wait on it. A run settled elsewhere is seen by polling instead.
-        self._settle_events: dict[str, anyio.Event] = {}
-        self._waiters: Counter[str] = Counter()
+        self._writer = writer or StoreWriter(store)
+        self._wakeups = wakeups or SettleWakeups()
 
     @classmethod
     @asynccontextmanager
@@ -110,45 +149,6 @@ class Client:
     def store(self) -> Store:
         return self._store
 
-    def _settled(self, run_id: str) -> None:
-        """The run reached a terminal state in this process: its waiters look now."""
-        event = self._settle_events.pop(run_id, None)
-        if event is not None:
-            event.set()
-
-    async def _create_runs(self, runs: Sequence[NewRun]) -> tuple[RunRecord | LeasewardError, ...]:
-        return (await self._store.commit(WriteBatch(new_runs=tuple(runs)))).new_runs
-
-    async def _cancel_run(self, run_id: str) -> CancelOutcome:
-        return await self._store.request_cancel(run_id)
-
-    def _new_run(
-        self,
-        agent: str,
-        input: Any,
-        mode: RunMode,
-        *,
-        lease_owner: str | None = None,
-        lease_seconds: float | None = None,
-        idempotency_key: str | None = None,
-    ) -> NewRun:
-        if self._app is not None:
-            self._app.agent(agent)
-        elif not isinstance(agent, str) or not agent:
-            raise UnknownAgent("an agent name must be a non-empty string")
-        input_json = dump_json(input, what="the run input", limit=MAX_INPUT_BYTES)
-        keyed = idempotency_key is not None
-        return NewRun(
-            id=new_run_id(),
-            agent=agent,
-            mode=mode,
-            input_json=input_json,
-            lease_owner=lease_owner,
-            lease_seconds=lease_seconds,
-            idempotency_key=check_idempotency_key(idempotency_key) if keyed else None,
-            request_digest=request_digest(agent, input) if keyed else None,
-        )
-
     async def submit(self, agent: str, input: Any, *, idempotency_key: str | None = None) -> str:
         """Queue a run of ``agent`` on ``input`` (any JSON value); returns the run id.
 
@@ -158,14 +158,14 @@ class Client:
         queued. A key already used for another agent or input raises
         IdempotencyKeyConflict. Only ``forget_keys`` makes a key new again.
         """
-        new = self._new_run(agent, input, RunMode.QUEUED, idempotency_key=idempotency_key)
-        [result] = await self._create_runs([new])
+        new = new_run(agent, input, RunMode.QUEUED, app=self._app, idempotency_key=idempotency_key)
+        [result] = await self._writer.create_runs([new])
         try:
             record = unwrap(result)
         except RunPurged as purged:
             return purged.run_id
         if record.id == new.id:
-            self._on_queued()
+            self._writer.queued()
         return record.id
 
     async def submit_many(self, agent: str, inputs: Iterable[Any]) -> list[str]:
@@ -174,15 +174,12 @@ class Client:
         Every input is checked before anything is stored: one that is not JSON (or
         too large) raises InvalidInput and queues nothing.
         """
-        runs = [self._new_run(agent, input, RunMode.QUEUED) for input in inputs]
+        runs = [new_run(agent, input, RunMode.QUEUED, app=self._app) for input in inputs]
         if not runs:
             return []
-        ids = [unwrap(result).id for result in await self._create_runs(runs)]
-        self._on_queued()
+        ids = [unwrap(result).id for result in await self._writer.create_runs(runs)]
+        self._writer.queued()
         return ids
-
-    def _on_queued(self) -> None:
-        """A run became claimable; a Client has nobody to tell, a Runtime wakes its Supervisor."""
 
     async def _record(self, run_id: str) -> RunRecord:
         record = await self._store.get_run(run_id)
@@ -221,7 +218,7 @@ class Client:
         whose journal records its call's outcome, under a new epoch and with its requeue
         count reset. A write interrupted with no recorded outcome needs ``resolve`` instead."""
         record = await self._store.redrive(run_id)
-        self._on_queued()
+        self._writer.queued()
         return record.info()
 
     async def resolve(
@@ -232,7 +229,7 @@ class Client:
         record = await self._store.resolve(
             run_id, applied=applied, operator=operator or default_operator(), note=note
         )
-        self._on_queued()
+        self._writer.queued()
         return record.info()
 
     async def approve(
@@ -305,10 +302,10 @@ class Client:
             )
         except RequestExpired:
             # Expiring it may have put the run back in the queue, as a reaper pass does.
-            self._on_queued()
+            self._writer.queued()
             raise
         if record.state is RunState.QUEUED:
-            self._on_queued()
+            self._writer.queued()
         return record.info()
 
     async def approvals(self, *, limit: int = 100) -> list[HumanRequest]:
@@ -331,22 +328,14 @@ class Client:
         A run that settles in this process wakes its waiters at once; one that
         settles in another is seen within WAIT_POLL_SECONDS.
         """
-        self._waiters[run_id] += 1
-        try:
-            with anyio.move_on_after(timeout) as scope:
-                while True:
-                    # Before the read: a settlement landing between the two still wakes us.
-                    settled = self._settle_events.setdefault(run_id, anyio.Event())
-                    info = await self.get(run_id)
-                    if info.state.terminal:
-                        return info
-                    with anyio.move_on_after(WAIT_POLL_SECONDS):
-                        await settled.wait()
-        finally:
-            self._waiters[run_id] -= 1
-            if not self._waiters[run_id]:
-                del self._waiters[run_id]
-                self._settle_events.pop(run_id, None)
+        with self._wakeups.waiting(run_id), anyio.move_on_after(timeout) as scope:
+            while True:
+                settled = self._wakeups.next_settlement(run_id)
+                info = await self.get(run_id)
+                if info.state.terminal:
+                    return info
+                with anyio.move_on_after(WAIT_POLL_SECONDS):
+                    await settled.wait()
         assert scope.cancelled_caught
         raise WaitTimeout(f"run {run_id} did not finish within {timeout} seconds")
 
@@ -427,7 +416,7 @@ class Client:
 
         Returns False when the run had already finished.
         """
-        outcome = await self._cancel_run(run_id)
+        outcome = await self._writer.cancel_run(run_id)
         if outcome is CancelOutcome.CANCELLED:
-            self._settled(run_id)
+            self._wakeups.settled(run_id)
         return outcome is not CancelOutcome.ALREADY_FINISHED

@@ -70,7 +70,7 @@ async def until_state(client: Client, run_id: str, state: RunState) -> RunInfo:
 
 async def parked(rt: Runtime, agent: str, state: RunState = WA) -> str:
     run_id = await rt.submit(agent, "go")
-    await until_state(rt, run_id, state)
+    await until_state(rt.client, run_id, state)
     return run_id
 
 

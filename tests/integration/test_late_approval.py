@@ -176,7 +176,7 @@ async def test_an_approval_of_a_run_that_moved_on_names_what_it_waits_for_now(
         run_id = await parked(rt, "expire_then_ask")
         await clock.advance(EXPIRY_SECONDS + 0.5)
         # The reaper expires the request; the run goes on and asks a question.
-        await until_state(rt, run_id, WI)
+        await until_state(rt.client, run_id, WI)
         with pytest.raises(IllegalTransition) as asking:
             await rt.approve(run_id)
         await rt.send_input(run_id, "no")

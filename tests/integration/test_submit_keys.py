@@ -204,7 +204,7 @@ async def test_rt_run_with_a_key_twice_runs_the_agent_once(store_url: str) -> No
         assert await rt.submit("mailer", MAIL, idempotency_key="request-7") == first.id
         with pytest.raises(IdempotencyKeyConflict):
             await rt.run("mailer", {"to": "b@example.com"}, idempotency_key="request-7")
-        assert await all_runs(rt) == [first.id]
+        assert await all_runs(rt.client) == [first.id]
     assert len(calls) == 1
 
 
@@ -245,7 +245,7 @@ async def test_rt_run_with_the_key_of_a_run_in_progress_waits_for_it(store_url: 
             group.start_soon(run)
             # The second call found the first one's run while its write was in flight.
             await store.joined.wait()
-            (run_id,) = await all_runs(rt)
+            (run_id,) = await all_runs(rt.client)
             assert (await rt.get(run_id)).state is RunState.RUNNING
             release.set()
     finally:

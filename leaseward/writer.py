@@ -1,0 +1,57 @@
+"""Where a Client's new runs and cancels are written, and who is told of queued work."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from leaseward.actors.supervisor import Supervisor
+from leaseward.runtime.errors import LeasewardError
+from leaseward.runtime.model import NewRun, RunRecord
+from leaseward.storage.protocol import CancelOutcome, Store, WriteBatch
+
+__all__ = ["RunWriter", "StoreWriter", "SupervisorWriter"]
+
+
+class RunWriter(Protocol):
+    async def create_runs(
+        self, runs: Sequence[NewRun]
+    ) -> tuple[RunRecord | LeasewardError, ...]: ...
+
+    async def cancel_run(self, run_id: str) -> CancelOutcome: ...
+
+    def queued(self) -> None:
+        """A run became claimable."""
+
+
+class StoreWriter:
+    """Writes straight to the store, for a process that executes no runs."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def create_runs(self, runs: Sequence[NewRun]) -> tuple[RunRecord | LeasewardError, ...]:
+        return (await self._store.commit(WriteBatch(new_runs=tuple(runs)))).new_runs
+
+    async def cancel_run(self, run_id: str) -> CancelOutcome:
+        return await self._store.request_cancel(run_id)
+
+    def queued(self) -> None:
+        """Nobody here claims runs: workers elsewhere find it when they next poll."""
+
+
+class SupervisorWriter:
+    """Writes through a Runtime's Persister, so that its writes share one group commit,
+    and wakes its Supervisor to claim what was queued without waiting for a poll."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self._supervisor = supervisor
+
+    async def create_runs(self, runs: Sequence[NewRun]) -> tuple[RunRecord | LeasewardError, ...]:
+        return await self._supervisor.persister.submit(runs)
+
+    async def cancel_run(self, run_id: str) -> CancelOutcome:
+        return await self._supervisor.persister.cancel(run_id)
+
+    def queued(self) -> None:
+        self._supervisor.wake()
