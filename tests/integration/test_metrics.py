@@ -11,8 +11,8 @@ import anyio.to_thread
 import pytest
 from leaseward.actors import LeaseKeeper, LeaseReaper, Metrics, Persister, RunActor, RunSettings
 from leaseward.runtime.clock import SystemClock
-from leaseward.runtime.lifecycle import RecoveryPolicy
-from leaseward.runtime.model import NewRun, RunMode, RunRecord, Settlement
+from leaseward.runtime.lifecycle import RecoveryPolicy, RunMode
+from leaseward.runtime.model import NewRun, RunRecord, Settlement
 from leaseward.storage import open_store
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families

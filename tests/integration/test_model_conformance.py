@@ -13,7 +13,7 @@ needs its row here.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
@@ -76,7 +76,7 @@ def _intent(seq: int, arguments: Any = ARGUMENTS) -> StepWrite:
     )
 
 
-STEPS = {
+STEPS: dict[str, Callable[[int], StepWrite]] = {
     "provider": lambda seq: StepWrite(
         seq=seq, kind=StepKind.PROVIDER, status=StepStatus.SUCCEEDED, output_json='{"turn":1}'
     ),
@@ -163,7 +163,8 @@ class Target:
     async def do(self, op: tuple[Any, ...]) -> str:
         name, *args = op
         try:
-            return await getattr(self, name.replace(" ", "_"))(*args)
+            operation: Callable[..., Awaitable[str]] = getattr(self, name.replace(" ", "_"))
+            return await operation(*args)
         except (
             RunPurged,
             IdempotencyKeyConflict,

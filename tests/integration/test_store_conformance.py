@@ -434,8 +434,8 @@ async def test_a_lease_granted_before_renewals_were_counted_is_granted_what_its_
     else:
         import sqlite3
 
-        with sqlite3.connect(store_url.removeprefix("sqlite:///")) as connection:
-            connection.execute("UPDATE runs SET lease_seconds = NULL")
+        with sqlite3.connect(store_url.removeprefix("sqlite:///")) as database:
+            database.execute("UPDATE runs SET lease_seconds = NULL")
     assert (await lease_of(store, run.id)).lease_seconds == pytest.approx(5.0, abs=0.5)
 
 

@@ -392,7 +392,7 @@ def test_tool_call_arguments_that_are_not_a_mapping_are_the_providers_error(
 
 def test_tool_call_arguments_shown_in_the_error_are_shortened() -> None:
     with pytest.raises(ProviderError) as raised:
-        ToolCall("send_email", "x" * 10_000, "c1")
+        ToolCall("send_email", "x" * 10_000, "c1")  # type: ignore[arg-type]
     assert len(raised.value.message) < 300
     assert "..." in raised.value.message
 

@@ -269,7 +269,8 @@ class World:
             and sum(self.spent.get(fault, 0) for fault in budget.faults) >= budget.total
         ):
             return False
-        return self.spent.get(kind, 0) < getattr(budget, kind)
+        allowed: int = getattr(budget, kind)
+        return self.spent.get(kind, 0) < allowed
 
     def _worker_moves(self, worker: Worker) -> Iterator[Transition]:
         name = worker.name
@@ -514,7 +515,7 @@ class World:
             and row.call_id == call.call_id
             for row in journal
         )
-        approval = None
+        approval: tuple[Decision | None, float | None, float | None, str] | None = None
         if call is not None and any(
             c.needs_approval for c in self.scenario.calls if c.call_id == call.call_id
         ):
