@@ -81,6 +81,12 @@ from leaseward.runtime.conversation import (
     tool_message,
 )
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import (
+    MAX_ARGUMENTS_BYTES,
+    MAX_RESULT_BYTES,
+    arguments_digest,
+    dump_json,
+)
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
     CallTimedOut,
@@ -89,6 +95,8 @@ from leaseward.runtime.errors import (
     StoreError,
 )
 from leaseward.runtime.failures import FailureClass, classify
+from leaseward.runtime.human_requests import Decision, HumanRequest, NewRequest, RequestKind
+from leaseward.runtime.journal import StepInfo, StepWrite
 from leaseward.runtime.lifecycle import (
     Event,
     Reason,
@@ -98,26 +106,9 @@ from leaseward.runtime.lifecycle import (
     StepStatus,
     decide_recovery,
 )
-from leaseward.runtime.model import (
-    MAX_ARGUMENTS_BYTES,
-    MAX_RESULT_BYTES,
-    Decision,
-    HumanRequest,
-    Message,
-    NewRequest,
-    ProviderReply,
-    ProviderRequest,
-    RequestKind,
-    Role,
-    RunRecord,
-    Settlement,
-    StepInfo,
-    StepWrite,
-    ToolCall,
-    arguments_digest,
-    dump_json,
-    settlement_after,
-)
+from leaseward.runtime.messages import Message, ProviderReply, ProviderRequest, Role, ToolCall
+from leaseward.runtime.runs import RunRecord
+from leaseward.runtime.settlements import Settlement, settlement_after
 from leaseward.runtime.tools import BoundTool
 
 __all__ = [

@@ -33,7 +33,9 @@ from leaseward.actors.reaper import plan_reap
 from leaseward.runtime.agents import Agent
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import dump_json, request_digest
 from leaseward.runtime.errors import LeasewardError
+from leaseward.runtime.human_requests import Decision
 from leaseward.runtime.lifecycle import RunMode, RunState, StepStatus
 from leaseward.runtime.machine import (
     AdmissionCheck,
@@ -60,7 +62,8 @@ from leaseward.runtime.machine import (
     Stop,
     ToolReturned,
 )
-from leaseward.runtime.model import Decision, NewRun, Settlement, dump_json, request_digest
+from leaseward.runtime.runs import NewRun
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage.protocol import BatchItem, LeaseMark
 
 from .agent import agent_for, machine_for, reply_to
