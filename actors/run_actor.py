@@ -1,4 +1,4 @@
-"""The RunActor: carries out the commands of one run's RunMachine (``runtime/machine.py``,
+"""The RunActor: carries out the commands of one run's RunMachine (``runtime/machine/``,
 where every decision is) through the Persister, the provider, the tools and the keeper."""
 
 from __future__ import annotations

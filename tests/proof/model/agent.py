@@ -21,8 +21,8 @@ from leaseward.runtime.machine import (
     Committed,
     ReadBack,
     RunMachine,
-    _ReadingBack,
 )
+from leaseward.runtime.machine.phases import ReadingBack as _ReadingBack
 from leaseward.runtime.messages import ProviderReply, ProviderRequest, Role, ToolCall
 from leaseward.runtime.tools import tool
 

@@ -5,7 +5,7 @@ Time is whole units. Every clock (the store's, each worker's monotonic clock, th
 reaper's monotonic clock) moves together when time passes; the store's can also
 step alone, as NTP or a person may step a database host's clock.
 
-A worker is an interpreter of ``runtime/machine.py``, as ``actors/run_actor.py``
+A worker is an interpreter of ``runtime/machine/``, as ``actors/run_actor.py``
 is: it carries out the action the machine awaits (one store interaction, or an
 admission check and the call it admits) and feeds back the event that answers
 it. The provider is scripted (one turn asking for every call of the scenario,
