@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunState, StepStatus
-from leaseward.runtime.model import RunRecord, StepInfo
+from leaseward.runtime.runs import RunRecord
 from leaseward.storage.concern import StoreConcern
 from leaseward.storage.protocol import ExpiredRun, LeaseMark
 from leaseward.storage.rows import optional, run_from_row, step_from_row

@@ -21,7 +21,8 @@ import attrs
 import pytest
 from leaseward.runtime.commits import Stored
 from leaseward.runtime.conversation import reply_to_json
-from leaseward.runtime.model import MAX_INPUT_BYTES, StepWrite, dump_json
+from leaseward.runtime.encoding import MAX_INPUT_BYTES, dump_json
+from leaseward.runtime.journal import StepWrite
 from leaseward.storage import BatchItem, open_store
 from leaseward.storage.migrations import MIGRATIONS
 

@@ -151,7 +151,7 @@ def test_the_wheel_holds_only_the_leaseward_package(wheel: Path) -> None:
         "leaseward/providers/openai.py",
         "leaseward/providers/anthropic.py",
         "leaseward/providers/endpoint.py",
-        "leaseward/runtime/machine.py",
+        "leaseward/runtime/machine/run_machine.py",
         "leaseward/actors/run_actor.py",
         "leaseward/storage/sql_store.py",
         "leaseward/storage/sql/queries/sqlite.sql",

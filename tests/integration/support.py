@@ -12,19 +12,14 @@ import anyio
 import structlog
 from leaseward.runtime.commits import CommitOutcome, Refused, Stored
 from leaseward.runtime.conversation import normalize_reply, reply_to_json
+from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.errors import LeasewardError
-from leaseward.runtime.lifecycle import StepKind, StepStatus
-from leaseward.runtime.model import (
-    HumanRequest,
-    NewRun,
-    PurgeResult,
-    RunMode,
-    RunRecord,
-    StepWrite,
-    WorkerInfo,
-    WorkerRegistration,
-    dump_json,
-)
+from leaseward.runtime.human_requests import HumanRequest
+from leaseward.runtime.journal import StepWrite
+from leaseward.runtime.lifecycle import RunMode, StepKind, StepStatus
+from leaseward.runtime.retention import PurgeResult
+from leaseward.runtime.runs import NewRun, RunRecord
+from leaseward.runtime.workers import WorkerInfo, WorkerRegistration
 from leaseward.storage import (
     BatchItem,
     CancelOutcome,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from leaseward.runtime.commits import CommitOutcome, Refused, Stored
-from leaseward.runtime.model import Settlement
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, open_store
 
 from leaseward import (

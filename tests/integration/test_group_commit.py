@@ -25,8 +25,11 @@ from leaseward.actors.messages import (
 )
 from leaseward.runtime.clock import SystemClock
 from leaseward.runtime.commits import Fenced, Stored, Unanswered
+from leaseward.runtime.encoding import dump_json
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, RunMode
-from leaseward.runtime.model import NewRun, Settlement, StepWrite, dump_json
+from leaseward.runtime.runs import NewRun
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage import (
     BatchItem,
     CancelOutcome,

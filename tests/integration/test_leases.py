@@ -9,8 +9,9 @@ import anyio.lowlevel
 import pytest
 from leaseward.runtime.commits import Fenced
 from leaseward.runtime.conversation import idempotency_key
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, StepKind
-from leaseward.runtime.model import Settlement, StepWrite
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, SQLStore, open_store
 
 from leaseward import (

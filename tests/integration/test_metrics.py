@@ -12,7 +12,8 @@ import pytest
 from leaseward.actors import LeaseKeeper, LeaseReaper, Metrics, Persister, RunActor, RunSettings
 from leaseward.runtime.clock import SystemClock
 from leaseward.runtime.lifecycle import RecoveryPolicy, RunMode
-from leaseward.runtime.model import NewRun, RunRecord, Settlement
+from leaseward.runtime.runs import NewRun, RunRecord
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage import open_store
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families

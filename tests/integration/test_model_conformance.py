@@ -21,6 +21,7 @@ import pytest
 from leaseward.actors.reaper import plan_reap
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import arguments_digest, dump_json, request_digest
 from leaseward.runtime.errors import (
     IdempotencyKeyConflict,
     IllegalTransition,
@@ -28,6 +29,8 @@ from leaseward.runtime.errors import (
     RequestNotFound,
     RunPurged,
 )
+from leaseward.runtime.human_requests import Decision, NewRequest, RequestKind
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import (
     Event,
     Reason,
@@ -37,17 +40,8 @@ from leaseward.runtime.lifecycle import (
     StepKind,
     StepStatus,
 )
-from leaseward.runtime.model import (
-    Decision,
-    NewRequest,
-    NewRun,
-    RequestKind,
-    Settlement,
-    StepWrite,
-    arguments_digest,
-    dump_json,
-    request_digest,
-)
+from leaseward.runtime.runs import NewRun
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage import SQLStore
 from leaseward.storage.protocol import BatchItem, ExpiredRun, LeaseMark
 

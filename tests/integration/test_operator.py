@@ -8,6 +8,7 @@ import attrs
 import pytest
 from leaseward.runtime.commits import Stored
 from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import (
     Event,
     RecoveryAction,
@@ -15,7 +16,7 @@ from leaseward.runtime.lifecycle import (
     RunMode,
     decide_recovery,
 )
-from leaseward.runtime.model import Settlement, StepWrite
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, SQLStore, open_store
 
 from leaseward import (

@@ -28,7 +28,7 @@ import anyio
 import asyncpg
 import pytest
 from leaseward.runtime.commits import CommitOutcome
-from leaseward.runtime.model import WorkerRegistration
+from leaseward.runtime.workers import WorkerRegistration
 from leaseward.storage import BatchItem, Store, open_store
 
 from leaseward import (

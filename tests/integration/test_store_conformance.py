@@ -19,15 +19,12 @@ import pytest
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.commits import Fenced, Refused, Stored
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import dump_json
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
-from leaseward.runtime.model import (
-    NewRun,
-    RunRecord,
-    Settlement,
-    StepWrite,
-    WorkerRegistration,
-    dump_json,
-)
+from leaseward.runtime.runs import NewRun, RunRecord
+from leaseward.runtime.settlements import Settlement
+from leaseward.runtime.workers import WorkerRegistration
 from leaseward.storage import BatchItem, CancelOutcome, LeaseMark, SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.runtime.model import MAX_IDEMPOTENCY_KEY_CHARS, NewRun, RunRecord
+from leaseward.runtime.runs import MAX_IDEMPOTENCY_KEY_CHARS, NewRun, RunRecord
 from leaseward.storage import open_store
 
 from leaseward import (

@@ -16,7 +16,7 @@ import anyio
 import pytest
 from leaseward.runtime.commits import CommitOutcome
 from leaseward.runtime.errors import CommitOutcomeUnknown, StoreError
-from leaseward.runtime.model import WorkerRegistration
+from leaseward.runtime.workers import WorkerRegistration
 from leaseward.storage import BatchItem, open_store
 
 from leaseward import (

@@ -16,7 +16,7 @@ import anyio
 import pytest
 from leaseward.actors import WORKER_GONE_AFTER_BEATS, WORKER_GONE_AFTER_MIN_SECONDS
 from leaseward.runtime.commits import Stored
-from leaseward.runtime.model import WorkerRegistration
+from leaseward.runtime.workers import WorkerRegistration
 from leaseward.storage import BatchItem, SQLStore, open_store
 
 from leaseward import (

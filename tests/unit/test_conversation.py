@@ -17,17 +17,11 @@ from leaseward.runtime.conversation import (
     reply_to_json,
 )
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import valid_text
 from leaseward.runtime.errors import ProviderError
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import StepKind, StepStatus
-from leaseward.runtime.model import (
-    Message,
-    ProviderReply,
-    Role,
-    StepInfo,
-    ToolCall,
-    Usage,
-    valid_text,
-)
+from leaseward.runtime.messages import Message, ProviderReply, Role, ToolCall, Usage
 
 RUN = "run-1"
 

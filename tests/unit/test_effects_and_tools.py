@@ -16,7 +16,7 @@ import structlog
 from leaseward.runtime.agents import Agent, App, ScriptedProvider
 from leaseward.runtime.effects import ToolEffect, ToolEffectResolver, declared_effect
 from leaseward.runtime.errors import InvalidInput, ToolDefinitionError
-from leaseward.runtime.model import ProviderReply
+from leaseward.runtime.messages import ProviderReply
 from leaseward.runtime.tools import (
     DEFAULT_TOOL_TIMEOUT_SECONDS,
     BoundTool,

@@ -13,8 +13,11 @@ from hypothesis import strategies as st
 from leaseward.runtime.agents import Agent, ScriptedProvider
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import arguments_digest, load_json
 from leaseward.runtime.errors import ProviderError
 from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.human_requests import Decision, HumanRequest, RequestKind
+from leaseward.runtime.journal import StepInfo, StepWrite
 from leaseward.runtime.lifecycle import (
     Event,
     Reason,
@@ -62,18 +65,8 @@ from leaseward.runtime.machine import (
     ToolReturned,
     UnexpectedEvent,
 )
-from leaseward.runtime.model import (
-    Decision,
-    HumanRequest,
-    ProviderReply,
-    RequestKind,
-    RunRecord,
-    StepInfo,
-    StepWrite,
-    ToolCall,
-    arguments_digest,
-    load_json,
-)
+from leaseward.runtime.messages import ProviderReply, ToolCall
+from leaseward.runtime.runs import RunRecord
 from leaseward.runtime.tools import ToolContext, tool
 
 EFFECTS = tuple(ToolEffect)

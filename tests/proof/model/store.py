@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import load_json
 from leaseward.runtime.errors import (
     IdempotencyKeyConflict,
     IllegalTransition,
@@ -31,6 +32,8 @@ from leaseward.runtime.errors import (
     RunPurged,
 )
 from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.human_requests import Decision, HumanRequest, RequestKind
+from leaseward.runtime.journal import StepInfo, StepWrite
 from leaseward.runtime.lifecycle import (
     REDRIVABLE_REASONS,
     TRANSITIONS,
@@ -42,18 +45,9 @@ from leaseward.runtime.lifecycle import (
     StepStatus,
     source_state,
 )
-from leaseward.runtime.model import (
-    Decision,
-    HumanRequest,
-    NewRun,
-    PurgedRun,
-    RequestKind,
-    RunRecord,
-    Settlement,
-    StepInfo,
-    StepWrite,
-    load_json,
-)
+from leaseward.runtime.retention import PurgedRun
+from leaseward.runtime.runs import NewRun, RunRecord
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage.protocol import BatchItem, ExpiredRun, LeaseMark
 
 __all__ = ["SimKey", "SimRequest", "SimRun", "SimStep", "SimStore", "StoreHoles"]
