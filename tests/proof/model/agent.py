@@ -22,7 +22,7 @@ from leaseward.runtime.machine import (
     ReadBack,
     RunMachine,
 )
-from leaseward.runtime.machine.phases import ReadingBack as _ReadingBack
+from leaseward.runtime.machine.phases import ReadingBack
 from leaseward.runtime.messages import ProviderReply, ProviderRequest, Role, ToolCall
 from leaseward.runtime.tools import tool
 
@@ -102,7 +102,7 @@ class ReadBackRenews(RunMachine):
         self.read_back_sent_at = event.sent_at
         if isinstance(event.outcome, Unanswered) and not sending.fresh:
             self.in_doubt = True
-            self.phase = _ReadingBack(sending, event.outcome)
+            self.phase = ReadingBack(sending, event.outcome)
             return (ReadBack(),)
         return super()._committed(sending, event)
 
