@@ -45,7 +45,7 @@ __all__ = [
     "settles_tool",
 ]
 
-Callback = Callable[[], Awaitable[None]]
+_Callback = Callable[[], Awaitable[None]]
 
 # The positions insert_steps reads its rows' fields from (see the journal's item writer).
 _RUN_ID, _SEQ, _KIND, _TOOL, _STATUS = 0, 1, 3, 4, 7
@@ -69,14 +69,14 @@ class Transaction:
     def __init__(self) -> None:
         self.statements: list[Statement] = []
         self.lost_answer: StoreError | None = None
-        self._after_commit: list[Callback] = []
-        self._when_over: list[Callback] = []
+        self._after_commit: list[_Callback] = []
+        self._when_over: list[_Callback] = []
 
-    def after_commit(self, action: Callback) -> None:
+    def after_commit(self, action: _Callback) -> None:
         """Run ``action`` once the transaction committed, before its caller hears of it."""
         self._after_commit.append(action)
 
-    def when_over(self, action: Callback) -> None:
+    def when_over(self, action: _Callback) -> None:
         """Run ``action`` when the transaction ends, committed or not."""
         self._when_over.append(action)
 
@@ -348,7 +348,7 @@ def hold(lock: anyio.Lock) -> Action:
     return action
 
 
-def _released(lock: anyio.Lock) -> Callback:
+def _released(lock: anyio.Lock) -> _Callback:
     async def release() -> None:
         lock.release()
 
