@@ -31,7 +31,7 @@ from leaseward.runtime.settlements import Settlement
 from leaseward.runtime.workers import WorkerInfo
 from leaseward.storage.connect import open_store
 from leaseward.storage.protocol import Store, unwrap
-from leaseward.storage.sql_store import PURGE_BATCH_RUNS
+from leaseward.storage.store import PURGE_BATCH_RUNS
 from leaseward.storage.url import pool_size_for
 from leaseward.wakeups import SettleWakeups
 from leaseward.writer import SupervisorWriter

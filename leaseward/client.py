@@ -31,7 +31,7 @@ from leaseward.runtime.runs import NewRun, RunInfo, RunRecord, check_idempotency
 from leaseward.runtime.workers import WorkerInfo
 from leaseward.storage.connect import open_store
 from leaseward.storage.protocol import CancelOutcome, Store, unwrap
-from leaseward.storage.sql_store import PURGE_BATCH_RUNS, SQLStore
+from leaseward.storage.store import PURGE_BATCH_RUNS, SQLStore
 from leaseward.wakeups import SettleWakeups
 from leaseward.writer import RunWriter, StoreWriter
 

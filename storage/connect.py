@@ -10,8 +10,8 @@ from leaseward.runtime.errors import ConfigurationError, SchemaMismatch, StoreNo
 from leaseward.runtime.logs import get_logger
 from leaseward.storage.executor import Executor
 from leaseward.storage.migrations import MIGRATIONS
-from leaseward.storage.sql_store import SQLStore
 from leaseward.storage.sqlite import SQLiteExecutor, SQLiteOptions
+from leaseward.storage.store import SQLStore
 from leaseward.storage.url import DEFAULT_POOL_SIZE, StoreURL, parse_store_url
 
 __all__ = ["open_store"]

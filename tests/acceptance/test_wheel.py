@@ -153,7 +153,7 @@ def test_the_wheel_holds_only_the_leaseward_package(wheel: Path) -> None:
         "leaseward/providers/endpoint.py",
         "leaseward/runtime/machine/run_machine.py",
         "leaseward/actors/run_actor.py",
-        "leaseward/storage/sql_store.py",
+        "leaseward/storage/store.py",
         "leaseward/storage/sql/queries/sqlite.sql",
         "leaseward/storage/sql/queries/postgresql.sql",
         "leaseward/storage/sql/migrations/0001_initial.sqlite.sql",

@@ -1,6 +1,6 @@
 """A store in memory, with the SQL store's fencing rules, on a clock that only moves when told.
 
-Each method mirrors one operation of ``storage/sql_store.py`` and its named queries,
+Each method mirrors one operation of ``storage/store.py`` and its named queries,
 synchronously: a commit is one step of the simulated world, all or nothing. The
 rules it must share with the real stores (which commit is stored, fenced or
 refused; which reap, decision, redrive, resolution or submit is accepted) are
