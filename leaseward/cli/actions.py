@@ -23,9 +23,8 @@ from leaseward.cli.defaults import EXIT_FAILURE
 from leaseward.cli.json_output import (
     print_json,
     request_json,
+    run_document,
     run_json,
-    step_json,
-    usage_json,
     worker_json,
 )
 from leaseward.cli.tables import count, print_approvals, print_runs, print_workers, timestamp
@@ -208,14 +207,7 @@ async def show(client: Client, *, store_url: str, run_id: str, as_json: bool) ->
     steps = await client.steps(run_id)
     requests = await client.requests(run_id)
     if as_json:
-        print_json(
-            {
-                **run_json(run),
-                "usage": usage_json(steps),
-                "steps": [step_json(s) for s in steps],
-                "requests": [request_json(r) for r in requests],
-            }
-        )
+        print_json(run_document(run, steps, requests))
     else:
         print_timeline(run, steps, store_url, requests)
         if run.agent in await _unserved(client, [run]):
