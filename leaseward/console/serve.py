@@ -19,7 +19,14 @@ from leaseward.console.security import check_listen_address
 from leaseward.runtime.errors import ConfigurationError
 from leaseward.runtime.logs import get_logger
 
-__all__ = ["CONSOLE_HOST", "CONSOLE_PORT", "TOKEN_VARIABLE", "configured_token", "serve_console"]
+__all__ = [
+    "CONSOLE_HOST",
+    "CONSOLE_PORT",
+    "TOKEN_VARIABLE",
+    "configured_token",
+    "console_url",
+    "serve_console",
+]
 
 CONSOLE_HOST = "127.0.0.1"
 CONSOLE_PORT = 8787
@@ -34,6 +41,10 @@ def configured_token() -> str | None:
     """The operators' login token: from the environment only, so it shows in no process
     list and no ``--help``."""
     return os.environ.get(TOKEN_VARIABLE) or None
+
+
+def console_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
 class _Server(uvicorn.Server):
@@ -68,9 +79,10 @@ async def serve_console(
     host: str = CONSOLE_HOST,
     port: int = CONSOLE_PORT,
     token: str | None = None,
-    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the console until cancelled; started once it listens."""
+    """Serve the console until cancelled; started, with the port it listens on (``port``
+    0 picks a free one), once it listens."""
     check_listen_address(host, token)
     sock = _bound_socket(host, port)
     config = uvicorn.Config(
@@ -93,12 +105,12 @@ async def serve_console(
         finally:
             stopped.set()
 
-    shown_host = f"[{host}]" if ":" in host else host
-    log.info("console.serving", url=f"http://{shown_host}:{sock.getsockname()[1]}")
+    bound_port: int = sock.getsockname()[1]
+    log.info("console.serving", url=console_url(host, bound_port))
     try:
         async with anyio.create_task_group() as serving:
             serving.start_soon(run_server)
-            task_status.started()
+            task_status.started(bound_port)
             try:
                 await stopped.wait()
             finally:

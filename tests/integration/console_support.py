@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 
 import attrs
 import httpx
+
 from leaseward.client import Client, open_existing_store
 from leaseward.console import create_app
 
@@ -96,8 +97,6 @@ async def logged_in(page: Console, operator: str = "alice") -> Console:
     assert isinstance(transport, httpx.ASGITransport)
     http = await page.browsers.enter_async_context(_browser(transport))
     login = forms_of((await http.get("/login")).text, "/login")[0]
-    answer = await http.post(
-        "/login", data={**login.fields, "token": TOKEN, "operator": operator}
-    )
+    answer = await http.post("/login", data={**login.fields, "token": TOKEN, "operator": operator})
     assert answer.status_code == 303, answer.text
     return Console(http, page.client, page.browsers)
