@@ -11,7 +11,8 @@ import click
 import pytest
 from leaseward.runtime.lifecycle import RunState
 
-from leaseward.cli import EXIT_USAGE, commands, main
+from leaseward.cli import EXIT_USAGE, commands
+from leaseward.cli.main import main
 from leaseward.cli.commands import leaseward
 from leaseward.cli.types import (
     DURATION,
