@@ -126,7 +126,7 @@ def time_to_expiry(request: HumanRequest) -> str:
     left = request.expires_at - (request.requested_at + request.age_seconds)
     if left <= 0:
         return "expired"
-    return "in " + age(left).removesuffix(" ago")
+    return "expires in " + age(left).removesuffix(" ago")
 
 
 def run_lease(run: RunInfo, steps: Sequence[StepInfo]) -> list[str]:
