@@ -58,11 +58,10 @@ _EPILOG = (
 
 
 def configuration(
-    flag: str, name: str | None = None, *, variable: str | None = None, **settings: Any
+    flag: str, name: str | None = None, **settings: Any
 ) -> Callable[[Decorated], Decorated]:
-    """A flag that configures leaseward: ``LEASEWARD_`` and its name set it too (or
-    ``variable``, where the flag's own name would be too vague a variable)."""
-    variable = variable or "LEASEWARD_" + flag.lstrip("-").upper().replace("-", "_")
+    """A flag that configures leaseward: ``LEASEWARD_`` and its name set it too."""
+    variable = "LEASEWARD_" + flag.lstrip("-").upper().replace("-", "_")
     declarations = (flag,) if name is None else (flag, name)
     return click.option(
         *declarations, envvar=variable, show_envvar=True, show_default=True, **settings
@@ -191,12 +190,11 @@ def daemon(
 @_store
 @configuration(
     "--host",
-    variable="LEASEWARD_CONSOLE_HOST",
     default=CONSOLE_HOST,
     help="address to listen on (beyond this machine only with LEASEWARD_CONSOLE_TOKEN set, "
     "the operators' login token; without it the console only reads)",
 )
-@configuration("--port", variable="LEASEWARD_CONSOLE_PORT", default=CONSOLE_PORT, type=PORT)
+@configuration("--port", default=CONSOLE_PORT, type=PORT, help="port to listen on")
 def console(store_url: str, host: str, port: int) -> int:
     return anyio.run(actions.console, store_url, host, port)
 
