@@ -49,7 +49,7 @@ def served(store: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
         text=True,
     )
     try:
-        assert process.stdout is not None
+        assert process.stdout is not None and process.stderr is not None
         line = process.stdout.readline()
         assert line.startswith("console at http://127.0.0.1:"), line + process.stderr.read()
         yield process, line.split()[2]
