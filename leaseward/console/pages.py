@@ -3,6 +3,7 @@ with its JSON twin under ``/api``, holding what the CLI's ``--json`` prints."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from starlette.requests import Request
@@ -66,7 +67,7 @@ async def runs(request: Request) -> Response:
         "runs.html",
         {
             "query": query,
-            "runs": [(run, run_standing(run)) for run in page],
+            "runs": [(run, run_standing(run, time.time())) for run in page],
             "counts": [(state, counts.get(state, 0)) for state in RunState],
             "next_params": None if after is None else query.params(after),
             "states": list(RunState),

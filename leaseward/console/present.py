@@ -34,23 +34,25 @@ def json_text(value: Any) -> str:
     return "\n".join(shown(line) for line in lines)
 
 
-def lease_expired(run: RunInfo) -> bool:
-    """A running run whose lease ran out on the store's clock: no worker renewed it."""
+def lease_expired(run: RunInfo, now: float | None) -> bool:
+    """A running run whose lease ran out, on the store's clock where the run was read
+    with it (one run), else on ``now`` (a list of runs carries no clock of its own)."""
+    clock = run.read_at if run.read_at is not None else now
     return (
         run.state is RunState.RUNNING
         and run.lease_expires_at is not None
-        and run.read_at is not None
-        and run.lease_expires_at <= run.read_at
+        and clock is not None
+        and run.lease_expires_at <= clock
     )
 
 
-def run_standing(run: RunInfo) -> str | None:
+def run_standing(run: RunInfo, now: float | None = None) -> str | None:
     """Why a run needs a look, if it does: the class its row is marked with."""
     if run.state in (RunState.WAITING_FOR_APPROVAL, RunState.WAITING_FOR_INPUT):
         return "waits-for-person"
     if run.state is RunState.DEAD_LETTERED:
         return "dead-letter"
-    if lease_expired(run):
+    if lease_expired(run, now):
         return "lease-expired"
     return None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import anyio
 import httpx
 import pytest
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
@@ -16,7 +17,7 @@ from leaseward import ProviderReply, ToolCall, ToolEffect
 from leaseward.client import new_run_id
 from leaseward.console.listing import PAGE_SIZE
 from tests.integration.console_support import TOKEN, console, forms_of, logged_in
-from tests.integration.support import provider_step
+from tests.integration.support import ghost_claims, provider_step
 from tests.stores import created
 
 pytestmark = pytest.mark.anyio
@@ -187,6 +188,19 @@ async def test_runs_that_need_a_person_stand_out(url: str) -> None:
     async with console(url) as page:
         html = (await page.http.get("/runs")).text
         assert f'<tr class="dead-letter">\n  <td><a href="/runs/{run_id}">' in html
+
+
+async def test_a_running_run_whose_lease_expired_stands_out(url: str) -> None:
+    store = await open_store(url)
+    try:
+        run_id = await ghost_claims(store, "payer", (provider_step(0, ProviderReply(text="hi")),))
+    finally:
+        await store.aclose()
+    await anyio.sleep(0.05)
+    async with console(url) as page:
+        html = (await page.http.get("/runs")).text
+        assert f'<tr class="lease-expired">\n  <td><a href="/runs/{run_id}">' in html
+        assert "lease expired" in (await page.http.get(f"/runs/{run_id}")).text
 
 
 async def test_what_models_and_tools_wrote_is_escaped_everywhere(url: str) -> None:
