@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import pkgutil
 import signal
@@ -17,6 +18,7 @@ from anyio.abc import TaskStatus
 
 from leaseward.actors.metrics import Metrics
 from leaseward.app import Runtime
+from leaseward.console.serve import CONSOLE_HOST, configured_token, serve_console
 from leaseward.runtime.agents import App
 from leaseward.runtime.errors import ConfigurationError, LeasewardError
 from leaseward.runtime.logs import LogFormat, configure_logging, get_logger
@@ -41,6 +43,9 @@ class DaemonSettings:
     metrics_host: str
     log_format: str
     log_level: int = logging.INFO
+    console_port: int | None = None
+    """Serve the operator console beside the worker on this port (off if None)."""
+    console_host: str = CONSOLE_HOST
 
 
 def load_app(path: str) -> App:
@@ -153,10 +158,21 @@ async def _serve(settings: DaemonSettings, app: App, metrics: Metrics) -> None:
                 worker_id=settings.worker_id,
                 metrics=metrics,
             ) as runtime:
-                # The counter reads the store, so it ends before the Runtime closes the
-                # store: a count in flight then would fail on a closed connection.
+                # The counter and the console read the store, so they end before the
+                # Runtime closes the store: a read in flight then would fail on a closed
+                # connection. The console stops when draining begins.
                 async with anyio.create_task_group() as counting:
                     counting.start_soon(_count_runs, runtime, metrics)
+                    if settings.console_port is not None:
+                        await counting.start(
+                            functools.partial(
+                                serve_console,
+                                runtime,
+                                host=settings.console_host,
+                                port=settings.console_port,
+                                token=configured_token(),
+                            )
+                        )
                     log.info(
                         "daemon.started",
                         store=settings.store_url,
