@@ -167,7 +167,7 @@ async def _serve(settings: DaemonSettings, app: App, metrics: Metrics) -> None:
                         await counting.start(
                             functools.partial(
                                 serve_console,
-                                runtime,
+                                runtime.client,
                                 host=settings.console_host,
                                 port=settings.console_port,
                                 token=configured_token(),

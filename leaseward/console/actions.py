@@ -20,7 +20,7 @@ from leaseward.console.context import Console, console_of
 from leaseward.console.security import Session, check_operator_name, token_matches
 from leaseward.runtime.errors import IllegalTransition, InvalidInput, RequestNotFound
 from leaseward.runtime.lifecycle import RunState
-from leaseward.runtime.model import RunInfo
+from leaseward.runtime.runs import RunInfo
 
 __all__ = ["ACTIONS", "act", "login", "login_form", "logout"]
 

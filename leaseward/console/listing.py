@@ -12,7 +12,7 @@ import attrs
 from leaseward.client import Client
 from leaseward.runtime.errors import InvalidInput
 from leaseward.runtime.lifecycle import RunMode, RunState
-from leaseward.runtime.model import RunInfo
+from leaseward.runtime.runs import RunInfo
 
 __all__ = ["PAGE_SIZE", "SCAN_LIMIT", "RunCursor", "RunQuery", "fetch_runs"]
 

@@ -22,8 +22,9 @@ from leaseward.console.present import (
     usage_line,
 )
 from leaseward.runtime.errors import LeasewardError
+from leaseward.runtime.human_requests import HumanRequest, RequestKind
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
-from leaseward.runtime.model import HumanRequest, RequestKind, RunInfo
+from leaseward.runtime.runs import RunInfo
 
 __all__ = [
     "api_approvals",

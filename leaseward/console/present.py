@@ -12,8 +12,10 @@ import attrs
 from leaseward.cli.json_output import total_usage
 from leaseward.cli.tables import age, count, shortened, timestamp, tokens
 from leaseward.cli.timeline import lease_lines, shown, step_details, took
+from leaseward.runtime.human_requests import HumanRequest
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunState, StepStatus
-from leaseward.runtime.model import HumanRequest, RunInfo, StepInfo
+from leaseward.runtime.runs import RunInfo
 
 __all__ = [
     "StepView",

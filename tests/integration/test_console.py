@@ -9,8 +9,11 @@ import re
 import anyio
 import httpx
 import pytest
+from leaseward.runtime.encoding import dump_json
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
-from leaseward.runtime.model import NewRun, Settlement, StepWrite, dump_json
+from leaseward.runtime.runs import NewRun
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, open_store
 
 from leaseward import ProviderReply, ToolCall, ToolEffect
