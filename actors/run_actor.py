@@ -15,7 +15,7 @@ from leaseward.runtime import machine as m
 from leaseward.runtime.agents import Agent
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.commits import CommitOutcome, Unanswered
-from leaseward.runtime.errors import LeasewardError, ToolError
+from leaseward.runtime.errors import CallNotStarted, LeasewardError, ToolError
 from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import RecoveryPolicy
@@ -248,6 +248,8 @@ class RunActor:
     def _tool_failed(self, exc: Exception) -> m.MachineEvent:
         if isinstance(exc, ToolError):
             return m.ToolFailed(exc.message)
+        if isinstance(exc, CallNotStarted):
+            return m.ToolNotStarted(exc)
         self._raised = exc
         return m.ToolRaised(exc)
 

@@ -77,6 +77,24 @@ def _margin(given: float | None, lease_seconds: float) -> float:
     return float(given)
 
 
+@asynccontextmanager
+async def _tool_sources(app: App) -> AsyncIterator[None]:
+    """The app's MCP servers listed and connected, for as long as the block runs."""
+    if not any(agent.sources for agent in app.agents):
+        yield
+        return
+    try:
+        # Only apps with MCP servers need the mcp package (the ``mcp`` extra).
+        from leaseward.mcp.sources import serving_sources
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the app's agents use MCP servers, and the mcp package is missing ({exc}): "
+            "install leaseward[mcp]"
+        ) from exc
+    async with serving_sources(app):
+        yield
+
+
 class Runtime:
     """Executes the app's agents from a durable queue, and interactively on request.
 
@@ -165,9 +183,10 @@ class Runtime:
             else store
         )
         try:
-            supervisor = Supervisor(opened, app, settings, clock, metrics=metrics)
-            async with supervisor.running():
-                yield cls(opened, app, supervisor, clock)
+            async with _tool_sources(app):
+                supervisor = Supervisor(opened, app, settings, clock, metrics=metrics)
+                async with supervisor.running():
+                    yield cls(opened, app, supervisor, clock)
         finally:
             if owned:
                 with anyio.CancelScope(shield=True):

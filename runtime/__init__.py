@@ -15,6 +15,7 @@ from leaseward.runtime.clock import Clock, ManualClock, SystemClock
 from leaseward.runtime.effects import ToolEffect, ToolEffectResolver
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
+    CallNotStarted,
     CallTimedOut,
     CommitOutcomeUnknown,
     ConfigurationError,
@@ -75,6 +76,7 @@ __all__ = [
     "Agent",
     "App",
     "AuditPersistenceFailed",
+    "CallNotStarted",
     "CallTimedOut",
     "Clock",
     "CommitOutcomeUnknown",

@@ -92,19 +92,19 @@ RETURNING runs.id AS run_id, runs.epoch, runs.cancel_requested;
 -- name: insert_steps
 -- Every new journal row of a batch. :steps is a JSON array of arrays, each
 -- [run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,
--- arguments_json, output_json, error, started_at, finished] (positions, not keys:
+-- arguments_json, output_json, error, started_at, finished, source_json] (positions, not keys:
 -- this is the statement that carries every row). A record sent again after its
 -- commit's answer was lost is already here and is not returned: the domain
 -- operation compares it with the stored row.
 INSERT INTO steps (
     run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,
-    arguments_json, output_json, error, started_at, finished_at
+    arguments_json, output_json, error, started_at, finished_at, source_json
 )
 SELECT new.step ->> 0, (new.step ->> 1)::integer, (new.step ->> 2)::integer,
        new.step ->> 3, new.step ->> 4, new.step ->> 5, new.step ->> 6, new.step ->> 7,
        new.step ->> 8, new.step ->> 9, new.step ->> 10, new.step ->> 11,
        COALESCE((new.step ->> 12)::double precision, leaseward_now()),
-       CASE WHEN (new.step ->> 13)::boolean THEN leaseward_now() END
+       CASE WHEN (new.step ->> 13)::boolean THEN leaseward_now() END, new.step ->> 14
 FROM jsonb_array_elements(:steps::jsonb) AS new (step)
 ON CONFLICT (run_id, seq) DO NOTHING
 RETURNING run_id, seq;
