@@ -1,8 +1,9 @@
-"""The daemon: a Runtime serving an App until a signal, with logs and metrics."""
+"""The daemon: a Runtime serving an App until a signal, with logs, metrics and traces."""
 
 from __future__ import annotations
 
 import logging
+import os
 import pkgutil
 import signal
 import sys
@@ -17,6 +18,7 @@ from anyio.abc import TaskStatus
 
 from leaseward.actors.metrics import Metrics
 from leaseward.app import Runtime
+from leaseward.otlp import export_traces
 from leaseward.runtime.agents import App
 from leaseward.runtime.errors import ConfigurationError, LeasewardError
 from leaseward.runtime.logs import LogFormat, configure_logging, get_logger
@@ -130,16 +132,23 @@ async def serve(settings: DaemonSettings, app: App) -> int:
     stop_metrics: Callable[[], None] | None = None
     if settings.metrics_port is not None:
         stop_metrics = _serve_metrics(metrics, settings.metrics_host, settings.metrics_port)
+    tracing = export_traces(os.environ)
+    if tracing.on:
+        log.info("tracing.on", endpoint=tracing.detail, content=tracing.capture_content)
+    else:
+        log.info("tracing.off", reason=tracing.detail)
     try:
-        await _serve(settings, app, metrics)
+        await _serve(settings, app, metrics, tracing.capture_content)
     finally:
         if stop_metrics is not None:
             stop_metrics()
+        # Flushes the spans still batched; bounded by the exporter's own timeout.
+        tracing.shutdown()
     log.info("daemon.stopped")
     return 0
 
 
-async def _serve(settings: DaemonSettings, app: App, metrics: Metrics) -> None:
+async def _serve(settings: DaemonSettings, app: App, metrics: Metrics, trace_content: bool) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with anyio.create_task_group() as watching:
             async with Runtime.open(
@@ -152,6 +161,7 @@ async def _serve(settings: DaemonSettings, app: App, metrics: Metrics) -> None:
                 drain_seconds=settings.drain_seconds,
                 worker_id=settings.worker_id,
                 metrics=metrics,
+                trace_content=trace_content,
             ) as runtime:
                 # The counter reads the store, so it ends before the Runtime closes the
                 # store: a count in flight then would fail on a closed connection.
