@@ -70,17 +70,9 @@ def test_a_killed_and_resumed_run_is_one_trace_of_two_attempts(
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.strip().endswith("state=completed")
 
-    first = read_spans([tmp_path / f"spans-{killed.pid}.jsonl"])
-    second = (
-        read_spans(tmp_path.glob("spans-*.jsonl"))[len(first) :]
-        if False
-        else [
-            span
-            for path in tmp_path.glob("spans-*.jsonl")
-            if path.name != f"spans-{killed.pid}.jsonl"
-            for span in read_spans([path])
-        ]
-    )
+    killed_file = tmp_path / f"spans-{killed.pid}.jsonl"
+    first = read_spans([killed_file])
+    second = read_spans(path for path in tmp_path.glob("spans-*.jsonl") if path != killed_file)
     submit = [span for span in first if span["name"] == "submit"]
     assert len(submit) == 1
     trace_id = submit[0]["context"]["trace_id"]
