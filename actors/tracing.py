@@ -182,6 +182,8 @@ class RunTrace:
 
     def observed(self, log: m.Log) -> None:
         """A log observation of the run machine."""
+        if not self._recording:
+            return
         fields = dict(log.fields)
         if log.event == "step.recorded":
             self._step_recorded(fields)
@@ -209,7 +211,7 @@ class RunTrace:
         if fields.get("status") == "started":
             self._intents[call_id] = fields["seq"]
         elif call_id == self._call_id:
-            if self._call is not None and self._recording:
+            if self._call is not None:
                 self._call.set_attribute("leaseward.step.seq", fields["seq"])
             self._end_call(outcome_recorded=True)
 
@@ -218,6 +220,9 @@ class RunTrace:
     def asking(self, request: ProviderRequest) -> Span:
         """The span of a provider turn about to be asked for."""
         self._end_call(outcome_recorded=False)
+        if not self._recording:
+            # With no SDK, or the run's trace not sampled, no child would record either.
+            return trace.INVALID_SPAN
         provider = self._agent.provider
         model = request.model_settings.model or getattr(provider, "model", None)
         span = _TRACER.start_span(
@@ -261,6 +266,8 @@ class RunTrace:
     def calling(self, action: m.CallTool) -> None:
         """A tool call about to start. Its span stays open until its outcome is recorded."""
         self._end_call(outcome_recorded=False)
+        if not self._recording:
+            return
         span = _TRACER.start_span(
             f"execute_tool {action.tool}", context=self._context, kind=SpanKind.INTERNAL
         )
