@@ -224,7 +224,12 @@ class RunTrace:
             # With no SDK, or the run's trace not sampled, no child would record either.
             return trace.INVALID_SPAN
         provider = self._agent.provider
-        model = request.model_settings.model or getattr(provider, "model", None)
+        defaults = getattr(provider, "defaults", None)
+        model = (
+            request.model_settings.model
+            or getattr(defaults, "model", None)
+            or getattr(provider, "model", None)
+        )
         span = _TRACER.start_span(
             f"chat {model}" if model else "chat", context=self._context, kind=SpanKind.CLIENT
         )
