@@ -18,7 +18,7 @@ from anyio.abc import TaskStatus
 
 from leaseward.actors.metrics import Metrics
 from leaseward.app import Runtime
-from leaseward.otlp import export_traces
+from leaseward.otlp import TraceExport, export_traces
 from leaseward.runtime.agents import App
 from leaseward.runtime.errors import ConfigurationError, LeasewardError
 from leaseward.runtime.logs import LogFormat, configure_logging, get_logger
@@ -133,12 +133,8 @@ async def serve(settings: DaemonSettings, app: App) -> int:
     if settings.metrics_port is not None:
         stop_metrics = _serve_metrics(metrics, settings.metrics_host, settings.metrics_port)
     tracing = export_traces(os.environ)
-    if tracing.on:
-        log.info("tracing.on", endpoint=tracing.detail, content=tracing.capture_content)
-    else:
-        log.info("tracing.off", reason=tracing.detail)
     try:
-        await _serve(settings, app, metrics, tracing.capture_content)
+        await _serve(settings, app, metrics, tracing)
     finally:
         if stop_metrics is not None:
             stop_metrics()
@@ -148,7 +144,9 @@ async def serve(settings: DaemonSettings, app: App) -> int:
     return 0
 
 
-async def _serve(settings: DaemonSettings, app: App, metrics: Metrics, trace_content: bool) -> None:
+async def _serve(
+    settings: DaemonSettings, app: App, metrics: Metrics, tracing: TraceExport
+) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with anyio.create_task_group() as watching:
             async with Runtime.open(
@@ -161,7 +159,7 @@ async def _serve(settings: DaemonSettings, app: App, metrics: Metrics, trace_con
                 drain_seconds=settings.drain_seconds,
                 worker_id=settings.worker_id,
                 metrics=metrics,
-                trace_content=trace_content,
+                trace_content=tracing.capture_content,
             ) as runtime:
                 # The counter reads the store, so it ends before the Runtime closes the
                 # store: a count in flight then would fail on a closed connection.
@@ -172,6 +170,9 @@ async def _serve(settings: DaemonSettings, app: App, metrics: Metrics, trace_con
                         store=settings.store_url,
                         agents=[agent.name for agent in app.agents],
                         concurrency=settings.concurrency,
+                        # Where spans go, or why they go nowhere.
+                        tracing="on" if tracing.on else "off",
+                        **{"tracing_endpoint" if tracing.on else "tracing_off": tracing.detail},
                     )
                     async for signum in signals:
                         log.info(

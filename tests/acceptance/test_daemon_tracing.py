@@ -50,7 +50,7 @@ class Receiver:
 
     def spans(self) -> list[tuple[dict[str, Any], Any]]:
         """Every span received, with the resource attributes it came with."""
-        found = []
+        found: list[tuple[dict[str, Any], Any]] = []
         for request in self.requests:
             for resource_spans in request.resource_spans:
                 resource = _attributes(resource_spans.resource.attributes)
@@ -94,7 +94,8 @@ def test_the_daemon_exports_a_runs_spans_to_the_otlp_endpoint(
         OTEL_SERVICE_NAME="leaseward-acceptance",
         OTEL_BSP_SCHEDULE_DELAY="50",
     )
-    assert daemon.events("tracing.on", endpoint=receiver.endpoint)
+    [started] = daemon.events("daemon.started")
+    assert (started["tracing"], started["tracing_endpoint"]) == ("on", receiver.endpoint)
     run = ok(
         "submit", "payer", "--input", '{"order": "T-1"}', "--wait", "--json", "--timeout", "20",
         "--store", store_url,
@@ -130,6 +131,7 @@ def test_without_an_endpoint_the_daemon_says_tracing_is_off(
     daemons: DaemonPool, url: str, calls_file: Path
 ) -> None:
     daemon = daemons.start(url, worker_id="untraced", DEMO_CALLS_FILE=str(calls_file))
-    [off] = daemon.events("tracing.off")
-    assert "OTEL_EXPORTER_OTLP_ENDPOINT" in off["reason"]
+    [started] = daemon.events("daemon.started")
+    assert started["tracing"] == "off"
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" in started["tracing_off"]
     daemon.stop_cleanly()
