@@ -1,9 +1,10 @@
-"""The daemon: a Runtime serving an App until a signal, with logs and metrics."""
+"""The daemon: a Runtime serving an App until a signal, with logs, metrics and traces."""
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import pkgutil
 import signal
 import sys
@@ -19,6 +20,7 @@ from anyio.abc import TaskStatus
 from leaseward.actors.metrics import Metrics
 from leaseward.app import Runtime
 from leaseward.console.serve import CONSOLE_HOST, configured_token, serve_console
+from leaseward.otlp import TraceExport, export_traces
 from leaseward.runtime.agents import App
 from leaseward.runtime.errors import ConfigurationError, LeasewardError
 from leaseward.runtime.logs import LogFormat, configure_logging, get_logger
@@ -135,16 +137,21 @@ async def serve(settings: DaemonSettings, app: App) -> int:
     stop_metrics: Callable[[], None] | None = None
     if settings.metrics_port is not None:
         stop_metrics = _serve_metrics(metrics, settings.metrics_host, settings.metrics_port)
+    tracing = export_traces(os.environ)
     try:
-        await _serve(settings, app, metrics)
+        await _serve(settings, app, metrics, tracing)
     finally:
         if stop_metrics is not None:
             stop_metrics()
+        # Flushes the spans still batched; bounded by the exporter's own timeout.
+        tracing.shutdown()
     log.info("daemon.stopped")
     return 0
 
 
-async def _serve(settings: DaemonSettings, app: App, metrics: Metrics) -> None:
+async def _serve(
+    settings: DaemonSettings, app: App, metrics: Metrics, tracing: TraceExport
+) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with anyio.create_task_group() as watching:
             async with Runtime.open(
@@ -157,6 +164,7 @@ async def _serve(settings: DaemonSettings, app: App, metrics: Metrics) -> None:
                 drain_seconds=settings.drain_seconds,
                 worker_id=settings.worker_id,
                 metrics=metrics,
+                trace_content=tracing.capture_content,
             ) as runtime:
                 # The counter and the console read the store, so they end before the
                 # Runtime closes the store: a read in flight then would fail on a closed
@@ -178,6 +186,9 @@ async def _serve(settings: DaemonSettings, app: App, metrics: Metrics) -> None:
                         store=settings.store_url,
                         agents=[agent.name for agent in app.agents],
                         concurrency=settings.concurrency,
+                        # Where spans go, or why they go nowhere.
+                        tracing="on" if tracing.on else "off",
+                        **{"tracing_endpoint" if tracing.on else "tracing_off": tracing.detail},
                     )
                     async for signum in signals:
                         log.info(

@@ -36,5 +36,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "approvals"),
     Migration(7, "idempotency_keys"),
     Migration(8, "lease_renewals"),
+    Migration(10, "trace_context"),
     Migration(11, "step_sources"),
 )

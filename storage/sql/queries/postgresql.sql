@@ -26,16 +26,17 @@ RETURNING run_id;
 INSERT INTO runs (
     id, agent, mode, state, input_json, epoch, requeues, lease_owner,
     lease_expires_at, lease_seconds, available_at, cancel_requested, created_at, updated_at,
-    idempotency_key, request_digest
+    idempotency_key, request_digest, traceparent
 )
 SELECT new.id, new.agent, new.mode, new.state, new.input_json, new.epoch, 0,
        new.lease_owner, leaseward_clock() + new.lease_seconds, new.lease_seconds,
        leaseward_now(), FALSE,
-       leaseward_now(), leaseward_now(), new.idempotency_key, new.request_digest
+       leaseward_now(), leaseward_now(), new.idempotency_key, new.request_digest,
+       new.traceparent
 FROM jsonb_to_recordset(:runs::jsonb) AS new (
     id text, agent text, mode text, state text, input_json text, epoch integer,
     lease_owner text, lease_seconds double precision, idempotency_key text,
-    request_digest text
+    request_digest text, traceparent text
 )
 RETURNING *;
 

@@ -23,12 +23,12 @@ RETURNING run_id;
 INSERT INTO runs (
     id, agent, mode, state, input_json, epoch, requeues, lease_owner,
     lease_expires_at, lease_seconds, available_at, cancel_requested, created_at, updated_at,
-    idempotency_key, request_digest
+    idempotency_key, request_digest, traceparent
 )
 SELECT value ->> 'id', value ->> 'agent', value ->> 'mode', value ->> 'state',
        value ->> 'input_json', value ->> 'epoch', 0, value ->> 'lease_owner',
        :now + (value ->> 'lease_seconds'), value ->> 'lease_seconds', :now, 0, :now, :now,
-       value ->> 'idempotency_key', value ->> 'request_digest'
+       value ->> 'idempotency_key', value ->> 'request_digest', value ->> 'traceparent'
 FROM json_each(:runs)
 RETURNING *;
 
