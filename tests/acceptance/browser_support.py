@@ -40,12 +40,14 @@ from tests.acceptance.acceptance_support import (
 )
 
 __all__ = [
+    "MISSING_CHROMIUM",
     "REQUIRED_VARIABLE",
     "TOKEN",
     "Tab",
     "chromium",
     "console_address",
     "dead_lettered_charge",
+    "find_chromium",
     "log_in",
     "open_tab",
     "require_chromium",
@@ -64,16 +66,27 @@ STATE_TIMEOUT_SECONDS = 30.0
 expect.set_options(timeout=WAIT_MILLISECONDS)
 
 
-def require_chromium() -> str:
-    """The path of the system's Chromium; without one, skip (or fail when required)."""
+MISSING_CHROMIUM = (
+    "no Chromium found (looked for " + ", ".join(CHROMIUM_NAMES) + " on PATH): install "
+    "the distribution's package (apt-get install -y chromium; make test does it)"
+)
+
+
+def find_chromium() -> str | None:
+    """The path of the system's Chromium, if it is installed."""
     for name in CHROMIUM_NAMES:
         found = shutil.which(name)
         if found is not None:
             return found
-    message = (
-        "no Chromium found (looked for " + ", ".join(CHROMIUM_NAMES) + " on PATH): install "
-        "the distribution's package (apt-get install -y chromium; make test does it)"
-    )
+    return None
+
+
+def require_chromium() -> str:
+    """The system's Chromium; without one, skip (or fail when required), saying why."""
+    found = find_chromium()
+    if found is not None:
+        return found
+    message = MISSING_CHROMIUM
     if os.environ.get(REQUIRED_VARIABLE):
         pytest.fail(f"{REQUIRED_VARIABLE} is set, but {message}")
     pytest.skip(message)

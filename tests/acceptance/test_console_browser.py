@@ -27,6 +27,7 @@ from tests.acceptance.browser_support import (
     wait_for_state,
     watched,
 )
+from tests.acceptance.console_screenshots import PAGES, take_screenshots
 
 pytestmark = pytest.mark.slow
 
@@ -367,3 +368,10 @@ def test_two_operators_decide_one_request_and_the_second_sees_who_decided(
     expect(bob.page.locator("p.decided")).to_contain_text("approved by alice")
     alice.assert_quiet()
     bob.assert_quiet(refusals=1)
+
+
+def test_the_documentations_screenshots_are_taken(browser: Browser, tmp_path: Path) -> None:
+    taken = take_screenshots(browser, tmp_path)
+    assert [p.name for p in taken] == [f"console-{name}.png" for name in PAGES]
+    for path in taken:
+        assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n"), path
