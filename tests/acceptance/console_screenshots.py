@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from playwright.sync_api import Browser
+from playwright.sync_api import Browser, ViewportSize
 
 from tests.acceptance.acceptance_support import ROOT, DaemonPool, ok, sqlite_url
 from tests.acceptance.browser_support import (
@@ -30,7 +30,7 @@ __all__ = ["PAGES", "take_screenshots"]
 
 PAGES = ("runs", "run", "dead-letters", "approvals", "workers", "login")
 """Each is saved as console-<name>.png."""
-VIEWPORT = {"width": 1280, "height": 800}
+VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 
 
 def _submit(store: str, agent: str, value: str) -> str:
