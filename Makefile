@@ -3,7 +3,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run console embedded test test-fast lint typecheck docs check-model bench bench-peers bench-leases soak demo-crash clean
+.PHONY: run console console-screenshots embedded test test-fast lint typecheck docs check-model bench bench-peers bench-leases soak demo-crash clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,30 @@ run: $(STAMP)
 console: $(STAMP)
 	$(BIN)/leaseward console --store $(DEMO_STORE)
 
+CHROMIUM_STAMP := $(VENV)/.chromium
+
+# The browser the console's tests drive: Chromium from the distribution's packages,
+# installed when it is missing (as root, or through sudo). Playwright never downloads
+# one. Where it cannot be installed, the browser tests say so (.ci/run makes that a
+# failure).
+$(CHROMIUM_STAMP): | $(BIN)/python
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then \
+		touch $@; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		if [ "$$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi; \
+		echo "installing Chromium from the distribution's packages"; \
+		{ $$sudo apt-get update && $$sudo apt-get install -y chromium && touch $@; } || \
+			echo "could not install Chromium: the console's browser tests cannot run"; \
+	else \
+		echo "no Chromium and no apt-get: the console's browser tests cannot run"; \
+	fi
+
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
+
+# Screenshots of every console page into docs/images (docs/guides/console.md shows them).
+console-screenshots: $(STAMP) $(CHROMIUM_STAMP)
+	$(BIN)/python -m tests.acceptance.console_screenshots docs/images
+
 embedded: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 
@@ -56,7 +80,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/python -m tests.checks.typecheck
 
-test: lint typecheck
+test: lint typecheck $(CHROMIUM_STAMP)
 	$(BIN)/python -m pytest
 
 # Everything but the tests marked slow (real worker processes killed, paused and

@@ -1,4 +1,5 @@
-"""Helpers for the acceptance tests: the real ``leaseward`` executable as subprocesses.
+"""Helpers for the acceptance tests: the real ``leaseward`` executable as subprocesses,
+and the one state no command can make: a worker that vanished in the middle of a write.
 
 Every daemon a test starts goes through a :class:`DaemonPool` (the ``daemons``
 fixture of conftest.py, or one a module fixture closes in its ``finally``), which
@@ -21,6 +22,14 @@ from typing import Any, TypeVar
 
 import attrs
 import pytest
+from leaseward.runtime.commits import Stored
+from leaseward.runtime.conversation import reply_to_json
+from leaseward.runtime.encoding import dump_json
+from leaseward.runtime.journal import StepWrite
+from leaseward.storage import BatchItem, open_store
+
+from leaseward import ProviderReply, StepKind, StepStatus, ToolCall, ToolEffect
+from tests.acceptance.demo_app import CHARGE_CALL_ID
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -153,6 +162,40 @@ def snapshot(directory: Path) -> dict[str, bytes]:
     if not directory.exists():
         return {}
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+async def interrupt_a_charge(url: str, started_seconds_ago: float) -> str:
+    """A payer run whose worker stored the intent of its charge, then vanished."""
+    store = await open_store(url, must_exist=True)
+    try:
+        (run,) = await store.claim_runs("acc-vanished", 1, 0.05, ["payer"])
+        reply = ProviderReply(
+            tool_calls=[ToolCall("charge", {"amount_cents": 500}, CHARGE_CALL_ID)]
+        )
+        turn = StepWrite(
+            seq=0,
+            kind=StepKind.PROVIDER,
+            status=StepStatus.SUCCEEDED,
+            output_json=dump_json(reply_to_json(reply)),
+        )
+        intent = StepWrite(
+            seq=1,
+            kind=StepKind.TOOL,
+            status=StepStatus.STARTED,
+            tool="charge",
+            call_id=CHARGE_CALL_ID,
+            effect=ToolEffect.NON_IDEMPOTENT_WRITE,
+            idempotency_key="key-of-the-charge",
+            arguments_json='{"amount_cents":500}',
+            started_at=time.time() - started_seconds_ago,
+        )
+        (outcome,) = await store.commit_batch(
+            [BatchItem(run.id, run.epoch, (turn, intent), lease_seconds=0.05)]
+        )
+        assert isinstance(outcome, Stored)
+    finally:
+        await store.aclose()
+    return run.id
 
 
 class Daemon:

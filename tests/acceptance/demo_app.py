@@ -28,6 +28,9 @@ Agents:
 * ``asker``: asks a person ``Which colour?`` (``ask_human``), then answers with the reply.
 * ``confused``: asks for ``delete_everything``, a tool it does not have, with long
   arguments, then answers ``nothing was done``.
+* ``echoer``: calls ``echo`` with the run's input as its text, then answers with what
+  ``echo`` returned: whatever the input holds reaches the arguments, the tool's result
+  and the run's result (the console's tests put markup and script there).
 """
 
 from __future__ import annotations
@@ -136,6 +139,19 @@ async def transfer(ctx: ToolContext, amount_cents: int, to: str) -> dict[str, An
     return {"sent_cents": amount_cents, "to": to}
 
 
+@tool
+async def echo(ctx: ToolContext, text: str) -> dict[str, str]:
+    """Return the text as given."""
+    return {"echoed": text}
+
+
+def _echo_input_turn(request: ProviderRequest) -> ProviderReply:
+    if _turn(request) == 0:
+        given = next(str(m.content) for m in request.messages if m.role is Role.USER)
+        return ProviderReply(tool_calls=[ToolCall("echo", {"text": given}, "echo-1")])
+    return _answer_with_tool_output(request)
+
+
 def _answer_with_tool_output(request: ProviderRequest) -> ProviderReply:
     return ProviderReply(
         text=next(str(m.content) for m in reversed(request.messages) if m.role is Role.TOOL)
@@ -225,6 +241,11 @@ def build_app() -> App:
                     timeout_seconds=PROVIDER_TIMEOUT_SECONDS,
                 ),
                 tools=[ask_human],
+            ),
+            Agent(
+                "echoer",
+                LoggingProvider(_echo_input_turn, timeout_seconds=PROVIDER_TIMEOUT_SECONDS),
+                tools=[echo],
             ),
             Agent(
                 "greeter",

@@ -19,20 +19,17 @@ from pathlib import Path
 import anyio
 import attrs
 import pytest
-from leaseward.runtime.commits import Stored
-from leaseward.runtime.conversation import reply_to_json
-from leaseward.runtime.encoding import MAX_INPUT_BYTES, dump_json
-from leaseward.runtime.journal import StepWrite
-from leaseward.storage import BatchItem, open_store
+from leaseward.runtime.encoding import MAX_INPUT_BYTES
+from leaseward.storage import open_store
 from leaseward.storage.migrations import MIGRATIONS
 
-from leaseward import ProviderReply, StepKind, StepStatus, ToolCall, ToolEffect
 from tests.acceptance.acceptance_support import (
     HERE,
     DaemonPool,
     Result,
     assert_one_line_error,
     base_env,
+    interrupt_a_charge,
     leaseward,
     ok,
     read_lines,
@@ -40,7 +37,6 @@ from tests.acceptance.acceptance_support import (
     snapshot,
     sqlite_url,
 )
-from tests.acceptance.demo_app import CHARGE_CALL_ID
 from tests.file_modes import unwritable
 
 EXIT_FAILURE = 1
@@ -667,40 +663,6 @@ def test_show_prints_each_calls_arguments_shortened_and_the_error_of_a_failed_on
     assert steps[5].split()[:3] == ["2", "1", "provider"]
 
 
-async def _interrupt_a_charge(url: str, started_seconds_ago: float) -> str:
-    """A payer run whose worker stored the intent of its charge, then vanished."""
-    store = await open_store(url, must_exist=True)
-    try:
-        (run,) = await store.claim_runs("acc-vanished", 1, 0.05, ["payer"])
-        reply = ProviderReply(
-            tool_calls=[ToolCall("charge", {"amount_cents": 500}, CHARGE_CALL_ID)]
-        )
-        turn = StepWrite(
-            seq=0,
-            kind=StepKind.PROVIDER,
-            status=StepStatus.SUCCEEDED,
-            output_json=dump_json(reply_to_json(reply)),
-        )
-        intent = StepWrite(
-            seq=1,
-            kind=StepKind.TOOL,
-            status=StepStatus.STARTED,
-            tool="charge",
-            call_id=CHARGE_CALL_ID,
-            effect=ToolEffect.NON_IDEMPOTENT_WRITE,
-            idempotency_key="key-of-the-charge",
-            arguments_json='{"amount_cents":500}',
-            started_at=time.time() - started_seconds_ago,
-        )
-        (outcome,) = await store.commit_batch(
-            [BatchItem(run.id, run.epoch, (turn, intent), lease_seconds=0.05)]
-        )
-        assert isinstance(outcome, Stored)
-    finally:
-        await store.aclose()
-    return run.id
-
-
 def _resolve_commands(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if "leaseward resolve" in line]
 
@@ -709,7 +671,7 @@ def test_show_of_an_interrupted_write_prints_the_commands_that_resolve_it(url: s
     ok("migrate", "--store", url)
     submitted = ok("submit", "payer", "--input", "{}", "--store", url).stdout.strip()
     three_hours = 3 * 3600.0
-    run_id = anyio.run(_interrupt_a_charge, url, three_hours)
+    run_id = anyio.run(interrupt_a_charge, url, three_hours)
     assert run_id == submitted
     time.sleep(0.1)
     ok("reap", "--once", "--store", url)
@@ -849,7 +811,7 @@ def test_show_says_an_expired_lease_over_an_interrupted_write_is_dead_lettered(
 ) -> None:
     ok("migrate", "--store", url)
     ok("submit", "payer", "--input", "{}", "--store", url)
-    run_id = anyio.run(_interrupt_a_charge, url, 1.0)
+    run_id = anyio.run(interrupt_a_charge, url, 1.0)
     time.sleep(0.1)
     text = ok("show", run_id, "--store", url).stdout
     assert _line(text, "lease expired").endswith(
@@ -886,7 +848,7 @@ def test_resolve_names_the_epoch_that_show_then_reports(
 ) -> None:
     ok("migrate", "--store", url)
     ok("submit", "payer", "--input", "{}", "--store", url)
-    run_id = anyio.run(_interrupt_a_charge, url, 1.0)
+    run_id = anyio.run(interrupt_a_charge, url, 1.0)
     time.sleep(0.1)
     ok("reap", "--once", "--store", url)
     dead = show(url, run_id)

@@ -1,0 +1,377 @@
+"""The console as an operator uses it: headless Chromium on a console served by the real
+executable, on SQLite and PostgreSQL. Pages are read and forms clicked as a person would;
+what the store holds afterwards is read with ``leaseward show --json``."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.acceptance.acceptance_support import Daemon, DaemonPool, ok, read_lines, show
+from tests.acceptance.browser_support import (
+    TOKEN,
+    Tab,
+    chromium,
+    console_address,
+    dead_lettered_charge,
+    log_in,
+    open_tab,
+    require_chromium,
+    served_console,
+    wait_for_state,
+    watched,
+)
+from tests.acceptance.console_screenshots import PAGES, take_screenshots
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = "<script>alert(1)</script>"
+BROKEN_OUT = '"><img src=x onerror=alert(1)>'
+SCRIPT_URL = "javascript:alert(1)"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium(require_chromium()) as launched:
+        yield launched
+
+
+@pytest.fixture
+def store(store_url: str) -> str:
+    ok("migrate", "--store", store_url)
+    return store_url
+
+
+def serving_daemon(daemons: DaemonPool, store: str, calls_file: Path) -> Daemon:
+    """A worker of the demo app with the console beside it: what runs, runs for real."""
+    return daemons.start(
+        store,
+        worker_id="w1",
+        flags=("--console", "--console-port", "0"),
+        LEASEWARD_CONSOLE_TOKEN=TOKEN,
+        DEMO_CALLS_FILE=str(calls_file),
+    )
+
+
+def submit(store: str, agent: str, value: str) -> str:
+    return ok("submit", agent, "--input", value, "--store", store).stdout.strip()
+
+
+def calls_of(calls_file: Path, run_id: str, tool: str) -> list[dict[str, Any]]:
+    return [c for c in read_lines(calls_file) if c["run_id"] == run_id and c["tool"] == tool]
+
+
+def header(page: Page, name: str) -> str:
+    """A field of the run page's header."""
+    return page.locator(f"dl.header dt:text-is('{name}') + dd").inner_text()
+
+
+def test_runs_are_filtered_and_a_runs_timeline_is_read(
+    browser: Browser, daemons: DaemonPool, store: str, calls_file: Path
+) -> None:
+    address = console_address(serving_daemon(daemons, store, calls_file))
+    greeting = submit(store, "greeter", '"hello"')
+    confused = submit(store, "confused", '"clean up"')
+    wait_for_state(store, greeting, "completed")
+    wait_for_state(store, confused, "completed")
+
+    tab = open_tab(browser, address)
+    page = tab.page
+    page.goto("/")
+    expect(page).to_have_url(address + "runs")
+    expect(page.locator("ul.counts li.state-completed")).to_have_text("completed: 2")
+    expect(page.locator("table.runs tbody tr")).to_have_count(2)
+
+    page.get_by_label("Agent").fill("confused")
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(r"[?&]agent=confused(&|$)"))
+    rows = page.locator("table.runs tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text(confused)
+
+    page.get_by_label("Run id or idempotency key").fill(greeting)
+    page.get_by_label("Agent").fill("")
+    page.get_by_role("button", name="Filter").click()
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("greeter")
+
+    page.get_by_role("link", name="Clear").click()
+    page.get_by_role("link", name=confused).click()
+    expect(page.locator("h1")).to_have_text(f"Run {confused}")
+    assert header(page, "State") == "completed"
+    assert header(page, "Agent") == "confused"
+    assert header(page, "Result") == '"nothing was done"'
+
+    steps = page.locator("table.timeline tbody tr")
+    expect(steps).to_have_count(3)
+    cells = [steps.nth(i).locator("td").all_inner_texts() for i in range(3)]
+    assert [c[:3] for c in cells] == [
+        ["0", "1", "provider"],
+        ["1", "1", "tool"],
+        ["2", "1", "provider"],
+    ]
+    call = steps.nth(1)
+    expect(call.locator("td").nth(3)).to_have_text("delete_everything")
+    expect(call.locator("td").nth(5)).to_have_text("failed")
+    expect(call).to_contain_text("unknown tool 'delete_everything' (available: nap)")
+    arguments = call.locator("details").filter(has_text="arguments:")
+    expect(arguments.locator("pre")).to_be_hidden()
+    arguments.locator("summary").click()
+    expect(arguments.locator("pre")).to_contain_text('"path": "/"')
+    tab.assert_quiet()
+
+
+def test_an_approved_call_runs_once_and_the_run_finishes(
+    browser: Browser, daemons: DaemonPool, store: str, calls_file: Path
+) -> None:
+    address = console_address(serving_daemon(daemons, store, calls_file))
+    run_id = submit(store, "approver", '"pay ACME"')
+    wait_for_state(store, run_id, "waiting_for_approval")
+
+    tab = open_tab(browser, address)
+    page = tab.page
+    log_in(page, "alice")
+    page.get_by_role("link", name="Approvals").click()
+    request = page.locator("article.request").filter(has_text=run_id)
+    expect(request.locator("pre")).to_contain_text('"amount_cents": 900')
+    expect(request).to_contain_text("never expires")
+    request.get_by_label("Note").fill("invoice checked")
+    request.get_by_role("button", name="Approve").click()
+    expect(page.locator(".flash")).to_contain_text(
+        f"run {run_id}: call transfer-1 approved; every call is decided, the run is requeued"
+    )
+    expect(page).to_have_url(address + "approvals")
+
+    page.goto(f"/runs/{run_id}")
+    # The run page refreshes itself until the run is over.
+    expect(page.locator("dl.header dd.state-completed")).to_be_visible()
+    expect(page.locator("p.decided")).to_contain_text("approved by alice")
+    expect(page.locator("p.decided")).to_contain_text("invoice checked")
+    assert len(calls_of(calls_file, run_id, "transfer")) == 1
+    [decided] = show(store, run_id)["requests"]
+    assert (decided["decision"], decided["operator"]) == ("approved", "alice")
+    tab.assert_quiet()
+
+
+@pytest.mark.parametrize("verdict", ["applied", "not_applied"])
+def test_an_interrupted_write_is_resolved_once(
+    browser: Browser, daemons: DaemonPool, store: str, calls_file: Path, verdict: str
+) -> None:
+    run_id = dead_lettered_charge(store)
+    before = show(store, run_id)
+    address = console_address(serving_daemon(daemons, store, calls_file))
+    button = "Resolve: applied" if verdict == "applied" else "Resolve: not applied"
+
+    tab = open_tab(browser, address)
+    page = tab.page
+    log_in(page, "alice")
+    # A second tab of the same operator, drawn before the resolution: its form is stale.
+    other_tab = watched(page.context.new_page())
+    stale = other_tab.page
+    stale.goto("/dead-letters")
+
+    page.get_by_role("link", name="Dead letters").click()
+    letter = page.locator("article.dead-letter").filter(has_text=run_id)
+    expect(page.locator("h2")).to_have_text(["interrupted_write"])
+    known = letter.locator("dl").inner_text()
+    for fact in ("charge", "non_idempotent_write", "key-of-the-charge", '"amount_cents": 500'):
+        assert fact in known
+    expect(letter.locator("dt:text-is('Fencing token') + dd")).to_have_text(str(before["epoch"]))
+    form = letter.locator("form").filter(has=page.get_by_role("button", name=button))
+    form.get_by_label("Note").fill("checked the bank's statement")
+    form.get_by_role("button", name=button).click()
+    expect(page.locator(".flash")).to_contain_text(
+        f"call recorded as {verdict.replace('_', ' ')}; requeued"
+    )
+
+    finished = wait_for_state(store, run_id, "completed")
+    assert finished["epoch"] > before["epoch"]
+    resolved = [s for s in finished["steps"] if s["resolved_by"] is not None]
+    assert len(resolved) == 1
+    assert (resolved[0]["tool"], resolved[0]["resolved_by"]) == ("charge", "alice")
+    assert resolved[0]["output"]["resolution"] == verdict
+    assert calls_of(calls_file, run_id, "charge") == [], "the resolved charge ran"
+
+    again = stale.locator("article.dead-letter").filter(has_text=run_id)
+    again_form = again.locator("form").filter(has=stale.get_by_role("button", name=button))
+    again_form.get_by_label("Note").fill("twice")
+    with stale.expect_response(f"**/runs/{run_id}/resolve") as answer:
+        again_form.get_by_role("button", name=button).click()
+    assert answer.value.status == 409
+    expect(stale.locator("p.refused")).to_contain_text("changed since the page was drawn")
+    assert show(store, run_id) == finished, "a second resolution changed the run"
+
+    page.goto(f"/runs/{run_id}")
+    expect(page.locator("dl.header dd.state-completed")).to_be_visible()
+    tab.assert_quiet()
+    other_tab.assert_quiet(refusals=1)
+
+
+def _forge_cancel(page: Page, run_id: str, fields: dict[str, str]) -> int:
+    """Post a cancel form the console never drew, from its own page; the answer's status."""
+    with page.expect_response(f"**/runs/{run_id}/cancel") as answer:
+        page.evaluate(
+            """([action, fields]) => {
+                const form = document.createElement("form");
+                form.method = "post";
+                form.action = action;
+                for (const [name, value] of Object.entries(fields)) {
+                    const input = document.createElement("input");
+                    input.type = "hidden";
+                    input.name = name;
+                    input.value = value;
+                    form.append(input);
+                }
+                document.body.append(form);
+                form.submit();
+            }""",
+            [f"/runs/{run_id}/cancel", fields],
+        )
+    return answer.value.status
+
+
+def test_an_action_without_login_or_without_its_csrf_token_is_refused(
+    browser: Browser, store: str
+) -> None:
+    run_id = submit(store, "greeter", '"hello"')
+    queued = show(store, run_id)
+    drawn = {"drawn_state": queued["state"], "drawn_epoch": str(queued["epoch"])}
+    with served_console(store) as address:
+        tab = open_tab(browser, address)
+        page = tab.page
+
+        page.goto("/login")
+        csrf = page.locator("form[action='/login'] input[name=csrf]").input_value()
+        page.goto(f"/runs/{run_id}")
+        expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)
+        expect(page.locator("p.hint")).to_contain_text("Log in to act on this run")
+        assert _forge_cancel(page, run_id, {"csrf": csrf, **drawn}) == 403
+        expect(page.locator("p.refused")).to_contain_text("log in to act")
+        assert show(store, run_id) == queued
+
+        log_in(page, "mallory")
+        for tampering in (
+            "form.querySelector('input[name=csrf]').remove()",
+            "form.querySelector('input[name=csrf]').value = 'forged'",
+        ):
+            page.goto(f"/runs/{run_id}")
+            page.evaluate(
+                f"() => {{ const form = document.querySelector(\"form[action$='/cancel']\"); "
+                f"{tampering}; }}"
+            )
+            with page.expect_response(f"**/runs/{run_id}/cancel") as answer:
+                page.get_by_role("button", name="Cancel run").click()
+            assert answer.value.status == 403
+            expect(page.locator("p.refused")).to_contain_text("CSRF token is missing or wrong")
+            assert show(store, run_id) == queued
+
+        # The same form, untouched, is what works.
+        page.goto(f"/runs/{run_id}")
+        page.get_by_role("button", name="Cancel run").click()
+        expect(page.locator(".flash")).to_contain_text(f"run {run_id}: cancelled")
+        assert show(store, run_id)["state"] == "cancelled"
+        tab.assert_quiet(refusals=3)
+
+
+def _assert_inert(tab: Tab) -> None:
+    """Nothing of the payloads became markup: no element, no handler, no script link."""
+    page = tab.page
+    expect(page.locator("img")).to_have_count(0)
+    expect(page.locator("[onerror]")).to_have_count(0)
+    expect(page.locator("a[href^='javascript:' i]")).to_have_count(0)
+    # The console's one script is its own file; nothing inline.
+    scripts = page.locator("script")
+    expect(scripts).to_have_count(1)
+    assert scripts.get_attribute("src") == "/static/refresh.js"
+    tab.assert_quiet()
+
+
+def test_markup_and_script_that_a_model_or_tool_wrote_never_run(
+    browser: Browser, daemons: DaemonPool, store: str, calls_file: Path
+) -> None:
+    address = console_address(serving_daemon(daemons, store, calls_file))
+    payloads = json.dumps({"note": SCRIPT, "name": BROKEN_OUT, "homepage": SCRIPT_URL})
+    echoed = submit(store, "echoer", payloads)
+    # An agent name and an idempotency key are whatever the submitter typed.
+    stranger = ok(
+        "submit", BROKEN_OUT, "--input", f'"{SCRIPT_URL}"', "--idempotency-key", SCRIPT,
+        "--store", store,
+    ).stdout.strip()  # fmt: skip
+    finished = wait_for_state(store, echoed, "completed")
+    assert SCRIPT in finished["result"] and BROKEN_OUT[2:] in finished["result"]
+
+    tab = open_tab(browser, address)
+    page = tab.page
+    page.goto("/runs")
+    expect(page.locator("table.runs tbody tr")).to_have_count(2)
+    expect(page.get_by_role("cell", name=BROKEN_OUT)).to_have_count(1)
+    _assert_inert(tab)
+
+    page.goto(f"/runs/{echoed}")
+    for summary in page.locator("details summary").all():
+        summary.click()
+    expect(page.locator("pre").filter(has_text=SCRIPT).first).to_be_visible()
+    expect(
+        page.locator("pre").filter(has_text="<img src=x onerror=alert(1)>").first
+    ).to_be_visible()
+    expect(page.locator("pre").filter(has_text=SCRIPT_URL).first).to_be_visible()
+    assert SCRIPT in header(page, "Result")
+    _assert_inert(tab)
+
+    page.goto(f"/runs/{stranger}")
+    assert header(page, "Agent") == BROKEN_OUT
+    assert header(page, "Idempotency key") == SCRIPT
+    _assert_inert(tab)
+
+    page.goto(f"/runs?search={SCRIPT}")
+    expect(page.get_by_label("Run id or idempotency key")).to_have_value(SCRIPT)
+    expect(page.locator("table.runs tbody tr")).to_have_count(1)
+    _assert_inert(tab)
+
+
+def test_two_operators_decide_one_request_and_the_second_sees_who_decided(
+    browser: Browser, daemons: DaemonPool, store: str, calls_file: Path
+) -> None:
+    address = console_address(serving_daemon(daemons, store, calls_file))
+    run_id = submit(store, "approver", '"pay ACME"')
+    wait_for_state(store, run_id, "waiting_for_approval")
+
+    alice, bob = open_tab(browser, address), open_tab(browser, address)
+    log_in(alice.page, "alice")
+    log_in(bob.page, "bob")
+    alice.page.goto("/approvals")
+    bob.page.goto("/approvals")
+    # A reason typed in holds the page: it does not refresh under the operator's hands.
+    bob.page.get_by_label("Reason").fill("too much")
+
+    alice.page.get_by_role("button", name="Approve").click()
+    expect(alice.page.locator(".flash")).to_contain_text("call transfer-1 approved")
+
+    with bob.page.expect_response(f"**/runs/{run_id}/reject") as answer:
+        bob.page.get_by_role("button", name="Reject").click()
+    assert answer.value.status == 409
+    refused = bob.page.locator("p.refused")
+    expect(refused).to_contain_text("call transfer-1 was already approved by alice")
+    expect(refused).to_contain_text("nothing changed")
+
+    wait_for_state(store, run_id, "completed")
+    [decided] = show(store, run_id)["requests"]
+    assert (decided["decision"], decided["operator"]) == ("approved", "alice")
+    assert len(calls_of(calls_file, run_id, "transfer")) == 1
+    bob.page.goto(f"/runs/{run_id}")
+    expect(bob.page.locator("p.decided")).to_contain_text("approved by alice")
+    alice.assert_quiet()
+    bob.assert_quiet(refusals=1)
+
+
+def test_the_documentations_screenshots_are_taken(browser: Browser, tmp_path: Path) -> None:
+    taken = take_screenshots(browser, tmp_path)
+    assert [p.name for p in taken] == [f"console-{name}.png" for name in PAGES]
+    for path in taken:
+        assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n"), path
