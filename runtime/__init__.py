@@ -12,6 +12,7 @@ from leaseward.runtime.agents import (
     ScriptedProvider,
 )
 from leaseward.runtime.clock import Clock, ManualClock, SystemClock
+from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.effects import ToolEffect, ToolEffectResolver
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
@@ -108,6 +109,7 @@ __all__ = [
     "RequestKind",
     "RequestNotFound",
     "Role",
+    "RunCursor",
     "RunInfo",
     "RunMode",
     "RunNotFound",
