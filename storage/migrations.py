@@ -36,4 +36,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "approvals"),
     Migration(7, "idempotency_keys"),
     Migration(8, "lease_renewals"),
+    Migration(9, "run_listing"),
 )
