@@ -7,15 +7,21 @@ clock stands still unless the test moves it, so runs created together share one
 
 from __future__ import annotations
 
+import re
+import sqlite3
+
 import attrs
 import pytest
 from leaseward.runtime.commits import Stored
 from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState
 from leaseward.runtime.model import NewRun, RunInfo, Settlement
-from leaseward.storage import BatchItem, CancelOutcome, SQLStore
+from leaseward.storage import BatchItem, CancelOutcome, SQLStore, open_store
+from leaseward.storage.queries import load_queries
+from leaseward.storage.reads import run_listing
 
 from leaseward import Client, InvalidInput
+from tests.integration.test_purged_keys import dialect_name, empty_url, migrate_to  # noqa: F401
 from tests.integration.test_store_conformance import (  # noqa: F401
     COMPLETE,
     StoreClock,
@@ -334,3 +340,125 @@ async def test_a_garbled_cursor_token_is_refused_before_the_store_is_asked(
     for garbled in (token[:-1], token + "=", token + "!", "", "x" * 5000):
         with pytest.raises(InvalidInput):
             await Client(store).runs(after=RunCursor.parse(garbled))
+
+
+# -- indexes: each shape of filters reads its page in order from an index -----------------------
+
+T = 1_700_000_000.0
+SHAPES = [
+    ({}, "runs_by_created"),
+    ({"state": RunState.COMPLETED}, "runs_by_state"),
+    ({"agent": "a"}, "runs_by_agent"),
+    ({"state": RunState.COMPLETED, "agent": "a"}, "runs_by_agent_state"),
+    ({"mode": RunMode.INTERACTIVE}, "runs_by_mode"),
+    ({"created_after": T, "created_before": T + 60}, "runs_by_created"),
+    ({"state": RunState.FAILED, "created_after": T}, "runs_by_state"),
+    ({"agent": "a", "created_before": T}, "runs_by_agent"),
+    ({"after": RunCursor(created_at=T, id="r")}, "runs_by_created"),
+    ({"state": RunState.FAILED, "after": RunCursor(created_at=T, id="r")}, "runs_by_state"),
+    (
+        {"agent": "a", "state": RunState.FAILED, "after": RunCursor(created_at=T, id="r")},
+        "runs_by_agent_state",
+    ),
+]
+
+
+async def plan_of(store_url: str, filters: dict[str, object]) -> str:
+    dialect = "postgresql" if store_url.startswith("postgresql") else "sqlite"
+    arguments: dict[str, object] = dict.fromkeys(
+        ("state", "agent", "reason", "mode", "created_after", "created_before", "search", "after")
+    )
+    sql, params = run_listing(
+        load_queries(dialect),
+        **{**arguments, **filters},  # type: ignore[arg-type]
+        limit=100,
+        now=T,
+    )
+    if dialect == "sqlite":
+        connection = sqlite3.connect(store_url.removeprefix("sqlite:///"))
+        try:
+            rows = connection.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+        finally:
+            connection.close()
+        return "\n".join(row[-1] for row in rows)
+    import asyncpg
+    from leaseward.storage.postgres import translate_params
+
+    text, names = translate_params(sql)
+    pg = await asyncpg.connect(store_url)
+    try:
+        # On a table this small a scan and a sort would be cheapest: forbid them, so
+        # that the plan is the one a big table gets, if an index can serve it at all.
+        await pg.execute("SET enable_seqscan = off; SET enable_bitmapscan = off")
+        await pg.execute("SET enable_sort = off")
+        rows = await pg.fetch("EXPLAIN " + text, *[params[name] for name in names])
+    finally:
+        await pg.close()
+    return "\n".join(row[0] for row in rows)
+
+
+@pytest.mark.parametrize(("filters", "index"), SHAPES)
+async def test_a_page_of_each_shape_is_read_in_order_from_its_index(
+    store: SQLStore,  # noqa: F811
+    store_url: str,
+    filters: dict[str, object],
+    index: str,
+) -> None:
+    await created(store, "r")
+    plan = await plan_of(store_url, filters)
+    assert re.search(rf"USING (COVERING )?INDEX {index}\b|Index Scan Backward using {index} ", plan)
+    assert "TEMP B-TREE" not in plan and "Sort" not in plan
+
+
+# -- migration 0009 --------------------------------------------------------------------------
+
+LISTING_INDEXES = {
+    "runs_by_created",
+    "runs_by_state",
+    "runs_by_agent",
+    "runs_by_agent_state",
+    "runs_by_mode",
+}
+
+
+async def index_columns(sql_store: SQLStore) -> dict[str, str]:
+    executor = sql_store._executor
+    if executor.dialect == "sqlite":
+        rows = await executor.fetch_all(
+            "SELECT name, sql AS definition FROM sqlite_master WHERE tbl_name = 'runs'"
+            " AND type = 'index' AND sql IS NOT NULL"
+        )
+    else:
+        rows = await executor.fetch_all(
+            "SELECT indexname AS name, indexdef AS definition FROM pg_indexes"
+            " WHERE tablename = 'runs'"
+        )
+    return {
+        row["name"]: re.sub(r"\s+", "", row["definition"].partition("(")[2]).lower()
+        for row in rows
+        if row["name"] in LISTING_INDEXES
+    }
+
+
+async def test_migration_9_indexes_the_runs_already_stored(
+    empty_url: str,  # noqa: F811
+) -> None:
+    opened = await open_store(empty_url, migrate=False)
+    try:
+        await migrate_to(opened, 8)
+        for n in range(3):
+            await created(opened, f"run-{n}", agent=f"agent-{n % 2}")
+        assert await index_columns(opened) == {"runs_by_created": "created_at)"}
+        before = await Client(opened).runs(agent="agent-0")
+        assert await opened.migrate() == 9
+        assert await index_columns(opened) == {
+            "runs_by_created": "created_at,id)",
+            "runs_by_state": "state,created_at,id)",
+            "runs_by_agent": "agent,created_at,id)",
+            "runs_by_agent_state": "agent,state,created_at,id)",
+            "runs_by_mode": "mode,created_at,id)",
+        }
+        after = await Client(opened).runs(agent="agent-0")
+        assert ids(after) == ids(before) and sorted(ids(after)) == ["run-0", "run-2"]
+    finally:
+        await opened.aclose()
