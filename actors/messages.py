@@ -15,7 +15,7 @@ import attrs
 from leaseward.actors.mailbox import Reply
 from leaseward.runtime.commits import CommitOutcome, Refused, Unanswered
 from leaseward.runtime.errors import LeasewardError
-from leaseward.runtime.model import NewRun, RunRecord
+from leaseward.runtime.runs import NewRun, RunRecord
 from leaseward.storage.protocol import (
     BatchItem,
     CancelOutcome,

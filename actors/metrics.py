@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.human_requests import Decision
 from leaseward.runtime.lifecycle import Reason, RunState, StepKind
-from leaseward.runtime.model import Decision
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = [

@@ -23,7 +23,7 @@ from leaseward.actors.metrics import Metrics
 from leaseward.runtime.commits import CommitOutcome
 from leaseward.runtime.errors import CommitOutcomeUnknown, LeasewardError, StoreError
 from leaseward.runtime.logs import get_logger
-from leaseward.runtime.model import NewRun, RunRecord
+from leaseward.runtime.runs import NewRun, RunRecord
 from leaseward.storage.crash_points import ARMED, carries_outcome, crash_point
 from leaseward.storage.protocol import (
     BatchItem,

@@ -25,7 +25,8 @@ from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.lifecycle import Event, RecoveryPolicy, decide_recovery
 from leaseward.runtime.logs import get_logger
-from leaseward.runtime.model import Settlement, WorkerRegistration, settlement_after
+from leaseward.runtime.settlements import Settlement, settlement_after
+from leaseward.runtime.workers import WorkerRegistration
 from leaseward.storage.crash_points import crash_point
 from leaseward.storage.protocol import (
     ExpiredRequest,

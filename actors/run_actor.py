@@ -1,4 +1,4 @@
-"""The RunActor: carries out the commands of one run's RunMachine (``runtime/machine.py``,
+"""The RunActor: carries out the commands of one run's RunMachine (``runtime/machine/``,
 where every decision is) through the Persister, the provider, the tools and the keeper."""
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ from leaseward.runtime.agents import Agent
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.commits import CommitOutcome, Unanswered
 from leaseward.runtime.errors import LeasewardError, ToolError
+from leaseward.runtime.human_requests import HumanRequest
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import RecoveryPolicy
 from leaseward.runtime.logs import get_logger
-from leaseward.runtime.model import HumanRequest, RunRecord, Settlement, StepInfo
+from leaseward.runtime.runs import RunRecord
+from leaseward.runtime.settlements import Settlement
 from leaseward.runtime.tools import ToolContext
 from leaseward.storage.crash_points import crash_point
 from leaseward.storage.protocol import BatchItem

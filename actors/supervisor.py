@@ -22,7 +22,9 @@ from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.logs import get_logger
-from leaseward.runtime.model import RunRecord, Settlement, WorkerRegistration
+from leaseward.runtime.runs import RunRecord
+from leaseward.runtime.settlements import Settlement
+from leaseward.runtime.workers import WorkerRegistration
 from leaseward.storage.crash_points import crash_point
 from leaseward.storage.protocol import ClaimRequest, Store
 

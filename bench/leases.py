@@ -113,7 +113,7 @@ import lease_costs
 from anyio.streams.buffered import BufferedByteReceiveStream
 from leaseward.actors.persister import Persister
 from leaseward.actors.reaper import LeaseReaper, Reaped
-from leaseward.runtime.model import RunRecord
+from leaseward.runtime.runs import RunRecord
 from leaseward.storage import open_store
 from leaseward.storage.protocol import ClaimRequest
 from steps import (

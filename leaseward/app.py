@@ -22,19 +22,16 @@ from leaseward.client import Client, new_run
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock, SystemClock
 from leaseward.runtime.errors import ConfigurationError
+from leaseward.runtime.human_requests import HumanRequest
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunMode, RunState
-from leaseward.runtime.model import (
-    ForgetKeysResult,
-    HumanRequest,
-    PurgeResult,
-    RunInfo,
-    Settlement,
-    StepInfo,
-    WorkerInfo,
-)
+from leaseward.runtime.retention import ForgetKeysResult, PurgeResult
+from leaseward.runtime.runs import RunInfo
+from leaseward.runtime.settlements import Settlement
+from leaseward.runtime.workers import WorkerInfo
 from leaseward.storage.connect import open_store
 from leaseward.storage.protocol import Store, unwrap
-from leaseward.storage.sql_store import PURGE_BATCH_RUNS
+from leaseward.storage.store import PURGE_BATCH_RUNS
 from leaseward.storage.url import pool_size_for
 from leaseward.wakeups import SettleWakeups
 from leaseward.writer import SupervisorWriter

@@ -15,6 +15,7 @@ import anyio
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.cursor import RunCursor
+from leaseward.runtime.encoding import MAX_INPUT_BYTES, MAX_RESULT_BYTES, dump_json, request_digest
 from leaseward.runtime.errors import (
     InvalidInput,
     RequestExpired,
@@ -24,26 +25,15 @@ from leaseward.runtime.errors import (
     UnknownAgent,
     WaitTimeout,
 )
+from leaseward.runtime.human_requests import Decision, HumanRequest
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
-from leaseward.runtime.model import (
-    MAX_INPUT_BYTES,
-    MAX_RESULT_BYTES,
-    Decision,
-    ForgetKeysResult,
-    HumanRequest,
-    NewRun,
-    PurgeResult,
-    RunInfo,
-    RunRecord,
-    StepInfo,
-    WorkerInfo,
-    check_idempotency_key,
-    dump_json,
-    request_digest,
-)
+from leaseward.runtime.retention import ForgetKeysResult, PurgeResult
+from leaseward.runtime.runs import NewRun, RunInfo, RunRecord, check_idempotency_key
+from leaseward.runtime.workers import WorkerInfo
 from leaseward.storage.connect import open_store
 from leaseward.storage.protocol import CancelOutcome, Store, unwrap
-from leaseward.storage.sql_store import PURGE_BATCH_RUNS, SQLStore
+from leaseward.storage.store import PURGE_BATCH_RUNS, SQLStore
 from leaseward.wakeups import SettleWakeups
 from leaseward.writer import RunWriter, StoreWriter
 

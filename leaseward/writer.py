@@ -7,7 +7,7 @@ from typing import Protocol
 
 from leaseward.actors.supervisor import Supervisor
 from leaseward.runtime.errors import LeasewardError
-from leaseward.runtime.model import NewRun, RunRecord
+from leaseward.runtime.runs import NewRun, RunRecord
 from leaseward.storage.protocol import CancelOutcome, Store, WriteBatch
 
 __all__ = ["RunWriter", "StoreWriter", "SupervisorWriter"]

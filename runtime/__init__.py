@@ -37,6 +37,8 @@ from leaseward.runtime.errors import (
     WaitTimeout,
 )
 from leaseward.runtime.failures import FailureClass, classify
+from leaseward.runtime.human_requests import Decision, HumanRequest, RequestKind
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import (
     Reason,
     RecoveryPolicy,
@@ -45,25 +47,18 @@ from leaseward.runtime.lifecycle import (
     StepKind,
     StepStatus,
 )
-from leaseward.runtime.model import (
-    Decision,
-    ForgetKeysResult,
-    HumanRequest,
+from leaseward.runtime.messages import (
     Message,
     ModelSettings,
     ProviderReply,
     ProviderRequest,
-    PurgedRun,
-    PurgeResult,
-    RequestKind,
     Role,
-    RunInfo,
-    StepInfo,
     ToolCall,
     ToolSpec,
     Usage,
-    WorkerInfo,
 )
+from leaseward.runtime.retention import ForgetKeysResult, PurgedRun, PurgeResult
+from leaseward.runtime.runs import RunInfo
 from leaseward.runtime.tools import (
     DEFAULT_TOOL_TIMEOUT_SECONDS,
     FunctionTool,
@@ -72,6 +67,7 @@ from leaseward.runtime.tools import (
     ask_human,
     tool,
 )
+from leaseward.runtime.workers import WorkerInfo
 
 __all__ = [
     "DEFAULT_MAX_STEPS",

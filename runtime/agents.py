@@ -7,7 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from leaseward.runtime.effects import ToolEffectResolver
 from leaseward.runtime.errors import ConfigurationError, UnknownAgent
-from leaseward.runtime.model import ModelSettings, ProviderReply, ProviderRequest, Role, ToolSpec
+from leaseward.runtime.messages import ModelSettings, ProviderReply, ProviderRequest, Role, ToolSpec
 from leaseward.runtime.tools import ToolSet
 
 __all__ = [

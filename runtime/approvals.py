@@ -13,13 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from leaseward.runtime.model import (
-    EXPIRED_REASON,
-    Decision,
-    HumanRequest,
-    RequestKind,
-    arguments_digest,
-)
+from leaseward.runtime.encoding import arguments_digest
+from leaseward.runtime.human_requests import EXPIRED_REASON, Decision, HumanRequest, RequestKind
 
 __all__ = ["Gate", "GateAction", "decided_late", "gate_call", "refusal"]
 

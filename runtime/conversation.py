@@ -8,16 +8,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
+from leaseward.runtime.encoding import valid_text
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import StepKind, StepStatus
-from leaseward.runtime.model import (
-    Message,
-    ProviderReply,
-    Role,
-    StepInfo,
-    ToolCall,
-    Usage,
-    valid_text,
-)
+from leaseward.runtime.messages import Message, ProviderReply, Role, ToolCall, Usage
 
 __all__ = [
     "Conversation",

@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 from leaseward.runtime.errors import InvalidInput
-from leaseward.runtime.model import RunInfo
+from leaseward.runtime.runs import RunInfo
 
 __all__ = ["MAX_CURSOR_CHARS", "RunCursor"]
 

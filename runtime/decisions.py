@@ -15,7 +15,8 @@ from leaseward.runtime.errors import (
     UnknownRequestCall,
     WrongRequestKind,
 )
-from leaseward.runtime.model import Decision, HumanRequest, RequestKind, RunRecord
+from leaseward.runtime.human_requests import Decision, HumanRequest, RequestKind
+from leaseward.runtime.runs import RunRecord
 
 __all__ = ["WAITING_STATES", "kind_decided", "request_to_decide"]
 

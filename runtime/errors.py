@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import attrs
 
 if TYPE_CHECKING:
-    # For annotations only: the model imports this module.
-    from leaseward.runtime.model import PurgedRun
+    # For annotations only: retention imports this module (through lifecycle).
+    from leaseward.runtime.retention import PurgedRun
 
 __all__ = [
     "AmbiguousRequest",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from leaseward.runtime.errors import NotAwaitingResolution, NothingToResolve, NotRedrivable
 from leaseward.runtime.lifecycle import REDRIVABLE_REASONS, Reason, RunState
-from leaseward.runtime.model import RunRecord
+from leaseward.runtime.runs import RunRecord
 
 __all__ = ["check_redrive", "check_resolve"]
 

@@ -20,8 +20,8 @@ from typing import Any
 import attrs
 import pydantic
 import pydantic_core
+from leaseward.runtime.encoding import MAX_RESULT_BYTES, dump_json
 from leaseward.runtime.errors import InvalidInput
-from leaseward.runtime.model import MAX_RESULT_BYTES, dump_json
 
 __all__ = ["MAX_SUMMARY_REPR_CHARS", "EncodedResult", "ResultEncoder", "result_encoder"]
 

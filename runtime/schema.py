@@ -23,8 +23,8 @@ import pydantic
 import pydantic_core
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
+from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.errors import InvalidInput, ToolDefinitionError
-from leaseward.runtime.model import dump_json
 from leaseward.runtime.strict import strict_schema, without_strict_nulls
 from pydantic.json_schema import (
     GenerateJsonSchema,

@@ -20,8 +20,8 @@ from leaseward.storage.protocol import (
     WriteResults,
     unwrap,
 )
-from leaseward.storage.sql_store import PURGE_BATCH_RUNS, WORK_CHANNEL, SQLStore
 from leaseward.storage.sqlite import SQLiteExecutor, SQLiteOptions
+from leaseward.storage.store import PURGE_BATCH_RUNS, WORK_CHANNEL, SQLStore
 from leaseward.storage.url import PostgresOptions, StoreURL, parse_store_url, pool_size_for
 
 __all__ = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.errors import RunNotFound
-from leaseward.runtime.model import RunRecord
+from leaseward.runtime.runs import RunRecord
 from leaseward.storage.executor import Executor
 from leaseward.storage.queries import Queries
 from leaseward.storage.rows import run_from_row

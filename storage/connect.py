@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 from leaseward.runtime.clock import Clock, SystemClock
 from leaseward.runtime.errors import ConfigurationError, SchemaMismatch, StoreNotFound
 from leaseward.runtime.logs import get_logger
 from leaseward.storage.executor import Executor
 from leaseward.storage.migrations import MIGRATIONS
-from leaseward.storage.sql_store import SQLStore
 from leaseward.storage.sqlite import SQLiteExecutor, SQLiteOptions
+from leaseward.storage.store import SQLStore
 from leaseward.storage.url import DEFAULT_POOL_SIZE, StoreURL, parse_store_url
 
 __all__ = ["open_store"]
@@ -25,6 +27,7 @@ async def open_store(
     must_exist: bool = False,
     read_only: bool = False,
     pool_size: int | None = None,
+    wrap_executor: Callable[[Executor], Executor] | None = None,
 ) -> SQLStore:
     """Connect to the store a URL names; by default create or upgrade its schema.
 
@@ -40,6 +43,9 @@ async def open_store(
     every change is refused. It works where this process may only read.
     ``pool_size`` is how many connections a PostgreSQL store may hold, unless the
     URL says (``?pool_size=N``); a SQLite store has one.
+    ``wrap_executor`` is given the executor the URL opened and returns the one the
+    store runs every statement through, migrations included: a wrapper that watches
+    or alters statements (as fault injection does) sees exactly what the store sends.
     """
     parsed = parse_store_url(url)
     if pool_size is not None and (
@@ -54,6 +60,8 @@ async def open_store(
     executor = await _connect(
         parsed, must_exist=must_exist, pool_size=pool_size, read_only=read_only
     )
+    if wrap_executor is not None:
+        executor = wrap_executor(executor)
     store = SQLStore(executor, clock or SystemClock())
     try:
         if read_only:

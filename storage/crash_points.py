@@ -22,8 +22,8 @@ import signal
 import time
 from collections.abc import Iterable
 
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import StepKind, StepStatus
-from leaseward.runtime.model import StepWrite
 
 __all__ = ["ARMED", "POINTS", "carries_outcome", "crash_point"]
 

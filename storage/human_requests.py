@@ -9,14 +9,9 @@ from leaseward.runtime.errors import (
     RequestExpired,
     StoreError,
 )
+from leaseward.runtime.human_requests import EXPIRED_REASON, Decision, HumanRequest, RequestKind
 from leaseward.runtime.lifecycle import TRANSITIONS, RunState, source_state
-from leaseward.runtime.model import (
-    EXPIRED_REASON,
-    Decision,
-    HumanRequest,
-    RequestKind,
-    RunRecord,
-)
+from leaseward.runtime.runs import RunRecord
 from leaseward.storage.concern import WORK_CHANNEL, StoreConcern
 from leaseward.storage.protocol import ExpiredRequest
 from leaseward.storage.rows import request_from_row, run_from_row

@@ -16,7 +16,8 @@ from leaseward.runtime.errors import (
     StoreError,
 )
 from leaseward.runtime.lifecycle import TRANSITIONS, Event, Reason, RunMode, RunState, source_state
-from leaseward.runtime.model import NewRun, RunRecord, Settlement
+from leaseward.runtime.runs import NewRun, RunRecord
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage.concern import WORK_CHANNEL, StoreConcern
 from leaseward.storage.crash_points import ARMED, carries_outcome, crash_point
 from leaseward.storage.executor import Executor, Row

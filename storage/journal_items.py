@@ -6,8 +6,10 @@ from collections.abc import Mapping, Sequence
 
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored
 from leaseward.runtime.errors import StoreError
+from leaseward.runtime.human_requests import NewRequest
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import RunState, StepStatus, source_state
-from leaseward.runtime.model import NewRequest, Settlement, StepWrite
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage.concern import StoreConcern
 from leaseward.storage.executor import Row
 from leaseward.storage.protocol import BatchItem

@@ -11,8 +11,8 @@ from leaseward.runtime.lifecycle import (
     StepStatus,
     source_state,
 )
-from leaseward.runtime.model import RunRecord
 from leaseward.runtime.operator_rules import check_redrive, check_resolve
+from leaseward.runtime.runs import RunRecord
 from leaseward.storage.concern import WORK_CHANNEL, StoreConcern
 from leaseward.storage.executor import Row
 from leaseward.storage.rows import run_from_row

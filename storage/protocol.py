@@ -11,21 +11,13 @@ from leaseward.runtime.commits import CommitOutcome
 from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import LeasewardError
+from leaseward.runtime.human_requests import Decision, HumanRequest
+from leaseward.runtime.journal import StepInfo, StepWrite
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState, StepStatus
-from leaseward.runtime.model import (
-    Decision,
-    ForgetKeysResult,
-    HumanRequest,
-    NewRun,
-    PurgedRun,
-    PurgeResult,
-    RunRecord,
-    Settlement,
-    StepInfo,
-    StepWrite,
-    WorkerInfo,
-    WorkerRegistration,
-)
+from leaseward.runtime.retention import ForgetKeysResult, PurgedRun, PurgeResult
+from leaseward.runtime.runs import NewRun, RunRecord
+from leaseward.runtime.settlements import Settlement
+from leaseward.runtime.workers import WorkerInfo, WorkerRegistration
 
 __all__ = [
     "BatchItem",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator
 from importlib import resources
 
 __all__ = ["Queries", "load_queries"]
@@ -21,6 +22,10 @@ class Queries:
             return self._by_name[name]
         except KeyError:
             raise KeyError(f"no query {name!r} for {self.dialect}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        """The names of the dialect's queries (to tell which one a statement runs)."""
+        return iter(self._by_name)
 
 
 def parse_queries(text: str) -> dict[str, str]:

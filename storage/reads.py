@@ -7,8 +7,9 @@ from typing import Any
 
 from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState, StepStatus
-from leaseward.runtime.model import RunRecord, StepInfo
+from leaseward.runtime.runs import RunRecord
 from leaseward.storage.concern import StoreConcern
 from leaseward.storage.protocol import ExpiredRun, LeaseMark
 from leaseward.storage.queries import Queries

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import anyio
 from leaseward.runtime.errors import InvalidInput, StoreError
 from leaseward.runtime.lifecycle import RunState
-from leaseward.runtime.model import ForgetKeysResult, PurgedRun, PurgeResult
+from leaseward.runtime.retention import ForgetKeysResult, PurgedRun, PurgeResult
 from leaseward.storage.concern import StoreConcern
 from leaseward.storage.rows import purged_from_row
 

@@ -12,17 +12,13 @@ from typing import Any, TypeVar, Union
 
 import attrs
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import load_json
+from leaseward.runtime.human_requests import Decision, HumanRequest, RequestKind
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunState
-from leaseward.runtime.model import (
-    Decision,
-    HumanRequest,
-    PurgedRun,
-    RequestKind,
-    RunRecord,
-    StepInfo,
-    WorkerInfo,
-    load_json,
-)
+from leaseward.runtime.retention import PurgedRun
+from leaseward.runtime.runs import RunRecord
+from leaseward.runtime.workers import WorkerInfo
 from leaseward.storage.executor import Row
 
 T = TypeVar("T")

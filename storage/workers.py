@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from leaseward.runtime.model import WorkerInfo, WorkerRegistration
+from leaseward.runtime.workers import WorkerInfo, WorkerRegistration
 from leaseward.storage.concern import StoreConcern
 from leaseward.storage.rows import worker_from_row
 

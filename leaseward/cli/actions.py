@@ -32,8 +32,9 @@ from leaseward.cli.tables import count, print_approvals, print_runs, print_worke
 from leaseward.cli.timeline import print_timeline
 from leaseward.client import Client, default_operator, open_existing_store
 from leaseward.daemon import DaemonSettings, load_app, serve
+from leaseward.runtime.encoding import MAX_INPUT_BYTES
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
-from leaseward.runtime.model import MAX_INPUT_BYTES, RunInfo
+from leaseward.runtime.runs import RunInfo
 from leaseward.storage.connect import open_store
 from leaseward.storage.url import store_location
 

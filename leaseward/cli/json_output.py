@@ -18,8 +18,12 @@ from typing import Any
 import attrs
 
 from leaseward.runtime.conversation import usage_from_json
+from leaseward.runtime.human_requests import HumanRequest
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import StepKind
-from leaseward.runtime.model import HumanRequest, RunInfo, StepInfo, Usage, WorkerInfo
+from leaseward.runtime.messages import Usage
+from leaseward.runtime.runs import RunInfo
+from leaseward.runtime.workers import WorkerInfo
 
 __all__ = [
     "print_json",

@@ -7,7 +7,10 @@ import json
 import time
 from collections.abc import Sequence
 
-from leaseward.runtime.model import HumanRequest, RunInfo, Usage, WorkerInfo
+from leaseward.runtime.human_requests import HumanRequest
+from leaseward.runtime.messages import Usage
+from leaseward.runtime.runs import RunInfo
+from leaseward.runtime.workers import WorkerInfo
 
 __all__ = [
     "RUN_COLUMNS",

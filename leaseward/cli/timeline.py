@@ -22,6 +22,8 @@ from leaseward.cli.tables import (
 )
 from leaseward.runtime.conversation import usage_from_json
 from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.human_requests import HumanRequest, RequestKind
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import (
     Reason,
     RecoveryAction,
@@ -31,7 +33,7 @@ from leaseward.runtime.lifecycle import (
     StepStatus,
     decide_recovery,
 )
-from leaseward.runtime.model import HumanRequest, RequestKind, RunInfo, StepInfo
+from leaseward.runtime.runs import RunInfo
 
 __all__ = ["print_timeline"]
 

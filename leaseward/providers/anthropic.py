@@ -16,7 +16,7 @@ from leaseward.providers.endpoint import (
 from leaseward.runtime.agents import DEFAULT_PROVIDER_TIMEOUT_SECONDS
 from leaseward.runtime.errors import ConfigurationError
 from leaseward.runtime.failures import FailureClass
-from leaseward.runtime.model import (
+from leaseward.runtime.messages import (
     Message,
     ModelSettings,
     ProviderReply,

@@ -23,10 +23,10 @@ import anyio.lowlevel
 import attrs
 import httpx
 
+from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.errors import ConfigurationError, ProviderError
 from leaseward.runtime.failures import FailureClass, failure_class_for_status
 from leaseward.runtime.logs import get_logger
-from leaseward.runtime.model import dump_json
 
 __all__ = [
     "CONNECTION_RETRY_PAUSE_SECONDS",

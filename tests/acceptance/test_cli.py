@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import re
@@ -20,7 +21,8 @@ import attrs
 import pytest
 from leaseward.runtime.commits import Stored
 from leaseward.runtime.conversation import reply_to_json
-from leaseward.runtime.model import MAX_INPUT_BYTES, StepWrite, dump_json
+from leaseward.runtime.encoding import MAX_INPUT_BYTES, dump_json
+from leaseward.runtime.journal import StepWrite
 from leaseward.storage import BatchItem, open_store
 from leaseward.storage.migrations import MIGRATIONS
 
@@ -200,7 +202,9 @@ def test_resolve_and_cancel_on_a_completed_run_are_refused(copy: Path, template:
     for verdict in ("--applied", "--not-applied"):
         assert_unchanged(
             copy,
-            lambda v=verdict: leaseward("resolve", run_id, v, "--note", "x", "--store", _url(copy)),
+            functools.partial(
+                leaseward, "resolve", run_id, verdict, "--note", "x", "--store", _url(copy)
+            ),
             EXIT_FAILURE,
             "completed",
             "interrupted_write",
@@ -757,8 +761,8 @@ def test_submit_input_from_a_file_over_the_limit_is_refused_without_reading_it_w
     for source in (huge, Path("/dev/zero")):
         assert_unchanged(
             copy,
-            lambda s=source: leaseward(
-                "submit", "payer", "--input", f"@{s}", "--store", _url(copy)
+            functools.partial(
+                leaseward, "submit", "payer", "--input", f"@{source}", "--store", _url(copy)
             ),
             EXIT_USAGE,
             "larger than the input limit",

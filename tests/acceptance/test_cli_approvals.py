@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,8 +30,8 @@ def submit(url: str, agent: str) -> str:
     return ok("submit", agent, "--input", '"go"', "--store", url).stdout.strip()
 
 
-def until_state(url: str, run_id: str, state: str) -> dict[str, object]:
-    def probe() -> dict[str, object] | None:
+def until_state(url: str, run_id: str, state: str) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
         shown = show(url, run_id)
         return shown if shown["state"] == state else None
 
@@ -78,7 +79,7 @@ def test_approve_from_the_cli_executes_the_call_once_and_show_tells_who_decided(
     done = until_state(url, run_id, "completed")
     assert done["result"] == '{"sent_cents": 900, "to": "ACME"}'
     assert [(c["tool"], c["run_id"]) for c in read_lines(calls_file)] == [("transfer", run_id)]
-    [decided] = done["requests"]  # type: ignore[misc]
+    [decided] = done["requests"]
     assert (decided["decision"], decided["operator"], decided["note"]) == (
         "approved",
         "alice",
@@ -160,7 +161,7 @@ def test_an_approval_after_the_expiry_is_refused_and_the_transfer_never_runs(
     run_id = submit(url, "late_approver")
     waiting = until_state(url, run_id, "waiting_for_approval")
     first.stop_cleanly()
-    [request] = waiting["requests"]  # type: ignore[misc]
+    [request] = waiting["requests"]
     expires_at = request["expires_at"]
     assert expires_at == pytest.approx(request["requested_at"] + APPROVAL_TIMEOUT_SECONDS)
     # Every worker is down past the expiry; SQLite's clock is this machine's.

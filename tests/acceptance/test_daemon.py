@@ -7,6 +7,7 @@ import signal
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from tests.acceptance.acceptance_support import DaemonPool, ok, read_lines, show, wait_until
 from tests.acceptance.demo_app import CHARGE_CALL_ID, SLOW_STEPS
@@ -89,21 +90,21 @@ def test_submit_wait_completes_a_run_and_the_journal_shows_each_step(
     assert claimed[0]["epoch"] == 1
 
 
-def _naps(calls_file: Path, run_id: str) -> list[dict[str, object]]:
+def _naps(calls_file: Path, run_id: str) -> list[dict[str, Any]]:
     return [c for c in read_lines(calls_file) if c["run_id"] == run_id and c["tool"] == "nap"]
 
 
 def test_sigterm_drains_to_a_step_boundary_and_a_second_daemon_finishes_the_run(
     daemons: DaemonPool, url: str, calls_file: Path, provider_file: Path
 ) -> None:
-    files = {"DEMO_CALLS_FILE": str(calls_file), "DEMO_PROVIDER_FILE": str(provider_file)}
     drain_seconds = 5.0
     first = daemons.start(
         url,
         worker_id="acc-drain-1",
         flags=("--drain-seconds", str(drain_seconds)),
         DEMO_NAP_SECONDS="0.4",
-        **files,
+        DEMO_CALLS_FILE=str(calls_file),
+        DEMO_PROVIDER_FILE=str(provider_file),
     )
     run_id = ok("submit", "slow", "--input", "{}", "--store", url).stdout.strip()
     wait_until("two naps of the first daemon", lambda: len(_naps(calls_file, run_id)) >= 2, 15)
@@ -133,7 +134,13 @@ def test_sigterm_drains_to_a_step_boundary_and_a_second_daemon_finishes_the_run(
     assert all(s["status"] == "succeeded" and s["epoch"] == 1 for s in released["steps"])
     assert released["steps"][-1]["kind"] == "tool"
 
-    second = daemons.start(url, worker_id="acc-drain-2", DEMO_NAP_SECONDS="0.05", **files)
+    second = daemons.start(
+        url,
+        worker_id="acc-drain-2",
+        DEMO_NAP_SECONDS="0.05",
+        DEMO_CALLS_FILE=str(calls_file),
+        DEMO_PROVIDER_FILE=str(provider_file),
+    )
     second.wait_for("run.settled", timeout=15, run_id=run_id, state="completed")
     finished = show(url, run_id)
     assert finished["state"] == "completed" and finished["result"] == "rested"

@@ -10,8 +10,10 @@ import anyio
 import pytest
 from leaseward.runtime.clock import ManualClock, SystemClock
 from leaseward.runtime.commits import Stored
-from leaseward.runtime.lifecycle import Event, Reason
-from leaseward.runtime.model import NewRun, RunMode, Settlement, WorkerRegistration
+from leaseward.runtime.lifecycle import Event, Reason, RunMode
+from leaseward.runtime.runs import NewRun
+from leaseward.runtime.settlements import Settlement
+from leaseward.runtime.workers import WorkerRegistration
 from leaseward.storage import BatchItem, SQLStore, open_store
 
 from tests.acceptance.acceptance_support import (

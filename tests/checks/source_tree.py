@@ -3,7 +3,7 @@
 The layer folders sit at the repository root (``runtime/``, ``storage/``,
 ``actors/``) and are installed as ``leaseward.runtime``, ``leaseward.storage`` and
 ``leaseward.actors`` by the package-dir mapping in ``pyproject.toml``. Tools that
-map a file to a module by its folder would call ``runtime/model.py`` ``runtime.model``;
+map a file to a module by its folder would call ``runtime/journal.py`` ``runtime.journal``;
 this reads the mapping itself, so the checks see the one namespace users import.
 """
 

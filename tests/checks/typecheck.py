@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 
 from mypy import build
+from mypy.errors import CompileError
 from mypy.main import process_options
 from mypy.modulefinder import BuildSource
 
@@ -33,7 +34,7 @@ def main() -> int:
     try:
         result = build.build(sources, options)
         messages = result.errors
-    except build.CompileError as failure:
+    except CompileError as failure:
         messages = failure.messages
     for message in messages:
         print(message)

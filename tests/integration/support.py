@@ -1,41 +1,22 @@
-"""Test support: a fault-injecting wrapper around the real store, and small agent kits."""
+"""Test support: small agent kits, polling, captured logs, and runs set up by hand."""
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, cast
 
 import anyio
 import structlog
-from leaseward.runtime.commits import CommitOutcome, Refused, Stored
+from leaseward.runtime.commits import Stored
 from leaseward.runtime.conversation import normalize_reply, reply_to_json
-from leaseward.runtime.errors import LeasewardError
-from leaseward.runtime.lifecycle import StepKind, StepStatus
-from leaseward.runtime.model import (
-    HumanRequest,
-    NewRun,
-    PurgeResult,
-    RunMode,
-    RunRecord,
-    StepWrite,
-    WorkerInfo,
-    WorkerRegistration,
-    dump_json,
-)
-from leaseward.storage import (
-    BatchItem,
-    CancelOutcome,
-    ExpiredRequest,
-    ExpiredRun,
-    LeaseMark,
-    SQLStore,
-    WriteBatch,
-    WriteResults,
-)
-from leaseward.storage.protocol import Settlement
+from leaseward.runtime.encoding import dump_json
+from leaseward.runtime.journal import StepWrite
+from leaseward.runtime.lifecycle import RunMode, StepKind, StepStatus
+from leaseward.runtime.runs import NewRun
+from leaseward.storage import BatchItem, SQLStore
 
 from leaseward import (
     Agent,
@@ -48,163 +29,6 @@ from leaseward import (
     tool,
 )
 from leaseward.client import new_run_id
-
-Fault = Callable[[BatchItem], bool]
-
-
-T = TypeVar("T")
-
-
-async def _result(request: Awaitable[T]) -> T | LeasewardError:
-    try:
-        return await request
-    except LeasewardError as exc:
-        return exc
-
-
-class FaultyStore:
-    """The real store, except that batch items a fault picks are refused as a store error.
-
-    Refused items are never handed to the real store, exactly as if their
-    transaction had failed; the others in the same batch commit normally.
-    """
-
-    def __init__(self, inner: SQLStore, fault: Fault | None = None) -> None:
-        self.inner = inner
-        self.fault: Fault = fault or (lambda item: False)
-        self.refused: list[BatchItem] = []
-        self.crash_next_batch = False
-
-    async def migrate(self) -> int:
-        return await self.inner.migrate()
-
-    async def create_run(self, new: NewRun) -> RunRecord:
-        return await self.inner.create_run(new)
-
-    async def claim_runs(
-        self,
-        worker_id: str,
-        limit: int,
-        lease_seconds: float,
-        agents: Sequence[str],
-        exclude: Sequence[str] = (),
-    ) -> list[RunRecord]:
-        return await self.inner.claim_runs(worker_id, limit, lease_seconds, agents, exclude)
-
-    async def commit(self, batch: WriteBatch) -> WriteResults:
-        """Each request of the batch goes through this wrapper's own method for its kind,
-        where the faults are (and where subclasses add theirs): journal items through
-        commit_batch, claims through claim_runs, and so on."""
-        return WriteResults(
-            new_runs=tuple([await _result(self.create_run(new)) for new in batch.new_runs]),
-            cancels=tuple([await _result(self.request_cancel(run_id)) for run_id in batch.cancels]),
-            items=tuple(await self.commit_batch(batch.items) if batch.items else ()),
-            reaps=tuple([await _result(self.reap(r.expired, r.settlement)) for r in batch.reaps]),
-            claims=tuple(
-                [
-                    await _result(
-                        self.claim_runs(c.worker_id, c.limit, c.lease_seconds, c.agents, c.exclude)
-                    )
-                    for c in batch.claims
-                ]
-            ),
-        )
-
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
-        if self.crash_next_batch:
-            self.crash_next_batch = False
-            raise RuntimeError("injected crash inside the store driver")
-        passed = [item for item in items if not self.fault(item)]
-        committed = iter(await self.inner.commit_batch(passed) if passed else [])
-        outcomes: list[CommitOutcome] = []
-        for item in items:
-            if item in passed:
-                outcomes.append(next(committed))
-            else:
-                self.refused.append(item)
-                outcomes.append(Refused("injected disk I/O error"))
-        return outcomes
-
-    async def get_run(self, run_id: str) -> RunRecord | None:
-        return await self.inner.get_run(run_id)
-
-    async def list_runs(self, **kwargs: Any) -> list[RunRecord]:
-        return await self.inner.list_runs(**kwargs)
-
-    async def count_runs(self) -> Any:
-        return await self.inner.count_runs()
-
-    async def list_steps(self, run_id: str) -> Any:
-        return await self.inner.list_steps(run_id)
-
-    async def request_cancel(self, run_id: str) -> CancelOutcome:
-        return await self.inner.request_cancel(run_id)
-
-    async def running_leases(self) -> list[LeaseMark]:
-        return await self.inner.running_leases()
-
-    async def expired_runs(self, leases: Sequence[LeaseMark]) -> list[ExpiredRun]:
-        return await self.inner.expired_runs(leases)
-
-    async def reap(self, expired: ExpiredRun, settlement: Settlement) -> bool:
-        return await self.inner.reap(expired, settlement)
-
-    async def redrive(self, run_id: str) -> RunRecord:
-        return await self.inner.redrive(run_id)
-
-    async def resolve(self, run_id: str, **kwargs: Any) -> RunRecord:
-        return await self.inner.resolve(run_id, **kwargs)
-
-    async def list_requests(self, run_id: str) -> list[HumanRequest]:
-        return await self.inner.list_requests(run_id)
-
-    async def pending_requests(self, limit: int = 100) -> list[HumanRequest]:
-        return await self.inner.pending_requests(limit)
-
-    async def decide(self, *args: Any, **kwargs: Any) -> tuple[HumanRequest, RunRecord]:
-        return await self.inner.decide(*args, **kwargs)
-
-    async def expire_requests(self, limit: int) -> list[ExpiredRequest]:
-        return await self.inner.expire_requests(limit)
-
-    async def register_worker(self, worker: WorkerRegistration) -> None:
-        await self.inner.register_worker(worker)
-
-    async def heartbeat_worker(self, worker: WorkerRegistration) -> None:
-        await self.inner.heartbeat_worker(worker)
-
-    async def remove_worker(self, worker_id: str) -> None:
-        await self.inner.remove_worker(worker_id)
-
-    async def list_workers(self) -> list[WorkerInfo]:
-        return await self.inner.list_workers()
-
-    async def purge_finished(self, *args: Any, **kwargs: Any) -> PurgeResult:
-        return await self.inner.purge_finished(*args, **kwargs)
-
-    async def purged_run(self, run_id: str) -> Any:
-        return await self.inner.purged_run(run_id)
-
-    async def forget_keys(self, *args: Any, **kwargs: Any) -> Any:
-        return await self.inner.forget_keys(*args, **kwargs)
-
-    async def wait_for_work(self, timeout: float) -> None:
-        await self.inner.wait_for_work(timeout)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-def settles_tool(name: str) -> Fault:
-    """Picks items that record the outcome of a started call of tool ``name``."""
-    return lambda item: any(s.settles and s.tool == name for s in item.steps)
-
-
-def records_tool(name: str, status: StepStatus | None = None) -> Fault:
-    return lambda item: any(
-        s.kind is StepKind.TOOL and s.tool == name and (status is None or s.status is status)
-        for s in item.steps
-    )
 
 
 class Calls:
@@ -278,7 +102,7 @@ async def until(condition: Callable[[], Awaitable[bool] | bool], timeout: float)
             await anyio.sleep(0.005)
 
 
-def events(captured: list[dict[str, Any]]) -> list[str]:
+def events(captured: Sequence[Mapping[str, Any]]) -> list[str]:
     return [entry["event"] for entry in captured]
 
 
@@ -291,7 +115,8 @@ def capture_logs() -> Iterator[list[dict[str, Any]]]:
     logger.setLevel(logging.DEBUG)
     try:
         with structlog.testing.capture_logs() as logs:
-            yield logs
+            # Each captured entry is the event dict structlog built: a plain dict.
+            yield cast(list[dict[str, Any]], logs)
     finally:
         logger.setLevel(level)
 

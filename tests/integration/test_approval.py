@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 from leaseward.actors.metrics import Metrics
-from leaseward.runtime.model import arguments_digest
+from leaseward.runtime.encoding import arguments_digest
 
 from leaseward import (
     Client,

@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.runtime.model import MAX_ARGUMENTS_BYTES, MAX_INPUT_BYTES, MAX_RESULT_BYTES
+from leaseward.runtime.encoding import MAX_ARGUMENTS_BYTES, MAX_INPUT_BYTES, MAX_RESULT_BYTES
 from leaseward.storage import open_store
 from leaseward.storage.migrations import MIGRATIONS
 

@@ -19,7 +19,7 @@ import anyio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from leaseward.runtime.conversation import normalize_reply, reply_to_json
-from leaseward.runtime.model import (
+from leaseward.runtime.encoding import (
     MAX_ARGUMENTS_BYTES,
     MAX_INPUT_BYTES,
     MAX_JSON_DEPTH,

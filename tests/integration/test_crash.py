@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import pytest
 from leaseward.runtime.commits import Stored
-from leaseward.runtime.model import NewRun
+from leaseward.runtime.runs import NewRun
 from leaseward.storage import BatchItem, open_store
 
 from leaseward import (

@@ -4,13 +4,10 @@ fails closed; a record whose commit answer was lost costs nothing (G3-G5)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from leaseward.runtime.commits import CommitOutcome, Refused, Stored
-from leaseward.runtime.model import Settlement
-from leaseward.storage import BatchItem, open_store
+from leaseward.runtime.errors import StoreError
 
 from leaseward import (
     Agent,
@@ -28,14 +25,15 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from tests.integration.support import (
-    Calls,
-    FaultyStore,
-    capture_logs,
-    events,
-    one_call_agent,
+from tests.integration.faults import (
+    Action,
+    Statement,
+    fail,
+    faulty_store,
+    lose_answer,
     records_tool,
 )
+from tests.integration.support import Calls, capture_logs, events, one_call_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -43,45 +41,26 @@ FAST: dict[str, Any] = {"poll_interval_seconds": 0.02, "reap_interval_seconds": 
 LONE_SURROGATE = "\ud83d"
 
 
-class DataFaultStore(FaultyStore):
-    """Refuses the items its fault picks as the store does data it cannot hold."""
-
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
-        outcomes = await super().commit_batch(items)
-        return [
-            Refused("refused text", data_error=True) if item in self.refused else outcome
-            for item, outcome in zip(items, outcomes, strict=True)
-        ]
+def refused_as_data() -> Action:
+    """Refused as the store refuses data it cannot hold: the batch is written again
+    request by request, and only the request that carries the picked record fails."""
+    return fail("refused text", data_error=True)
 
 
-class LostAnswerStore(FaultyStore):
-    """Commits every item, but answers "not persisted" for the first one its fault picks:
-    the COMMIT went through and its answer was lost on the way back."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.lost: list[BatchItem] = []
-
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
-        outcomes = await self.inner.commit_batch(items)
-        answered: list[CommitOutcome] = []
-        for item, outcome in zip(items, outcomes, strict=True):
-            if isinstance(outcome, Stored) and not self.lost and self.fault(item):
-                self.lost.append(item)
-                outcome = Refused("answer lost")
-            answered.append(outcome)
-        return answered
+def provider_records(statement: Statement) -> bool:
+    return any(step.kind is StepKind.PROVIDER for step in statement.steps())
 
 
-def provider_records(item: BatchItem) -> bool:
-    return any(step.kind is StepKind.PROVIDER for step in item.steps)
+def records_outcomes(statement: Statement) -> bool:
+    return any(step.settles for step in statement.steps())
 
 
 async def test_a_read_record_refused_for_its_data_is_dropped_not_sent_again(
     store_url: str,
 ) -> None:
     calls = Calls()
-    store = DataFaultStore(await open_store(store_url), records_tool("lookup"))
+    store, executor = await faulty_store(store_url)
+    refusals = executor.inject(records_tool("lookup"), refused_as_data())
     app = App([one_call_agent("reader", ToolEffect.READ_ONLY, calls, tool_name="lookup")])
     with capture_logs() as logs:
         async with Runtime.open(store, app, **FAST) as rt:
@@ -91,8 +70,9 @@ async def test_a_read_record_refused_for_its_data_is_dropped_not_sent_again(
 
     assert (run.state, run.result, run.requeues) == (RunState.COMPLETED, "done", 0)
     assert len(calls) == 1
-    # Sent once with nothing else, and never again behind the next record or the settle.
-    assert len(store.refused) == 1
+    # Sent once, refused in its batch and again alone, and never sent again behind the
+    # next record or the settle.
+    assert refusals.fired == 2
     assert [s.kind for s in journal] == [StepKind.PROVIDER, StepKind.PROVIDER]
     dropped = [entry for entry in logs if entry["event"] == "step.dropped"]
     assert [(entry["seqs"], entry["error"]) for entry in dropped] == [([1], "refused text")]
@@ -101,7 +81,8 @@ async def test_a_read_record_refused_for_its_data_is_dropped_not_sent_again(
 async def test_a_provider_record_refused_for_its_data_does_not_block_the_settle(
     store_url: str,
 ) -> None:
-    store = DataFaultStore(await open_store(store_url), provider_records)
+    store, executor = await faulty_store(store_url)
+    refusals = executor.inject(provider_records, refused_as_data())
     app = App([Agent("echo", ScriptedProvider([ProviderReply(text="done")]))])
     with capture_logs() as logs:
         async with Runtime.open(store, app, **FAST) as rt:
@@ -111,8 +92,8 @@ async def test_a_provider_record_refused_for_its_data_does_not_block_the_settle(
 
     assert (run.state, run.result) == (RunState.COMPLETED, "done")
     assert journal == []
+    assert refusals.fired
     assert "step.dropped" in events(logs)
-    assert not any(isinstance(item.settlement, Settlement) for item in store.refused)
 
 
 @pytest.mark.parametrize("effect", [ToolEffect.IDEMPOTENT_WRITE, ToolEffect.NON_IDEMPOTENT_WRITE])
@@ -120,8 +101,8 @@ async def test_a_write_outcome_refused_for_its_data_still_fails_closed(
     store_url: str, effect: ToolEffect
 ) -> None:
     calls = Calls()
-    store = DataFaultStore(await open_store(store_url))
-    store.fault = lambda item: any(s.settles for s in item.steps)
+    store, executor = await faulty_store(store_url)
+    executor.inject(records_outcomes, refused_as_data())
     app = App([one_call_agent("payer", effect, calls, tool_name="charge")])
     with capture_logs() as logs:
         async with Runtime.open(store, app, **FAST) as rt:
@@ -136,7 +117,8 @@ async def test_a_write_outcome_refused_for_its_data_still_fails_closed(
 
 async def test_a_write_intent_refused_for_its_data_is_never_called(store_url: str) -> None:
     calls = Calls()
-    store = DataFaultStore(await open_store(store_url), records_tool("charge", StepStatus.STARTED))
+    store, executor = await faulty_store(store_url)
+    refusals = executor.inject(records_tool("charge", StepStatus.STARTED), refused_as_data())
     app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")])
     async with Runtime.open(store, app, **FAST) as rt:
         run_id = await rt.submit("payer", None)
@@ -145,14 +127,16 @@ async def test_a_write_intent_refused_for_its_data_is_never_called(store_url: st
     await store.aclose()
 
     assert len(calls) == 0
-    assert store.refused
+    assert refusals.fired
 
 
 async def test_a_provider_turn_whose_commit_answer_was_lost_costs_the_next_write_nothing(
     store_url: str,
 ) -> None:
     calls = Calls()
-    store = LostAnswerStore(await open_store(store_url), provider_records)
+    store, executor = await faulty_store(store_url)
+    # The COMMIT goes through and its answer is lost on the way back: "not persisted".
+    lost = executor.inject(provider_records, lose_answer(StoreError("answer lost")), times=1)
     app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")])
     with capture_logs() as logs:
         async with Runtime.open(store, app, **FAST) as rt:
@@ -160,7 +144,7 @@ async def test_a_provider_turn_whose_commit_answer_was_lost_costs_the_next_write
             journal = await rt.steps(run.id)
     await store.aclose()
 
-    assert store.lost, "the fault never fired"
+    assert lost.fired, "the fault never fired"
     assert (run.state, run.result, run.requeues) == (RunState.COMPLETED, "done", 0)
     assert len(calls) == 1
     assert [(s.seq, s.kind, s.status) for s in journal] == [
@@ -209,15 +193,9 @@ async def test_a_write_asked_for_by_a_dropped_provider_turn_waits_for_a_recorded
     store_url: str,
 ) -> None:
     calls = Calls()
-    dropped_once: list[BatchItem] = []
-
-    def first_provider_record(item: BatchItem) -> bool:
-        if not dropped_once and provider_records(item):
-            dropped_once.append(item)
-            return True
-        return False
-
-    store = DataFaultStore(await open_store(store_url), first_provider_record)
+    store, executor = await faulty_store(store_url)
+    # The first provider record only: refused in its batch, then alone.
+    dropped = executor.inject(provider_records, refused_as_data(), times=2)
     app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")])
     quick_retry = RecoveryPolicy(backoff_base_seconds=0.01)
     async with Runtime.open(store, app, recovery=quick_retry, **FAST) as rt:
@@ -225,7 +203,7 @@ async def test_a_write_asked_for_by_a_dropped_provider_turn_waits_for_a_recorded
         journal = await rt.steps(run.id)
     await store.aclose()
 
-    assert dropped_once
+    assert dropped.fired == 2
     assert (run.state, run.requeues) == (RunState.COMPLETED, 1)
     assert len(calls) == 1
     # The intent is never in the journal without the turn that asked for it: a resumed

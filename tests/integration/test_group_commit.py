@@ -7,7 +7,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +23,22 @@ from leaseward.actors.messages import (
     Renew,
     Submit,
 )
-from leaseward.runtime.clock import SystemClock
 from leaseward.runtime.commits import Fenced, Stored, Unanswered
+from leaseward.runtime.encoding import dump_json
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, RunMode
-from leaseward.runtime.model import NewRun, Settlement, StepWrite, dump_json
+from leaseward.runtime.runs import NewRun, RunRecord
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage import (
     BatchItem,
     CancelOutcome,
     ClaimRequest,
     Reap,
-    SQLiteExecutor,
-    SQLiteOptions,
     SQLStore,
     WriteBatch,
     WriteResults,
     open_store,
 )
-from leaseward.storage.executor import Params, Row
 
 from leaseward import (
     Agent,
@@ -59,6 +58,7 @@ from leaseward import (
     ToolContext,
     tool,
 )
+from tests.integration.faults import Injection, faulty_store, query
 from tests.stores import created
 
 pytestmark = pytest.mark.anyio
@@ -82,54 +82,12 @@ def echo_app() -> App:
     return App([Agent("echo", ScriptedProvider(reply), tools=[look])])
 
 
-class CountingExecutor:
-    """The real SQLite executor, counting the statements sent to the database."""
-
-    def __init__(self, inner: SQLiteExecutor) -> None:
-        self.inner = inner
-        self.dialect = inner.dialect
-        self.statements = 0
-
-    def transaction(self) -> Any:
-        return self.inner.transaction()
-
-    def savepoint(self, name: str) -> Any:
-        return self.inner.savepoint(name)
-
-    def reading(self) -> Any:
-        return self.inner.reading()
-
-    async def execute(self, sql: str, params: Params | None = None) -> None:
-        self.statements += 1
-        await self.inner.execute(sql, params)
-
-    async def fetch_all(self, sql: str, params: Params | None = None) -> Sequence[Row]:
-        self.statements += 1
-        return await self.inner.fetch_all(sql, params)
-
-    async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
-        self.statements += 1
-        return await self.inner.fetch_one(sql, params)
-
-    async def notify(self, channel: str) -> None:
-        await self.inner.notify(channel)
-
-    async def wait_for_notification(self, channel: str, timeout: float) -> None:
-        await self.inner.wait_for_notification(channel, timeout)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
 @pytest.fixture
-async def counted(tmp_path: Path) -> AsyncIterator[tuple[SQLStore, CountingExecutor]]:
-    executor = CountingExecutor(
-        await SQLiteExecutor.connect(SQLiteOptions(str(tmp_path / "runs.db")))
-    )
-    store = SQLStore(executor, SystemClock())  # type: ignore[arg-type]
-    await store.migrate()
+async def counted(tmp_path: Path) -> AsyncIterator[tuple[SQLStore, Injection]]:
+    """A SQLite store, and a count of the statements it sends to the database."""
+    store, executor = await faulty_store(f"sqlite:///{tmp_path / 'runs.db'}")
     try:
-        yield store, executor
+        yield store, executor.inject(lambda statement: True)
     finally:
         await store.aclose()
 
@@ -147,14 +105,14 @@ def read_step(seq: int) -> StepWrite:
     )
 
 
-async def statements_for(store: SQLStore, executor: CountingExecutor, runs: int) -> int:
+async def statements_for(store: SQLStore, statements: Injection, runs: int) -> int:
     """Statements one batch of ``runs`` items costs: a step each, and a settlement each."""
     await store.commit(WriteBatch(new_runs=tuple(queued() for _ in range(runs))))
     [claimed] = (
         await store.commit(WriteBatch(claims=(ClaimRequest("w", runs, 30.0, ("a",)),)))
     ).claims
     assert not isinstance(claimed, Exception) and len(claimed) == runs
-    before = executor.statements
+    before = statements.fired
     results = await store.commit(
         WriteBatch(
             items=tuple(
@@ -164,15 +122,15 @@ async def statements_for(store: SQLStore, executor: CountingExecutor, runs: int)
         )
     )
     assert all(isinstance(outcome, Stored) for outcome in results.items)
-    return executor.statements - before
+    return statements.fired - before
 
 
 async def test_a_batch_costs_the_same_statements_for_one_item_or_two_hundred(
-    counted: tuple[SQLStore, CountingExecutor],
+    counted: tuple[SQLStore, Injection],
 ) -> None:
-    store, executor = counted
-    one = await statements_for(store, executor, 1)
-    many = await statements_for(store, executor, 200)
+    store, statements = counted
+    one = await statements_for(store, statements, 1)
+    many = await statements_for(store, statements, 200)
     assert one == many
     # The fence, and one insert of every row; BEGIN and COMMIT are the executor's own.
     assert many == 2
@@ -241,25 +199,12 @@ async def test_submit_many_queues_every_run_or_none(db_url: str) -> None:
     assert all(run.state is RunState.QUEUED for run in runs)
 
 
-class CountingGets:
-    """Counts the reads of one run's row, as every waiter polling would make them."""
-
-    def __init__(self, inner: SQLStore) -> None:
-        self.inner = inner
-        self.gets = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    async def get_run(self, run_id: str) -> Any:
-        self.gets += 1
-        return await self.inner.get_run(run_id)
-
-
 async def test_a_waiter_is_woken_by_its_own_run_not_by_every_settlement(db_url: str) -> None:
-    store = CountingGets(await open_store(db_url))
+    store, executor = await faulty_store(db_url)
+    # Every read of one run's row, as every waiter polling would make them.
+    gets = executor.inject(query("read_run"))
     try:
-        async with Runtime.open(store, echo_app(), concurrency=40, **FAST) as rt:  # type: ignore[arg-type]
+        async with Runtime.open(store, echo_app(), concurrency=40, **FAST) as rt:
             ids = [await rt.submit("echo", n) for n in range(40)]
             async with anyio.create_task_group() as waits:
                 for run_id in ids:
@@ -270,7 +215,7 @@ async def test_a_waiter_is_woken_by_its_own_run_not_by_every_settlement(db_url: 
     assert all(info.state is RunState.COMPLETED for info in infos)
     # One read before waiting and one after the wake-up per waiter (plus the final
     # gets): a settlement waking every waiter would make about 40 x 40.
-    assert store.gets <= 3 * len(ids) + len(ids)
+    assert gets.fired <= 3 * len(ids) + len(ids)
 
 
 def hold_write_lock(path: str, locked: threading.Event, release: threading.Event) -> None:
@@ -399,11 +344,13 @@ async def test_one_batch_of_every_kind_of_request_answers_each_asker_its_own_sha
     stored, renewed, submitted, cancelled, stale, reaps, leased, unknown = answers
     assert stored == Stored()
     assert renewed == (Stored(), Fenced())
-    assert [run.id for run in submitted] == [fresh_a.id, fresh_b.id]
+    assert isinstance(submitted, tuple)
+    assert [run.id for run in submitted if isinstance(run, RunRecord)] == [fresh_a.id, fresh_b.id]
     assert cancelled is CancelOutcome.CANCELLED
     assert stale == Fenced()
     assert reaps == (True,)
-    assert isinstance(leased, tuple) and [(r.id, r.epoch) for r in leased] == [(fresh_b.id, 1)]
+    assert isinstance(leased, tuple)
+    assert [(r.id, r.epoch) for r in leased if isinstance(r, RunRecord)] == [(fresh_b.id, 1)]
     assert isinstance(unknown, RunNotFound)
     assert [(step.seq, step.epoch) for step in journal] == [(0, 1)]
 

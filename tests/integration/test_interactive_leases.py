@@ -14,7 +14,7 @@ import pytest
 from leaseward.actors import LeaseReaper, LeasesReaped
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.lifecycle import RecoveryPolicy
-from leaseward.runtime.model import RunInfo
+from leaseward.runtime.runs import RunInfo
 from leaseward.storage import open_store
 
 from leaseward import (

@@ -24,13 +24,12 @@ import pytest
 from leaseward.actors import Lease, LeaseKeeper, Persister
 from leaseward.actors.lease_keeper import GUARD_TICK_SECONDS
 from leaseward.runtime.clock import ManualClock
-from leaseward.runtime.commits import CommitOutcome
-from leaseward.storage import BatchItem, open_store
 
 from leaseward import App, Reason, RunState, Runtime, StepInfo, ToolContext, ToolEffect
 from tests.integration.crash_worker import read_lines
+from tests.integration.faults import FaultyExecutor, Statement, fail, faulty_store, query
 from tests.integration.paused_worker import CALLS_FILE, LEASE_SECONDS, LOG_FILE, build_app
-from tests.integration.support import Calls, FaultyStore, one_call_agent, queued_run
+from tests.integration.support import Calls, one_call_agent, queued_run
 
 pytestmark = pytest.mark.anyio
 
@@ -50,18 +49,44 @@ def _lease_expires_at(db_path: Path, run_id: str) -> float:
     return float(expires)
 
 
-class CountingRenewals(FaultyStore):
-    """The real store; remembers how many lease renewals each write carried."""
+# The statements that write an item's steps, requests or settlement: an item with none
+# of these is a lease renewal alone.
+_ITEM_WRITES = {
+    "insert_steps": "steps",
+    "settle_steps": "steps",
+    "withdraw_steps": "steps",
+    "insert_requests": "requests",
+    "settle_runs": "settlements",
+}
 
-    def __init__(self, inner: Any) -> None:
-        super().__init__(inner)
-        self.renewals_per_write: list[int] = []
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
-        renewals = sum(1 for item in items if not item.steps and item.settlement is None)
-        if renewals:
-            self.renewals_per_write.append(renewals)
-        return await super().commit_batch(items)
+def _run_id(row: Any) -> str:
+    return str(row["run_id"] if isinstance(row, dict) else row[0])
+
+
+def count_renewals(executor: FaultyExecutor) -> list[int]:
+    """How many lease renewals alone each committed write carried."""
+    per_write: list[int] = []
+
+    async def count(statement: Statement) -> None:
+        transaction = statement.transaction
+        assert transaction is not None
+
+        async def committed() -> None:
+            renewed = {_run_id(row) for row in statement.rows("items")}
+            written = {
+                _run_id(row)
+                for other in transaction.statements
+                if other.name in _ITEM_WRITES
+                for row in other.rows(_ITEM_WRITES[other.name])
+            }
+            if renewed - written:
+                per_write.append(len(renewed - written))
+
+        transaction.after_commit(committed)
+
+    executor.inject(query("renew_leases"), after=count)
+    return per_write
 
 
 async def test_calls_far_longer_than_the_lease_are_renewed_together_and_never_reaped(
@@ -77,7 +102,8 @@ async def test_calls_far_longer_than_the_lease_are_renewed_together_and_never_re
     agent = one_call_agent(
         "payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, timeout_seconds=30.0, body=slow
     )
-    store = CountingRenewals(await open_store(store_url))
+    store, executor = await faulty_store(store_url)
+    renewals_per_write = count_renewals(executor)
     async with (
         Runtime.open(store_url, App([]), worker_id="reaper", **REAPER) as reaper,
         Runtime.open(store, App([agent]), lease_seconds=0.6, concurrency=5, **REAPER) as rt,
@@ -86,7 +112,7 @@ async def test_calls_far_longer_than_the_lease_are_renewed_together_and_never_re
         runs = [await rt.wait(run_id, timeout=30) for run_id in run_ids]
         keeper = rt.supervisor.keeper.stats
         reaped = reaper.supervisor.metrics.leases_reaped._value.get()
-    await store.inner.aclose()
+    await store.aclose()
 
     assert [(run.state, run.epoch) for run in runs] == [(RunState.COMPLETED, 1)] * 5
     assert len(calls) == 5
@@ -95,7 +121,7 @@ async def test_calls_far_longer_than_the_lease_are_renewed_together_and_never_re
     # Every 0.2 s, one write renewed every call in flight.
     assert keeper.renewal_batches >= 5
     assert keeper.renewals >= 5 * keeper.renewal_batches - 5
-    assert max(store.renewals_per_write) == 5
+    assert max(renewals_per_write) == 5
 
 
 async def test_the_keeper_renews_on_its_clock_and_cuts_a_call_off_before_the_lease_ends(
@@ -106,7 +132,7 @@ async def test_the_keeper_renews_on_its_clock_and_cuts_a_call_off_before_the_lea
     end, not a moment earlier, while the store's lease still holds."""
     clock = ManualClock()
     start = clock.monotonic()
-    store = FaultyStore(await open_store(db_url, clock=clock))
+    store, executor = await faulty_store(db_url, clock=clock)
     await store.create_run(queued_run("payer"))
     [record] = await store.claim_runs("w", 1, 3.0, ["payer"])
     persister = Persister(store)
@@ -131,10 +157,10 @@ async def test_the_keeper_renews_on_its_clock_and_cuts_a_call_off_before_the_lea
         clock.advance(1.0)
         await noticed(lambda: keeper.stats.renewals == 1)
         assert lease.deadline == start + 4.0
-        stored = await store.inner.get_run(record.id)
+        stored = await store.get_run(record.id)
         assert stored is not None and stored.lease_expires_at == start + 4.0
 
-        store.fault = lambda item: True
+        executor.inject(query("renew_leases"), fail())
         for failures in (1, 2):
             clock.advance(1.0)
             await noticed(lambda: keeper.stats.renewals_failed == failures)  # noqa: B023
@@ -145,7 +171,7 @@ async def test_the_keeper_renews_on_its_clock_and_cuts_a_call_off_before_the_lea
         clock.advance(0.1)
         await noticed(lambda: cut_off_at)
         tg.cancel_scope.cancel()
-    await store.inner.aclose()
+    await store.aclose()
 
     assert cut_off_at == [start + 3.5]
     assert keeper.stats.guard_cancels == 1

@@ -9,9 +9,10 @@ import anyio.lowlevel
 import pytest
 from leaseward.runtime.commits import Fenced
 from leaseward.runtime.conversation import idempotency_key
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, StepKind
-from leaseward.runtime.model import Settlement, StepWrite
-from leaseward.storage import BatchItem, SQLStore, open_store
+from leaseward.runtime.settlements import Settlement
+from leaseward.storage import BatchItem, open_store
 
 from leaseward import (
     Agent,
@@ -27,9 +28,9 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from tests.integration.faults import FaultyExecutor, Statement, faulty_store, query
 from tests.integration.support import (
     Calls,
-    FaultyStore,
     capture_logs,
     events,
     ghost_claims,
@@ -270,27 +271,33 @@ async def test_step_records_of_concurrent_runs_share_transactions(store_url: str
     assert {"run.claimed", "step.recorded", "lease.renewed", "run.settled"} <= names
 
 
-class SlowClaims(FaultyStore):
-    """Claims commit, then take a while to come back: a shutdown can land in between."""
+def slow_claims(executor: FaultyExecutor) -> anyio.Event:
+    """Claims commit, then take a while to come back: a shutdown can land in between.
+    The event is set when the first claim that leased a run has committed."""
+    claimed = anyio.Event()
 
-    def __init__(self, inner: SQLStore) -> None:
-        super().__init__(inner)
-        self.claimed = anyio.Event()
+    async def slow(statement: Statement) -> None:
+        if not statement.answer:
+            return
+        assert statement.transaction is not None
 
-    async def claim_runs(self, *args: Any, **kwargs: Any) -> list[Any]:
-        got = await self.inner.claim_runs(*args, **kwargs)
-        if got:
-            self.claimed.set()
+        async def late() -> None:
+            claimed.set()
             await anyio.sleep(0.3)
-        return got
+
+        statement.transaction.after_commit(late)
+
+    executor.inject(query("claim_runs"), after=slow)
+    return claimed
 
 
 async def test_a_claim_in_flight_at_shutdown_is_released_not_left_leased(store_url: str) -> None:
-    store = SlowClaims(await open_store(store_url))
+    store, executor = await faulty_store(store_url)
+    claimed = slow_claims(executor)
     app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, Calls())])
     async with Runtime.open(store, app, **FAST) as rt:
         run_id = await rt.submit("payer", None)
-        await store.claimed.wait()
+        await claimed.wait()
     run = await store.get_run(run_id)
     await store.aclose()
     assert run is not None

@@ -11,15 +11,17 @@ import anyio.to_thread
 import pytest
 from leaseward.actors import LeaseKeeper, LeaseReaper, Metrics, Persister, RunActor, RunSettings
 from leaseward.runtime.clock import SystemClock
-from leaseward.runtime.lifecycle import RecoveryPolicy
-from leaseward.runtime.model import NewRun, RunMode, RunRecord, Settlement
-from leaseward.storage import open_store
+from leaseward.runtime.lifecycle import RecoveryPolicy, RunMode
+from leaseward.runtime.runs import NewRun, RunRecord
+from leaseward.runtime.settlements import Settlement
+from leaseward.storage import SQLStore, open_store
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from leaseward import RunState, ToolEffect
 from leaseward.client import new_run_id
-from tests.integration.support import Calls, FaultyStore, one_call_agent, settles_tool
+from tests.integration.faults import fail, faulty_store, settles_tool
+from tests.integration.support import Calls, one_call_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -59,7 +61,7 @@ def _queued(agent: str) -> NewRun:
     return NewRun(id=new_run_id(), agent=agent, mode=RunMode.QUEUED, input_json='"hi"')
 
 
-async def claim(store: FaultyStore, agent: str, lease_seconds: float, worker: str) -> RunRecord:
+async def claim(store: SQLStore, agent: str, lease_seconds: float, worker: str) -> RunRecord:
     run_id = (await store.create_run(_queued(agent))).id
     [record] = await store.claim_runs(worker, 1, lease_seconds, [agent])
     assert record.id == run_id
@@ -68,7 +70,10 @@ async def claim(store: FaultyStore, agent: str, lease_seconds: float, worker: st
 
 async def test_actor_metrics_are_served_over_http(db_url: str) -> None:
     metrics = Metrics()
-    store = FaultyStore(await open_store(db_url), fault=settles_tool("charge"))
+    store, executor = await faulty_store(db_url)
+    # Refused as data the store cannot hold: the batch is written again request by
+    # request, so only the charge's outcome fails, whatever shares its batch.
+    executor.inject(settles_tool("charge"), fail(data_error=True))
     pay_calls, charge_calls = Calls(), Calls()
     payer = one_call_agent("payer", ToolEffect.IDEMPOTENT_WRITE, pay_calls, tool_name="pay")
     # The outcome of "charge" is refused by the store: an audit failure, and since the

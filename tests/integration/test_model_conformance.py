@@ -13,7 +13,7 @@ needs its row here.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
@@ -21,6 +21,7 @@ import pytest
 from leaseward.actors.reaper import plan_reap
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import arguments_digest, dump_json, request_digest
 from leaseward.runtime.errors import (
     IdempotencyKeyConflict,
     IllegalTransition,
@@ -28,6 +29,8 @@ from leaseward.runtime.errors import (
     RequestNotFound,
     RunPurged,
 )
+from leaseward.runtime.human_requests import Decision, NewRequest, RequestKind
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import (
     Event,
     Reason,
@@ -37,17 +40,8 @@ from leaseward.runtime.lifecycle import (
     StepKind,
     StepStatus,
 )
-from leaseward.runtime.model import (
-    Decision,
-    NewRequest,
-    NewRun,
-    RequestKind,
-    Settlement,
-    StepWrite,
-    arguments_digest,
-    dump_json,
-    request_digest,
-)
+from leaseward.runtime.runs import NewRun
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage import SQLStore
 from leaseward.storage.protocol import BatchItem, ExpiredRun, LeaseMark
 
@@ -76,7 +70,7 @@ def _intent(seq: int, arguments: Any = ARGUMENTS) -> StepWrite:
     )
 
 
-STEPS = {
+STEPS: dict[str, Callable[[int], StepWrite]] = {
     "provider": lambda seq: StepWrite(
         seq=seq, kind=StepKind.PROVIDER, status=StepStatus.SUCCEEDED, output_json='{"turn":1}'
     ),
@@ -163,7 +157,8 @@ class Target:
     async def do(self, op: tuple[Any, ...]) -> str:
         name, *args = op
         try:
-            return await getattr(self, name.replace(" ", "_"))(*args)
+            operation: Callable[..., Awaitable[str]] = getattr(self, name.replace(" ", "_"))
+            return await operation(*args)
         except (
             RunPurged,
             IdempotencyKeyConflict,

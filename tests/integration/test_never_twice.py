@@ -1,7 +1,7 @@
 """The holes a review found in the never-twice promise, each reproduced, then closed.
 
 Every test drives the real runtime on a real SQLite file or the real PostgreSQL
-server; faults come from a wrapper around the real store or from a second real
+server; faults come from a wrapper around the real executor or from a second real
 connection holding a lock.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,7 @@ import asyncpg
 import pytest
 from leaseward.actors.reaper import LeaseReaper
 from leaseward.runtime.clock import ManualClock, SystemClock
-from leaseward.runtime.commits import CommitOutcome
-from leaseward.storage import BatchItem, open_store
+from leaseward.storage import open_store
 
 from leaseward import (
     Agent,
@@ -32,15 +30,16 @@ from leaseward import (
     RunState,
     Runtime,
     ScriptedProvider,
+    StepKind,
     StepStatus,
     ToolCall,
     ToolContext,
     ToolEffect,
     tool,
 )
+from tests.integration.faults import FaultyExecutor, Statement, faulty_store, records_tool
 from tests.integration.support import (
     Calls,
-    FaultyStore,
     ghost_claims,
     intent,
     provider_step,
@@ -62,31 +61,39 @@ def _sqlite_lease_left(db_path: Path, run_id: str) -> float:
     return float(expires) - time.time()
 
 
-class LockedBeforeIntent(FaultyStore):
-    """Another process holds SQLite's write lock when the intent batch arrives.
+class LockedBeforeIntent:
+    """Another process holds SQLite's write lock when the intent's batch arrives.
 
-    The lock is taken by a real second connection in a thread and held for
-    ``hold_seconds``; the intent's transaction waits for it on the busy timeout.
+    The lock is taken by a real second connection in a thread, once the run's first
+    provider turn has committed and before the worker hears so: the next write of
+    the run, its intent, waits for the lock on the busy timeout for ``hold_seconds``.
     """
 
-    def __init__(self, inner: Any, db_path: Path, hold_seconds: float) -> None:
-        super().__init__(inner)
+    def __init__(self, executor: FaultyExecutor, db_path: Path, hold_seconds: float) -> None:
         self._db_path = db_path
         self._hold_seconds = hold_seconds
         self.held = 0
+        self.released = threading.Event()
+        self.intent_after_release: list[bool] = []
+        executor.inject(self._provider_turn, self._lock_after_commit, times=1)
+        executor.inject(records_tool("charge", StepStatus.STARTED), self._intent)
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
-        intent_batch = any(
-            step.status is StepStatus.STARTED and not step.settles
-            for item in items
-            for step in item.steps
-        )
-        if intent_batch and not self.held:
-            self.held += 1
-            locked = threading.Event()
-            threading.Thread(target=self._hold, args=(locked,), daemon=True).start()
-            await anyio.to_thread.run_sync(locked.wait)
-        return await super().commit_batch(items)
+    @staticmethod
+    def _provider_turn(statement: Statement) -> bool:
+        return any(step.kind is StepKind.PROVIDER for step in statement.steps())
+
+    async def _lock_after_commit(self, statement: Statement) -> None:
+        assert statement.transaction is not None
+        statement.transaction.after_commit(self._lock)
+
+    async def _lock(self) -> None:
+        self.held += 1
+        locked = threading.Event()
+        threading.Thread(target=self._hold, args=(locked,), daemon=True).start()
+        await anyio.to_thread.run_sync(locked.wait)
+
+    async def _intent(self, statement: Statement) -> None:
+        self.intent_after_release.append(self.released.is_set())
 
     def _hold(self, locked: threading.Event) -> None:
         connection = sqlite3.connect(self._db_path, isolation_level=None)
@@ -97,6 +104,7 @@ class LockedBeforeIntent(FaultyStore):
             connection.execute("ROLLBACK")
         finally:
             connection.close()
+            self.released.set()
 
 
 async def test_a_write_never_starts_on_a_lease_eaten_by_a_lock_wait(tmp_path: Path) -> None:
@@ -119,8 +127,8 @@ async def test_a_write_never_starts_on_a_lease_eaten_by_a_lock_wait(tmp_path: Pa
         assert ctx.fencing_token == ctx.epoch == 1
         return amount
 
-    inner = await open_store(url)
-    store = LockedBeforeIntent(inner, db_path, hold_seconds=1.5)
+    store, executor = await faulty_store(url)
+    locked = LockedBeforeIntent(executor, db_path, hold_seconds=1.5)
     app = App([Agent("payer", ScriptedProvider([CHARGE, ProviderReply(text="ok")]), [charge])])
     async with Runtime.open(
         store,
@@ -131,9 +139,11 @@ async def test_a_write_never_starts_on_a_lease_eaten_by_a_lock_wait(tmp_path: Pa
         poll_interval_seconds=0.02,
     ) as rt:
         run = await rt.wait(await rt.submit("payer", None), timeout=20)
-    await inner.aclose()
+    await store.aclose()
 
-    assert store.held == 1
+    assert locked.held == 1
+    # The intent's statements ran only once the other connection let the lock go.
+    assert locked.intent_after_release == [True]
     assert (run.state, run.epoch) == (RunState.COMPLETED, 1)
     assert len(lease_left_at_call) == 1
     # The database's lease lasted past the keeper's next renewal when the call started.

@@ -8,6 +8,7 @@ import attrs
 import pytest
 from leaseward.runtime.commits import Stored
 from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import (
     Event,
     RecoveryAction,
@@ -15,7 +16,7 @@ from leaseward.runtime.lifecycle import (
     RunMode,
     decide_recovery,
 )
-from leaseward.runtime.model import Settlement
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, SQLStore, open_store
 
 from leaseward import (
@@ -34,8 +35,8 @@ from leaseward import (
     StepStatus,
     ToolEffect,
 )
-from tests.integration.support import Calls, one_call_agent
-from tests.integration.test_leases import CHARGE, FAST, ghost_claims, intent, provider_step
+from tests.integration.support import Calls, ghost_claims, intent, one_call_agent, provider_step
+from tests.integration.test_leases import CHARGE, FAST
 
 pytestmark = pytest.mark.anyio
 
@@ -162,7 +163,9 @@ async def dead_letter(store: SQLStore, reason: Reason, *, outcome: StepStatus | 
     run_id = await ghost_claims(store, "payer", (provider_step(0, CHARGE), opened))
     run = await store.get_run(run_id)
     assert run is not None
-    steps = () if outcome is None else (attrs.evolve(opened, status=outcome, settles=True),)
+    steps: tuple[StepWrite, ...] = ()
+    if outcome is not None:
+        steps = (attrs.evolve(opened, status=outcome, settles=True),)
     if outcome is StepStatus.SUCCEEDED:
         steps = (attrs.evolve(steps[0], output_json='{"applied":5}'),)
     settlement = Settlement(Event.DEAD_LETTER, reason, error=f"dead-lettered {reason.value}")

@@ -25,7 +25,7 @@ import pytest
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.commits import Stored
 from leaseward.runtime.lifecycle import Event
-from leaseward.runtime.model import Settlement
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, SQLStore, open_store, parse_store_url, pool_size_for
 from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.postgres import translate_params

@@ -16,8 +16,8 @@ from typing import Any
 
 import anyio
 import pytest
+from leaseward.runtime.encoding import request_digest
 from leaseward.runtime.lifecycle import RunMode
-from leaseward.runtime.model import request_digest
 from leaseward.storage import SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.queries import load_queries

@@ -19,8 +19,9 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
+from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.lifecycle import RunMode
-from leaseward.runtime.model import NewRun, dump_json
+from leaseward.runtime.runs import NewRun
 from leaseward.storage import open_store
 from leaseward.storage.migrations import MIGRATIONS
 

@@ -27,9 +27,7 @@ from urllib.parse import urlsplit
 import anyio
 import asyncpg
 import pytest
-from leaseward.runtime.commits import CommitOutcome
-from leaseward.runtime.model import WorkerRegistration
-from leaseward.storage import BatchItem, Store, open_store
+from leaseward.storage import Store
 
 from leaseward import (
     Agent,
@@ -51,8 +49,16 @@ from leaseward import (
     tool,
 )
 from tests.file_modes import unwritable
+from tests.integration.faults import (
+    FaultyExecutor,
+    Statement,
+    faulty_store,
+    hold,
+    query,
+    records_tool,
+)
 from tests.integration.pg_proxy import CommitDropper
-from tests.integration.support import Calls, FaultyStore, capture_logs, events, one_call_agent
+from tests.integration.support import Calls, capture_logs, events, one_call_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -392,31 +398,20 @@ async def test_postgres_server_restarted_mid_batch(pg_server: Any, pg_database: 
     assert "audit.failed" in events(logs)
 
 
-class LoseCommitOf(FaultyStore):
-    """Arms the proxy just before the first batch with a ``status`` record of the charge."""
+def lose_commit_of(executor: FaultyExecutor, proxy: CommitDropper, status: StepStatus) -> None:
+    """Arms the proxy inside the first transaction with a ``status`` record of the charge,
+    before its COMMIT."""
+    # The proxy loses the next COMMIT of any connection: the worker's heartbeat, the
+    # one other writer beside the Persister, must not send it meanwhile.
+    one_commit = anyio.Lock()
+    charge = records_tool("charge", status)
 
-    def __init__(self, inner: Any, proxy: CommitDropper, status: StepStatus) -> None:
-        super().__init__(inner)
-        self._proxy = proxy
-        self._status = status
-        # The proxy loses the next COMMIT of any connection: the worker's heartbeat,
-        # the one other writer beside the Persister, must not send it meanwhile.
-        self._one_commit = anyio.Lock()
+    async def arm(statement: Statement) -> None:
+        await hold(one_commit)(statement)
+        proxy.arm()
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
-        if self._proxy.dropped or not any(
-            step.tool == "charge" and step.status is self._status
-            for item in items
-            for step in item.steps
-        ):
-            return await super().commit_batch(items)
-        async with self._one_commit:
-            self._proxy.arm()
-            return await super().commit_batch(items)
-
-    async def heartbeat_worker(self, worker: WorkerRegistration) -> None:
-        async with self._one_commit:
-            await super().heartbeat_worker(worker)
+    executor.inject(lambda statement: not proxy.dropped and charge(statement), arm)
+    executor.inject(query("beat_worker"), hold(one_commit))
 
 
 @pytest.mark.parametrize(
@@ -433,7 +428,8 @@ async def test_a_lost_commit_answer_is_decided_from_what_the_database_holds(
     calls = Calls()
     app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")])
     async with CommitDropper(host, port) as proxy:
-        store = LoseCommitOf(await open_store(proxy.url(pg_database, user)), proxy, lost)
+        store, executor = await faulty_store(proxy.url(pg_database, user))
+        lose_commit_of(executor, proxy, lost)
         try:
             with capture_logs() as logs:
                 # One run at a time: no claim commits while the armed batch is in flight.

@@ -15,7 +15,8 @@ import pytest
 from leaseward.runtime.commits import Stored
 from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState
-from leaseward.runtime.model import NewRun, RunInfo, Settlement
+from leaseward.runtime.runs import NewRun, RunInfo
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, CancelOutcome, SQLStore, open_store
 from leaseward.storage.queries import load_queries
 from leaseward.storage.reads import run_listing

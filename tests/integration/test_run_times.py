@@ -32,6 +32,7 @@ async def test_a_claimed_run_is_read_with_its_lease_and_the_stores_clock(store_u
     assert (running.state, running.lease_owner, running.epoch) == (RunState.RUNNING, "w-1", 1)
     assert running.lease_expires_at == claimed.lease_expires_at
     assert running.read_at is not None and abs(running.read_at - time.time()) < 5
+    assert running.lease_expires_at is not None
     assert 25 < running.lease_expires_at - running.read_at <= 30
     # The clock of the read is no part of what the run is.
     assert attrs.evolve(running, read_at=None) == running

@@ -4,16 +4,15 @@ for an interrupted write and dead-letter it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import pytest
-from leaseward.runtime.commits import CommitOutcome
-from leaseward.storage import BatchItem, open_store
 
-from leaseward import App, Reason, RunState, Runtime, StepKind, StepStatus, ToolEffect
-from tests.integration.support import Calls, FaultyStore, one_call_agent, until
+from leaseward import App, Reason, RunState, Runtime, StepStatus, ToolEffect
+from tests.integration.faults import FaultyExecutor, Statement, faulty_store, records_tool
+from tests.integration.support import Calls, one_call_agent, until
 
 pytestmark = pytest.mark.anyio
 
@@ -25,25 +24,19 @@ FAST: dict[str, Any] = {
 WAIT_SECONDS = 20.0
 
 
-class HoldsTheIntent(FaultyStore):
-    """Holds the batch that carries the charge's intent until ``release`` says so, then
-    commits it: the stop lands while the intent is on its way, and it is stored."""
+class HoldsTheIntent:
+    """Holds the transaction that carries the charge's intent until ``release`` says so,
+    then commits it: the stop lands while the intent is on its way, and it is stored."""
 
-    def __init__(self, inner: Any) -> None:
-        super().__init__(inner)
+    def __init__(self, executor: FaultyExecutor) -> None:
         self.intent_sent = anyio.Event()
         self.release: Callable[[], bool] = lambda: False
+        executor.inject(records_tool("charge", StepStatus.STARTED), self._hold, times=1)
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
-        if not self.intent_sent.is_set() and any(
-            step.kind is StepKind.TOOL and step.status is StepStatus.STARTED and not step.settles
-            for item in items
-            for step in item.steps
-        ):
-            self.intent_sent.set()
-            # Read at each look: the test sets it once the intent is on its way.
-            await until(lambda: self.release(), WAIT_SECONDS)
-        return await super().commit_batch(items)
+    async def _hold(self, statement: Statement) -> None:
+        self.intent_sent.set()
+        # Read at each look: the test sets it once the intent is on its way.
+        await until(lambda: self.release(), WAIT_SECONDS)
 
 
 async def test_a_drain_that_cancels_a_run_mid_intent_withdraws_the_intent(
@@ -53,17 +46,18 @@ async def test_a_drain_that_cancels_a_run_mid_intent_withdraws_the_intent(
     the next attempt dead-lettered a charge that had never started interrupted_write."""
     calls = Calls()
     app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")])
-    store = HoldsTheIntent(await open_store(store_url))
+    store, executor = await faulty_store(store_url)
+    holds = HoldsTheIntent(executor)
     try:
         async with Runtime.open(store, app, drain_seconds=0, **FAST) as rt:
             run_id = await rt.submit("payer", None)
             with anyio.fail_after(WAIT_SECONDS):
-                await store.intent_sent.wait()
+                await holds.intent_sent.wait()
             actors = list(rt.supervisor._local.values())
             assert len(actors) == 1
             # Released once the drain has cancelled the run's actor: the cancel lands
             # between the intent's send and its reply.
-            store.release = lambda: all(actor.scope.cancel_called for actor in actors)
+            holds.release = lambda: all(actor.scope.cancel_called for actor in actors)
         released = await store.get_run(run_id)
         journal = await store.list_steps(run_id)
     finally:

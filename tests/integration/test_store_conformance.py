@@ -19,15 +19,12 @@ import pytest
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.commits import Fenced, Refused, Stored
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import dump_json
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
-from leaseward.runtime.model import (
-    NewRun,
-    RunRecord,
-    Settlement,
-    StepWrite,
-    WorkerRegistration,
-    dump_json,
-)
+from leaseward.runtime.runs import NewRun, RunRecord
+from leaseward.runtime.settlements import Settlement
+from leaseward.runtime.workers import WorkerRegistration
 from leaseward.storage import BatchItem, CancelOutcome, LeaseMark, SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
 
@@ -434,8 +431,8 @@ async def test_a_lease_granted_before_renewals_were_counted_is_granted_what_its_
     else:
         import sqlite3
 
-        with sqlite3.connect(store_url.removeprefix("sqlite:///")) as connection:
-            connection.execute("UPDATE runs SET lease_seconds = NULL")
+        with sqlite3.connect(store_url.removeprefix("sqlite:///")) as database:
+            database.execute("UPDATE runs SET lease_seconds = NULL")
     assert (await lease_of(store, run.id)).lease_seconds == pytest.approx(5.0, abs=0.5)
 
 

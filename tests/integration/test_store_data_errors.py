@@ -10,8 +10,10 @@ import attrs
 import pytest
 from leaseward.runtime.commits import Refused, Stored
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, StepKind, StepStatus
-from leaseward.runtime.model import NewRun, RunRecord, Settlement, StepWrite
+from leaseward.runtime.runs import NewRun, RunRecord
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, SQLStore, open_store
 
 from leaseward import ProviderReply, StoreError, ToolCall

@@ -1,10 +1,12 @@
-"""Store faults around the real store, on each dialect: writes fail closed, reads fail soft
-(G3-G5)."""
+"""Store faults under the real store, on each dialect: writes fail closed, reads fail soft
+(G3-G5). The faults are injected at the executor, so every write still goes through
+the real group commit."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from leaseward.storage import open_store
 
 from leaseward import (
     App,
@@ -16,23 +18,19 @@ from leaseward import (
     StepStatus,
     ToolEffect,
 )
-from tests.integration.support import (
-    Calls,
-    FaultyStore,
-    capture_logs,
-    events,
-    one_call_agent,
+from tests.integration.faults import (
+    crash,
+    fail,
+    faulty_store,
+    query,
     records_tool,
     settles_tool,
 )
+from tests.integration.support import Calls, capture_logs, events, one_call_agent
 
 pytestmark = pytest.mark.anyio
 
-FAST = {"poll_interval_seconds": 0.02, "reap_interval_seconds": 0.05}
-
-
-async def faulty(store_url: str) -> FaultyStore:
-    return FaultyStore(await open_store(store_url))
+FAST: dict[str, Any] = {"poll_interval_seconds": 0.02, "reap_interval_seconds": 0.05}
 
 
 @pytest.mark.parametrize(
@@ -46,8 +44,8 @@ async def test_unrecorded_write_result_fails_the_run_and_leaves_the_intent(
     store_url: str, effect: ToolEffect, state: RunState, reason: Reason
 ) -> None:
     calls = Calls()
-    store = await faulty(store_url)
-    store.fault = settles_tool("charge")
+    store, executor = await faulty_store(store_url)
+    executor.inject(settles_tool("charge"), fail())
     app = App([one_call_agent("payer", effect, calls, tool_name="charge")])
     with capture_logs() as logs:
         async with Runtime.open(store, app, **FAST) as rt:
@@ -66,8 +64,8 @@ async def test_unrecorded_write_result_fails_the_run_and_leaves_the_intent(
 
 async def test_read_tool_under_the_same_fault_completes(store_url: str) -> None:
     calls = Calls()
-    store = await faulty(store_url)
-    store.fault = records_tool("lookup")
+    store, executor = await faulty_store(store_url)
+    refusals = executor.inject(records_tool("lookup"), fail())
     app = App([one_call_agent("reader", ToolEffect.READ_ONLY, calls, tool_name="lookup")])
     with capture_logs() as logs:
         async with Runtime.open(store, app, **FAST) as rt:
@@ -76,28 +74,21 @@ async def test_read_tool_under_the_same_fault_completes(store_url: str) -> None:
 
     assert (run.state, run.reason, run.result) == (RunState.COMPLETED, Reason.COMPLETED, "done")
     assert len(calls) == 1
-    assert store.refused, "the fault never fired"
+    assert refusals.fired, "the fault never fired"
     assert "step.record_failed" in events(logs)
 
 
 async def test_read_record_that_fails_once_is_sent_again_with_the_next_step(store_url: str) -> None:
     calls = Calls()
-    store = await faulty(store_url)
-    failed_once: list[bool] = []
-
-    def first_time_only(item: object) -> bool:
-        if not failed_once and records_tool("lookup")(item):  # type: ignore[arg-type]
-            failed_once.append(True)
-            return True
-        return False
-
-    store.fault = first_time_only
+    store, executor = await faulty_store(store_url)
+    refusal = executor.inject(records_tool("lookup"), fail(), times=1)
     app = App([one_call_agent("reader", ToolEffect.READ_ONLY, calls, tool_name="lookup")])
     async with Runtime.open(store, app, **FAST) as rt:
         run = await rt.wait(await rt.submit("reader", None), timeout=10)
         journal = await rt.steps(run.id)
     await store.aclose()
 
+    assert refusal.fired == 1
     assert run.state is RunState.COMPLETED
     assert [s.seq for s in journal] == [0, 1, 2]
     assert [(s.tool, s.status) for s in journal if s.tool] == [("lookup", StepStatus.SUCCEEDED)]
@@ -108,8 +99,8 @@ async def test_write_whose_intent_cannot_be_stored_is_never_called(
     store_url: str, effect: ToolEffect
 ) -> None:
     calls = Calls()
-    store = await faulty(store_url)
-    store.fault = records_tool("charge", StepStatus.STARTED)
+    store, executor = await faulty_store(store_url)
+    refusals = executor.inject(records_tool("charge", StepStatus.STARTED), fail())
     app = App([one_call_agent("payer", effect, calls, tool_name="charge")])
     async with Runtime.open(store, app, **FAST) as rt:
         run_id = await rt.submit("payer", None)
@@ -124,21 +115,23 @@ async def test_write_whose_intent_cannot_be_stored_is_never_called(
     assert run.state is RunState.QUEUED
     assert run.requeues == 1
     assert run.failure_class is FailureClass.CONNECTION
-    assert store.refused
+    assert refusals.fired
 
 
 async def test_persister_crash_is_restarted_and_fails_the_write_closed(store_url: str) -> None:
     calls = Calls()
-    store = await faulty(store_url)
+    store, executor = await faulty_store(store_url)
     app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls)])
     quick_retry = RecoveryPolicy(backoff_base_seconds=0.01)
     with capture_logs() as logs:
         async with Runtime.open(store, app, recovery=quick_retry, **FAST) as rt:
-            store.crash_next_batch = True
+            # The first journal item's batch opens with its lease renewal.
+            crashed = executor.inject(query("renew_leases"), crash(), times=1)
             first = await rt.wait(await rt.submit("payer", None), timeout=10)
             second = await rt.wait(await rt.submit("payer", None), timeout=10)
     await store.aclose()
 
+    assert crashed.fired == 1
     assert "actor.crashed" in events(logs)
     assert "actor.restarted" in events(logs)
     # The crashed batch (the lease extension before the first call) was answered

@@ -15,8 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.runtime.model import MAX_IDEMPOTENCY_KEY_CHARS, NewRun, RunRecord
-from leaseward.storage import open_store
+from leaseward.runtime.runs import MAX_IDEMPOTENCY_KEY_CHARS
 
 from leaseward import (
     App,
@@ -29,7 +28,8 @@ from leaseward import (
     ToolContext,
     ToolEffect,
 )
-from tests.integration.support import Calls, FaultyStore, one_call_agent
+from tests.integration.faults import FaultyExecutor, Statement, faulty_store, query
+from tests.integration.support import Calls, one_call_agent
 from tests.stores import created
 
 pytestmark = pytest.mark.anyio
@@ -208,18 +208,22 @@ async def test_rt_run_with_a_key_twice_runs_the_agent_once(store_url: str) -> No
     assert len(calls) == 1
 
 
-class JoinSignal(FaultyStore):
-    """The real store, saying when a create_run found a run that already had the key."""
+def join_signal(executor: FaultyExecutor) -> anyio.Event:
+    """Set once a submit committed that found a run already holding its key."""
+    joined = anyio.Event()
 
-    def __init__(self, inner: Any) -> None:
-        super().__init__(inner)
-        self.joined = anyio.Event()
+    async def signal(statement: Statement) -> None:
+        answered = {row["run_id"] for row in statement.answer or ()}
+        if any(key["id"] not in answered for key in statement.rows("keys")):
+            assert statement.transaction is not None
 
-    async def create_run(self, new: NewRun) -> RunRecord:
-        record = await self.inner.create_run(new)
-        if record.id != new.id:
-            self.joined.set()
-        return record
+            async def committed() -> None:
+                joined.set()
+
+            statement.transaction.after_commit(committed)
+
+    executor.inject(query("insert_keys"), after=signal)
+    return joined
 
 
 async def test_rt_run_with_the_key_of_a_run_in_progress_waits_for_it(store_url: str) -> None:
@@ -232,7 +236,8 @@ async def test_rt_run_with_the_key_of_a_run_in_progress_waits_for_it(store_url: 
         await release.wait()
 
     app = App([one_call_agent("mailer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, body=hold)])
-    store = JoinSignal(await open_store(store_url))
+    store, executor = await faulty_store(store_url)
+    joined = join_signal(executor)
     results: list[Any] = []
 
     async def run() -> None:
@@ -244,7 +249,7 @@ async def test_rt_run_with_the_key_of_a_run_in_progress_waits_for_it(store_url: 
             await in_call.wait()
             group.start_soon(run)
             # The second call found the first one's run while its write was in flight.
-            await store.joined.wait()
+            await joined.wait()
             (run_id,) = await all_runs(rt.client)
             assert (await rt.get(run_id)).state is RunState.RUNNING
             release.set()

@@ -40,7 +40,7 @@ class Currency(enum.Enum):
 
 class Line(BaseModel):
     sku: str
-    quantity: int = Field(1, ge=1)
+    quantity: int = Field(default=1, ge=1)
 
 
 @dataclasses.dataclass

@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 import pytest
-from leaseward.runtime.model import MAX_RESULT_BYTES
+from leaseward.runtime.encoding import MAX_RESULT_BYTES
 from leaseward.runtime.results import MAX_SUMMARY_REPR_CHARS
 from pydantic import BaseModel
 from typing_extensions import TypedDict

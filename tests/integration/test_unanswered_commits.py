@@ -2,22 +2,18 @@
 
 A read-back proves records stored, never that the worker still holds the run: only
 an answered commit or a keeper renewal extends a lease or admits a call (G6, G7).
-On PostgreSQL the answers are lost for real, by a TCP proxy; on both stores, by a
-store that commits and then says nothing of how it went.
+On PostgreSQL the answers are lost for real, by a TCP proxy; on both stores, by an
+executor that commits and then says nothing of how it went.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 import pytest
-from leaseward.runtime.commits import CommitOutcome
-from leaseward.runtime.errors import CommitOutcomeUnknown, StoreError
-from leaseward.runtime.model import WorkerRegistration
-from leaseward.storage import BatchItem, open_store
+from leaseward.runtime.errors import StoreError
 
 from leaseward import (
     Agent,
@@ -34,8 +30,17 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from tests.integration.faults import (
+    FaultyExecutor,
+    Statement,
+    Transaction,
+    faulty_store,
+    hold,
+    lose_answer,
+    query,
+)
 from tests.integration.pg_proxy import CommitDropper
-from tests.integration.support import FaultyStore, capture_logs, events, until
+from tests.integration.support import capture_logs, events, until
 
 pytestmark = pytest.mark.anyio
 
@@ -50,28 +55,44 @@ def upstream(admin_url: str) -> tuple[str, int, str]:
     return parts.hostname or "127.0.0.1", parts.port or 5432, parts.username or "postgres"
 
 
-class LoseAnswersTo(FaultyStore):
+class CarriesRecordOf:
+    """Picks each transaction that writes a record of ``tool``, and after it each one that
+    renews the lease of a run such a record was for: the worker sends a record whose
+    answer it lost again with its run's next write, and when that write is fenced the
+    executor sees its lease renewal only, never the record."""
+
+    def __init__(self, tool: str) -> None:
+        self._tool = tool
+        self._runs: set[str] = set()
+        self._picked: Transaction | None = None
+
+    def __call__(self, statement: Statement) -> bool:
+        if statement.transaction is None or statement.transaction is self._picked:
+            return False
+        runs = {step.run_id for step in statement.steps() if step.tool == self._tool}
+        self._runs |= runs
+        if runs or (
+            statement.name == "renew_leases"
+            and any(row["run_id"] in self._runs for row in statement.rows("items"))
+        ):
+            self._picked = statement.transaction
+            return True
+        return False
+
+
+def lose_answers_to(executor: FaultyExecutor, proxy: CommitDropper, tool: str) -> None:
     """Loses the answer to every commit that carries a record of ``tool``; the first
     loss partitions the worker from the database until the test heals it."""
+    # The proxy loses the next COMMIT of any connection: the worker's heartbeat, the
+    # one other writer beside the Persister, must not send it meanwhile.
+    one_commit = anyio.Lock()
 
-    def __init__(self, inner: Any, proxy: CommitDropper, tool: str) -> None:
-        super().__init__(inner)
-        self._proxy = proxy
-        self._tool = tool
-        # The proxy loses the next COMMIT of any connection: the worker's heartbeat,
-        # the one other writer beside the Persister, must not send it meanwhile.
-        self._one_commit = anyio.Lock()
+    async def lose(statement: Statement) -> None:
+        await hold(one_commit)(statement)
+        proxy.arm(then_partition=not proxy.dropped)
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
-        if not any(step.tool == self._tool for item in items for step in item.steps):
-            return await super().commit_batch(items)
-        async with self._one_commit:
-            self._proxy.arm(then_partition=not self._proxy.dropped)
-            return await super().commit_batch(items)
-
-    async def heartbeat_worker(self, worker: WorkerRegistration) -> None:
-        async with self._one_commit:
-            await super().heartbeat_worker(worker)
+    executor.inject(CarriesRecordOf(tool), lose)
+    executor.inject(query("beat_worker"), hold(one_commit))
 
 
 def payer(provider_calls: list[int]) -> App:
@@ -117,7 +138,8 @@ async def test_a_reaped_worker_whose_fenced_commit_went_unanswered_calls_nothing
             connect_timeout_seconds=HELD_SECONDS,
             command_timeout_seconds=HELD_SECONDS,
         )
-        store = LoseAnswersTo(await open_store(url), proxy, "lookup")
+        store, executor = await faulty_store(url)
+        lose_answers_to(executor, proxy, "lookup")
         try:
             with capture_logs() as logs:
                 async with Runtime.open(
@@ -153,40 +175,27 @@ async def test_a_reaped_worker_whose_fenced_commit_went_unanswered_calls_nothing
     assert len(a_calls) == 1, "A called the provider for a run it no longer held"
 
 
-class CommitsThenFallsSilent(FaultyStore):
+class CommitsThenFallsSilent:
     """Commits every batch carrying a record of ``tool``, then answers that the outcome is
     unknown. The first such answer cuts the worker off from its database: its reads
     (the journal's, the reaper's) wait for ``partition_over`` and fail, so that it
     neither learns what it stored nor reaps its own run while another worker takes
     it over."""
 
-    def __init__(self, inner: Any, tool: str, partition_over: anyio.Event) -> None:
-        super().__init__(inner)
-        self._tool = tool
+    def __init__(self, executor: FaultyExecutor, tool: str, partition_over: anyio.Event) -> None:
         self._partition_over = partition_over
-        self.silent_commits = 0
         self.partitioned = anyio.Event()
+        self.silent = executor.inject(CarriesRecordOf(tool), self._fall_silent)
+        executor.inject(query("list_steps", "running_leases"), self._cut_off)
 
-    async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
-        outcomes = await super().commit_batch(items)
-        if any(step.tool == self._tool for item in items for step in item.steps):
-            self.silent_commits += 1
-            self.partitioned.set()
-            raise CommitOutcomeUnknown("injected: the answer to the COMMIT was lost")
-        return outcomes
+    async def _fall_silent(self, statement: Statement) -> None:
+        await lose_answer()(statement)
+        self.partitioned.set()
 
-    async def _cut_off(self) -> None:
+    async def _cut_off(self, statement: Statement) -> None:
         if self.partitioned.is_set() and not self._partition_over.is_set():
             await self._partition_over.wait()
             raise StoreError("injected: the database cannot be reached")
-
-    async def list_steps(self, run_id: str) -> Any:
-        await self._cut_off()
-        return await super().list_steps(run_id)
-
-    async def running_leases(self) -> Any:
-        await self._cut_off()
-        return await super().running_leases()
 
 
 async def test_a_read_back_of_records_sent_before_renews_nothing(store_url: str) -> None:
@@ -195,7 +204,8 @@ async def test_a_read_back_of_records_sent_before_renews_nothing(store_url: str)
     the journal says nothing of this commit, and A must not call the provider."""
     a_calls: list[int] = []
     partition_over = anyio.Event()
-    store = CommitsThenFallsSilent(await open_store(store_url), "lookup", partition_over)
+    store, executor = await faulty_store(store_url)
+    silence = CommitsThenFallsSilent(executor, "lookup", partition_over)
     try:
         with capture_logs() as logs:
             async with Runtime.open(
@@ -209,7 +219,7 @@ async def test_a_read_back_of_records_sent_before_renews_nothing(store_url: str)
             ) as a:
                 run_id = await a.submit("payer", "go")
                 with anyio.fail_after(WAIT_SECONDS):
-                    await store.partitioned.wait()
+                    await silence.partitioned.wait()
                 async with Runtime.open(
                     store_url,
                     rescuer(),
@@ -227,6 +237,6 @@ async def test_a_read_back_of_records_sent_before_renews_nothing(store_url: str)
         await store.aclose()
 
     assert (run.state, run.result, run.epoch) == (RunState.COMPLETED, "done by B", 2)
-    assert store.silent_commits >= 2
+    assert silence.silent.fired >= 2
     assert "commit.undecided" in events(logs)
     assert len(a_calls) == 1, "A called the provider for a run it no longer held"

@@ -16,7 +16,6 @@ import anyio
 import pytest
 from leaseward.actors import WORKER_GONE_AFTER_BEATS, WORKER_GONE_AFTER_MIN_SECONDS
 from leaseward.runtime.commits import Stored
-from leaseward.runtime.model import WorkerRegistration
 from leaseward.storage import BatchItem, SQLStore, open_store
 
 from leaseward import (
@@ -28,11 +27,11 @@ from leaseward import (
     RunState,
     Runtime,
     ScriptedProvider,
-    StoreError,
     UnknownAgent,
     WorkerInfo,
 )
-from tests.integration.support import FaultyStore, capture_logs, events
+from tests.integration.faults import FaultyExecutor, Statement, fail, faulty_store, query
+from tests.integration.support import capture_logs, events
 from tests.integration.test_leases import FAST
 from tests.integration.test_store_conformance import DEAD, new_run
 from tests.stores import created
@@ -103,32 +102,28 @@ async def test_a_client_queues_a_run_no_live_worker_serves(store_url: str) -> No
         assert "nosuchagent" not in await client.served_agents()
 
 
-class BrokenRegistry(FaultyStore):
-    """The real store, except that every change to the workers table fails."""
+def break_registry(executor: FaultyExecutor) -> anyio.Event:
+    """Every change to the workers table fails; the event is set at the first heartbeat."""
+    beaten = anyio.Event()
 
-    def __init__(self, inner: SQLStore) -> None:
-        super().__init__(inner)
-        self.beaten = anyio.Event()
+    async def beat(statement: Statement) -> None:
+        if not statement.params["starting"]:
+            beaten.set()
 
-    async def register_worker(self, worker: WorkerRegistration) -> None:
-        raise StoreError("sqlite: disk I/O error")
-
-    async def heartbeat_worker(self, worker: WorkerRegistration) -> None:
-        self.beaten.set()
-        raise StoreError("sqlite: disk I/O error")
-
-    async def remove_worker(self, worker_id: str) -> None:
-        raise StoreError("sqlite: disk I/O error")
+    executor.inject(query("beat_worker"), beat)
+    executor.inject(query("beat_worker", "remove_worker"), fail("sqlite: disk I/O error"))
+    return beaten
 
 
 async def test_a_failing_registry_is_logged_and_runs_go_on(db_url: str) -> None:
-    store = BrokenRegistry(await open_store(db_url))
+    store, executor = await faulty_store(db_url)
+    beaten = break_registry(executor)
     try:
         with capture_logs() as logs:
             async with Runtime.open(store, app_of("payer"), **FAST) as rt:
                 run = await rt.wait(await rt.submit("payer", {}), timeout=10)
                 with anyio.fail_after(10):
-                    await store.beaten.wait()
+                    await beaten.wait()
     finally:
         await store.aclose()
     assert run.state is RunState.COMPLETED

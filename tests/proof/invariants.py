@@ -22,7 +22,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
-from leaseward.runtime.model import RunRecord, StepInfo
+from leaseward.runtime.journal import StepInfo
+from leaseward.runtime.runs import RunRecord
 from leaseward.storage import open_store
 
 from leaseward import RunState, StepKind, StepStatus

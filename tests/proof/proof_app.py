@@ -67,6 +67,7 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
 def _reply(request: ProviderRequest) -> ProviderReply:
     turn = sum(1 for message in request.messages if message.role is Role.ASSISTANT)
     user = next(m for m in request.messages if m.role is Role.USER)
+    assert user.content is not None
     order = json.loads(user.content)
     name = TOOL_NAMES[order["effect"]]
     script = [ProviderReply(tool_calls=[ToolCall(name, {"amount": order["amount"]}, CALL_ID)])]

@@ -4,8 +4,8 @@
 until it is killed (or, with ``--exit-after-point``, until it was frozen at its
 crash point, continued, and has no run left). Crash points come from the
 ``LEASEWARD_TEST_CRASH_*`` variables (see leaseward.storage.crash_points). With
-``--fault-rate`` the store refuses or delays that share of commits and claims,
-appending one line per fault to ``--faults-file``.
+``--fault-rate`` the store's executor refuses or delays that share of commits and
+claims, appending one line per fault to ``--faults-file``.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import os
 import random
 import sys
 from pathlib import Path
-from typing import Any
 
 import anyio
 from leaseward.runtime.errors import StoreError
-from leaseward.storage import WriteBatch, WriteResults, open_store
+from leaseward.storage import open_store
 
 from leaseward import RecoveryPolicy, Runtime
+from tests.integration.faults import Statement, faulty_store
 from tests.proof.proof_app import build_app, read_lines
 
 LEASE_SECONDS = 1.0
@@ -33,27 +33,31 @@ POLL_INTERVAL_SECONDS = 0.02
 POLICY = RecoveryPolicy(max_requeues=1000, backoff_base_seconds=0.01, backoff_cap_seconds=0.2)
 IDLE_CHECK_SECONDS = 0.02
 MAX_FAULT_DELAY_SECONDS = 0.05
+REGISTRY_QUERIES = {"beat_worker", "remove_worker"}
 
 
-class FaultyStore:
-    """A store that refuses or delays a share of batches and claims, at random.
+class RandomFaults:
+    """Refuses or delays a share of the worker's transactions, at random, at their first
+    statement: a refusal is a connection that dropped before sending, so nothing of the
+    transaction is written. The worker registry's own writes are left alone."""
 
-    A refusal happens before the inner store is asked, like a connection that
-    dropped before sending: nothing of the batch is written.
-    """
-
-    def __init__(self, inner: Any, rate: float, faults_file: Path, seed: int) -> None:
-        self._inner = inner
+    def __init__(self, rate: float, faults_file: Path, seed: int) -> None:
         self._rate = rate
         self._faults = faults_file.open("a", encoding="utf-8")
         self._random = random.Random(seed)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    def picks(self, statement: Statement) -> bool:
+        return (
+            statement.transaction is not None
+            and not statement.transaction.statements
+            and statement.name not in REGISTRY_QUERIES
+            and self._random.random() < self._rate
+        )
 
-    async def _maybe_fault(self, what: str) -> None:
-        if self._random.random() >= self._rate:
-            return
+    async def fault(self, statement: Statement) -> None:
+        # Every write of a worker (records, renewals, settlements, claims, reaps) is one
+        # group commit of its Persister: the one place a store fault reaches them all.
+        what = "claim" if statement.name == "claim_runs" else "commit"
         kind = self._random.choice(("refuse", "delay"))
         # Flushed, not fsynced: a SIGKILL loses nothing the kernel already has.
         self._faults.write(f"{what} {kind}\n")
@@ -61,13 +65,6 @@ class FaultyStore:
         if kind == "refuse":
             raise StoreError(f"injected fault: {what} refused")
         await anyio.sleep(self._random.uniform(0, MAX_FAULT_DELAY_SECONDS))
-
-    async def commit(self, batch: WriteBatch) -> WriteResults:
-        # Every write of a worker (records, renewals, settlements, claims, reaps) is one
-        # group commit of its Persister: the one place a store fault reaches them all.
-        await self._maybe_fault("claim" if batch.claims and not batch.items else "commit")
-        result: WriteResults = await self._inner.commit(batch)
-        return result
 
 
 def point_fired(marker: str | None) -> bool:
@@ -78,9 +75,13 @@ def point_fired(marker: str | None) -> bool:
 
 
 async def main(args: argparse.Namespace) -> None:
-    store: Any = await open_store(args.store)
     if args.fault_rate > 0:
-        store = FaultyStore(store, args.fault_rate, Path(args.faults_file), args.seed)
+        # Injected once the store is open: its migrations are not the worker's writes.
+        store, executor = await faulty_store(args.store)
+        faults = RandomFaults(args.fault_rate, Path(args.faults_file), args.seed)
+        executor.inject(faults.picks, faults.fault)
+    else:
+        store = await open_store(args.store)
     marker = os.environ.get("LEASEWARD_TEST_CRASH_MARKER")
     try:
         async with Runtime.open(

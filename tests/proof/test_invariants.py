@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from leaseward.runtime.model import RunRecord, StepInfo
+from leaseward.runtime.journal import StepInfo
+from leaseward.runtime.runs import RunRecord
 
 from leaseward import RunMode, RunState, StepKind, StepStatus, ToolEffect
 from tests.proof.invariants import Journal, ProcessLife, count

@@ -8,7 +8,8 @@ from typing import Any
 import attrs
 import pytest
 from leaseward.runtime.approvals import GateAction, gate_call
-from leaseward.runtime.model import EXPIRED_REASON, arguments_digest
+from leaseward.runtime.encoding import arguments_digest
+from leaseward.runtime.human_requests import EXPIRED_REASON
 from leaseward.runtime.tools import bind_tool
 
 from leaseward import (

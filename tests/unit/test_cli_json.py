@@ -6,15 +6,11 @@ import json
 
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.human_requests import Decision, HumanRequest, RequestKind
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState, StepKind, StepStatus
-from leaseward.runtime.model import (
-    Decision,
-    HumanRequest,
-    RequestKind,
-    RunInfo,
-    StepInfo,
-    WorkerInfo,
-)
+from leaseward.runtime.runs import RunInfo
+from leaseward.runtime.workers import WorkerInfo
 
 from leaseward.cli.json_output import request_json, run_json, step_json, worker_json
 

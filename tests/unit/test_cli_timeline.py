@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState, StepKind, StepStatus
-from leaseward.runtime.model import RunInfo, StepInfo
+from leaseward.runtime.runs import RunInfo
 
 from leaseward.cli.timeline import print_timeline
 

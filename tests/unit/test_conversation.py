@@ -17,17 +17,11 @@ from leaseward.runtime.conversation import (
     reply_to_json,
 )
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import valid_text
 from leaseward.runtime.errors import ProviderError
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import StepKind, StepStatus
-from leaseward.runtime.model import (
-    Message,
-    ProviderReply,
-    Role,
-    StepInfo,
-    ToolCall,
-    Usage,
-    valid_text,
-)
+from leaseward.runtime.messages import Message, ProviderReply, Role, ToolCall, Usage
 
 RUN = "run-1"
 
@@ -392,7 +386,7 @@ def test_tool_call_arguments_that_are_not_a_mapping_are_the_providers_error(
 
 def test_tool_call_arguments_shown_in_the_error_are_shortened() -> None:
     with pytest.raises(ProviderError) as raised:
-        ToolCall("send_email", "x" * 10_000, "c1")
+        ToolCall("send_email", "x" * 10_000, "c1")  # type: ignore[arg-type]
     assert len(raised.value.message) < 300
     assert "..." in raised.value.message
 

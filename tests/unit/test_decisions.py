@@ -16,8 +16,9 @@ from leaseward.runtime.errors import (
     UnknownRequestCall,
     WrongRequestKind,
 )
+from leaseward.runtime.human_requests import Decision, HumanRequest, RequestKind
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
-from leaseward.runtime.model import Decision, HumanRequest, RequestKind, RunRecord
+from leaseward.runtime.runs import RunRecord
 
 
 def run(state: RunState, reason: Reason | None = None) -> RunRecord:

@@ -16,7 +16,7 @@ import structlog
 from leaseward.runtime.agents import Agent, App, ScriptedProvider
 from leaseward.runtime.effects import ToolEffect, ToolEffectResolver, declared_effect
 from leaseward.runtime.errors import InvalidInput, ToolDefinitionError
-from leaseward.runtime.model import ProviderReply
+from leaseward.runtime.messages import ProviderReply
 from leaseward.runtime.tools import (
     DEFAULT_TOOL_TIMEOUT_SECONDS,
     BoundTool,
@@ -197,7 +197,7 @@ def test_a_non_member_effect_in_the_decorator_is_refused() -> None:
         pass
 
     with pytest.raises(ToolDefinitionError):
-        tool(effect="read_only")(t)  # type: ignore[arg-type]
+        tool(effect="read_only")(t)  # type: ignore[call-overload]
 
 
 def test_function_tool_is_frozen() -> None:
@@ -264,7 +264,12 @@ def test_toolset_lookup() -> None:
 
 @pytest.mark.parametrize(
     "candidate",
-    [object(), ClassTool(name=""), ClassTool(name=3), ClassTool(timeout_seconds=0)],
+    [
+        object(),
+        ClassTool(name=""),
+        ClassTool(name=3),  # type: ignore[arg-type]
+        ClassTool(timeout_seconds=0),
+    ],
     ids=["object", "empty-name", "int-name", "zero-timeout"],
 )
 def test_bind_tool_refuses_unusable_tools(candidate: Any) -> None:
@@ -310,13 +315,23 @@ def test_awaiting_a_function_tool_checks_and_converts_its_arguments() -> None:
         asyncio.run(place(ctx, order={}))
 
 
+def run_implementation(bound: BoundTool, **arguments: Any) -> Any:
+    """What a bound tool's implementation returns. It promises an awaitable, not the
+    coroutine asyncio.run takes, so a coroutine awaits it."""
+    ctx = ToolContext("run", 1, "call_1", "key-1", structlog.get_logger())
+
+    async def awaited() -> Any:
+        return await bound.implementation(ctx, **arguments)
+
+    return asyncio.run(awaited())
+
+
 def test_a_bound_class_tool_is_called_without_the_nulls_strict_mode_sends() -> None:
     candidate = ClassTool()
     candidate.parameters = {"type": "object", "properties": {"limit": {"type": "integer"}}}
     bound = bind_tool(candidate)
-    ctx = ToolContext("run", 1, "call_1", "key-1", structlog.get_logger())
-    assert asyncio.run(bound.implementation(ctx, limit=None)) == {}
-    assert asyncio.run(bound.implementation(ctx, limit=3)) == {"limit": 3}
+    assert run_implementation(bound, limit=None) == {}
+    assert run_implementation(bound, limit=3) == {"limit": 3}
     assert bound.parameters == candidate.parameters
     with pytest.raises(InvalidInput, match="limit: 'x' is not of type 'integer'"):
         bound.arguments.parse({"limit": "x"})
@@ -326,9 +341,8 @@ def test_a_bound_class_tool_is_called_without_the_nulls_strict_mode_sends() -> N
 
 
 def call_bound(candidate: Any, **arguments: Any) -> Any:
-    ctx = ToolContext("run", 1, "call_1", "key-1", structlog.get_logger())
     bound = bind_tool(candidate)
-    return asyncio.run(bound.implementation(ctx, **bound.arguments.parse(arguments)))
+    return run_implementation(bound, **bound.arguments.parse(arguments))
 
 
 def test_a_tool_without_a_context_parameter_takes_every_parameter_as_an_argument() -> None:
@@ -444,7 +458,8 @@ class Plain(typing.TypedDict):  # typing's, which pydantic refuses before Python
 
 def test_a_return_annotation_pydantic_cannot_use_falls_back_to_encoding_by_value() -> None:
     @tool
-    async def fetch(ctx: ToolContext) -> Plain: ...
+    async def fetch(ctx: ToolContext) -> Plain:
+        return Plain(when=datetime.date(2026, 1, 2))
 
     encoded = bind_tool(fetch).encode_result({"when": datetime.date(2026, 1, 2)}, returned=True)
     assert encoded.value == {"when": "2026-01-02"}

@@ -5,11 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from leaseward.runtime.model import (
-    MAX_IDEMPOTENCY_KEY_CHARS,
-    check_idempotency_key,
-    request_digest,
-)
+from leaseward.runtime.encoding import request_digest
+from leaseward.runtime.runs import MAX_IDEMPOTENCY_KEY_CHARS, check_idempotency_key
 
 from leaseward import InvalidInput
 

@@ -15,18 +15,12 @@ from leaseward.runtime.conversation import (
     reply_from_json,
     reply_to_json,
 )
+from leaseward.runtime.encoding import MAX_JSON_DEPTH, dump_json, load_json, valid_text
 from leaseward.runtime.errors import InvalidInput, ProviderError
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, StepKind, StepStatus
-from leaseward.runtime.model import (
-    MAX_JSON_DEPTH,
-    ProviderReply,
-    Settlement,
-    StepWrite,
-    ToolCall,
-    dump_json,
-    load_json,
-    valid_text,
-)
+from leaseward.runtime.messages import ProviderReply, ToolCall
+from leaseward.runtime.settlements import Settlement
 
 LONE = "\ud83d"
 # Any code point, lone surrogates and NUL included: what a decoded model reply may hold.

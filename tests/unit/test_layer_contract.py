@@ -51,7 +51,7 @@ def test_the_copy_passes_before_it_is_changed(tree: Path) -> None:
 @pytest.mark.parametrize(
     ("file", "line", "rule"),
     [
-        ("runtime/model.py", "from leaseward.storage import Store", "storage layer above"),
+        ("runtime/journal.py", "from leaseward.storage import Store", "storage layer above"),
         ("runtime/lifecycle.py", "import anyio", "the kernel does no I/O"),
         ("runtime/effects.py", "from leaseward import Runtime", "facade layer above"),
         ("storage/journal.py", "from leaseward.actors import mailbox", "actors layer above"),
@@ -93,7 +93,7 @@ def test_a_wrong_way_import_fails_the_contract(
         ("storage/journal.py", "from leaseward.runtime.effects import ToolEffect"),
         ("actors/persister.py", "from leaseward.storage import Store"),
         ("leaseward/daemon.py", "from leaseward.actors import mailbox"),
-        ("runtime/model.py", "import attrs"),
+        ("runtime/journal.py", "import attrs"),
         ("leaseward/providers/openai.py", "from leaseward.runtime.errors import LeasewardError"),
     ],
 )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from leaseward.runtime.errors import NotAwaitingResolution, NothingToResolve, NotRedrivable
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
-from leaseward.runtime.model import RunRecord
 from leaseward.runtime.operator_rules import check_redrive, check_resolve
+from leaseward.runtime.runs import RunRecord
 
 
 def run(state: RunState, reason: Reason | None) -> RunRecord:

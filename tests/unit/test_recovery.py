@@ -12,6 +12,7 @@ import pytest
 from leaseward.actors.reaper import plan_reap
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.journal import StepInfo, StepWrite
 from leaseward.runtime.lifecycle import (
     Event,
     Reason,
@@ -24,7 +25,8 @@ from leaseward.runtime.lifecycle import (
     StepStatus,
     decide_recovery,
 )
-from leaseward.runtime.model import RunRecord, Settlement, StepInfo, StepWrite, settlement_after
+from leaseward.runtime.runs import RunRecord
+from leaseward.runtime.settlements import Settlement, settlement_after
 from leaseward.storage.protocol import ExpiredRun
 
 POLICY = RecoveryPolicy(max_requeues=3)

@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
-from leaseward.runtime.model import RunInfo, RunRecord
+from leaseward.runtime.runs import RunInfo, RunRecord
 from leaseward.storage.rows import RUN_COLUMNS, run_from_row
 
 ROW: dict[str, Any] = {

@@ -13,8 +13,11 @@ from hypothesis import strategies as st
 from leaseward.runtime.agents import Agent, ScriptedProvider
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import arguments_digest, load_json
 from leaseward.runtime.errors import ProviderError
 from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.human_requests import Decision, HumanRequest, RequestKind
+from leaseward.runtime.journal import StepInfo, StepWrite
 from leaseward.runtime.lifecycle import (
     Event,
     Reason,
@@ -62,18 +65,8 @@ from leaseward.runtime.machine import (
     ToolReturned,
     UnexpectedEvent,
 )
-from leaseward.runtime.model import (
-    Decision,
-    HumanRequest,
-    ProviderReply,
-    RequestKind,
-    RunRecord,
-    StepInfo,
-    StepWrite,
-    ToolCall,
-    arguments_digest,
-    load_json,
-)
+from leaseward.runtime.messages import ProviderReply, ToolCall
+from leaseward.runtime.runs import RunRecord
 from leaseward.runtime.tools import ToolContext, tool
 
 EFFECTS = tuple(ToolEffect)
@@ -256,6 +249,7 @@ def test_a_read_is_called_with_no_intent_and_its_outcome_recorded_fail_soft() ->
         "CheckAdmission",
     ]
     call = admit(m)
+    assert isinstance(call, CallTool)
     assert call == CallTool(
         tool="act",
         call_id="call-1",
@@ -824,8 +818,8 @@ def resumed(
 
 @pytest.mark.parametrize("kind", list(RequestKind))
 def test_a_call_that_needs_a_person_parks_the_run_with_its_request(kind: RequestKind) -> None:
-    options = {"approval": True} if kind is RequestKind.APPROVAL else {"asks_human": True}
-    m = machine(ToolEffect.NON_IDEMPOTENT_WRITE, **options)
+    approval = kind is RequestKind.APPROVAL
+    m = machine(ToolEffect.NON_IDEMPOTENT_WRITE, approval=approval, asks_human=not approval)
     m.start()
     admit(m)
     m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL])))
@@ -1126,8 +1120,8 @@ def answers(pending: Command, now: float, sent: Commit | None) -> st.SearchStrat
     if isinstance(pending, CheckAdmission):
         return st.builds(AdmissionCheck, now=st.floats(now, now + 40.0), wall=st.just(0.0))
     if isinstance(pending, Commit):
-        sent = st.floats(now, now + 1.0)
-        return st.one_of(st.builds(Committed, st.sampled_from(OUTCOMES), sent), cancel)
+        sent_at = st.floats(now, now + 1.0)
+        return st.one_of(st.builds(Committed, st.sampled_from(OUTCOMES), sent_at), cancel)
     if isinstance(pending, ReadBack):
         return st.one_of(
             st.builds(JournalRead, st.just(())),

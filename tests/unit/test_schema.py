@@ -33,7 +33,7 @@ class Item(BaseModel):
     """One line of an order."""
 
     sku: str
-    quantity: int = Field(1, ge=1)
+    quantity: int = Field(default=1, ge=1)
 
 
 @dataclasses.dataclass

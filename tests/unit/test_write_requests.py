@@ -20,7 +20,8 @@ from leaseward.actors.messages import (
 from leaseward.runtime.commits import Fenced, Refused, Stored, Unanswered
 from leaseward.runtime.errors import CommitOutcomeUnknown, RunNotFound, StoreError
 from leaseward.runtime.lifecycle import Event, RunMode, RunState
-from leaseward.runtime.model import NewRun, RunRecord, Settlement
+from leaseward.runtime.runs import NewRun, RunRecord
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage import (
     BatchItem,
     CancelOutcome,

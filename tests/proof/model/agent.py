@@ -14,21 +14,16 @@ from typing import Any
 import attrs
 from leaseward.runtime.agents import Agent, ScriptedProvider
 from leaseward.runtime.commits import Stored, Unanswered
+from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.machine import (
     AdmissionCheck,
     Command,
     Committed,
     ReadBack,
     RunMachine,
-    _ReadingBack,
 )
-from leaseward.runtime.model import (
-    HumanRequest,
-    ProviderReply,
-    ProviderRequest,
-    Role,
-    ToolCall,
-)
+from leaseward.runtime.machine.phases import ReadingBack
+from leaseward.runtime.messages import ProviderReply, ProviderRequest, Role, ToolCall
 from leaseward.runtime.tools import tool
 
 from .scenario import APPROVAL_TIMEOUT, Call, Holes
@@ -107,7 +102,7 @@ class ReadBackRenews(RunMachine):
         self.read_back_sent_at = event.sent_at
         if isinstance(event.outcome, Unanswered) and not sending.fresh:
             self.in_doubt = True
-            self.phase = _ReadingBack(sending, event.outcome)
+            self.phase = ReadingBack(sending, event.outcome)
             return (ReadBack(),)
         return super()._committed(sending, event)
 

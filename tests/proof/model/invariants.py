@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections import Counter
 
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import arguments_digest, load_json
+from leaseward.runtime.human_requests import Decision
 from leaseward.runtime.lifecycle import Reason, RunState, StepStatus
-from leaseward.runtime.model import Decision, arguments_digest, load_json
 
 from .scenario import KEY
 from .world import World

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import attrs
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.lifecycle import RecoveryPolicy, RunState
-from leaseward.runtime.model import dump_json
 
 from .store import StoreHoles
 

@@ -1,6 +1,6 @@
 """A store in memory, with the SQL store's fencing rules, on a clock that only moves when told.
 
-Each method mirrors one operation of ``storage/sql_store.py`` and its named queries,
+Each method mirrors one operation of ``storage/store.py`` and its named queries,
 synchronously: a commit is one step of the simulated world, all or nothing. The
 rules it must share with the real stores (which commit is stored, fenced or
 refused; which reap, decision, redrive, resolution or submit is accepted) are
@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import load_json
 from leaseward.runtime.errors import (
     IdempotencyKeyConflict,
     IllegalTransition,
@@ -31,6 +32,8 @@ from leaseward.runtime.errors import (
     RunPurged,
 )
 from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.human_requests import Decision, HumanRequest, RequestKind
+from leaseward.runtime.journal import StepInfo, StepWrite
 from leaseward.runtime.lifecycle import (
     REDRIVABLE_REASONS,
     TRANSITIONS,
@@ -42,18 +45,9 @@ from leaseward.runtime.lifecycle import (
     StepStatus,
     source_state,
 )
-from leaseward.runtime.model import (
-    Decision,
-    HumanRequest,
-    NewRun,
-    PurgedRun,
-    RequestKind,
-    RunRecord,
-    Settlement,
-    StepInfo,
-    StepWrite,
-    load_json,
-)
+from leaseward.runtime.retention import PurgedRun
+from leaseward.runtime.runs import NewRun, RunRecord
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage.protocol import BatchItem, ExpiredRun, LeaseMark
 
 __all__ = ["SimKey", "SimRequest", "SimRun", "SimStep", "SimStore", "StoreHoles"]

@@ -5,7 +5,7 @@ Time is whole units. Every clock (the store's, each worker's monotonic clock, th
 reaper's monotonic clock) moves together when time passes; the store's can also
 step alone, as NTP or a person may step a database host's clock.
 
-A worker is an interpreter of ``runtime/machine.py``, as ``actors/run_actor.py``
+A worker is an interpreter of ``runtime/machine/``, as ``actors/run_actor.py``
 is: it carries out the action the machine awaits (one store interaction, or an
 admission check and the call it admits) and feeds back the event that answers
 it. The provider is scripted (one turn asking for every call of the scenario,
@@ -33,7 +33,9 @@ from leaseward.actors.reaper import plan_reap
 from leaseward.runtime.agents import Agent
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import dump_json, request_digest
 from leaseward.runtime.errors import LeasewardError
+from leaseward.runtime.human_requests import Decision
 from leaseward.runtime.lifecycle import RunMode, RunState, StepStatus
 from leaseward.runtime.machine import (
     AdmissionCheck,
@@ -60,7 +62,8 @@ from leaseward.runtime.machine import (
     Stop,
     ToolReturned,
 )
-from leaseward.runtime.model import Decision, NewRun, Settlement, dump_json, request_digest
+from leaseward.runtime.runs import NewRun
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage.protocol import BatchItem, LeaseMark
 
 from .agent import agent_for, machine_for, reply_to
@@ -269,7 +272,8 @@ class World:
             and sum(self.spent.get(fault, 0) for fault in budget.faults) >= budget.total
         ):
             return False
-        return self.spent.get(kind, 0) < getattr(budget, kind)
+        allowed: int = getattr(budget, kind)
+        return self.spent.get(kind, 0) < allowed
 
     def _worker_moves(self, worker: Worker) -> Iterator[Transition]:
         name = worker.name
@@ -514,7 +518,7 @@ class World:
             and row.call_id == call.call_id
             for row in journal
         )
-        approval = None
+        approval: tuple[Decision | None, float | None, float | None, str] | None = None
         if call is not None and any(
             c.needs_approval for c in self.scenario.calls if c.call_id == call.call_id
         ):

@@ -7,20 +7,13 @@ from collections.abc import Sequence
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.commits import CommitOutcome
 from leaseward.runtime.cursor import RunCursor
+from leaseward.runtime.human_requests import Decision, HumanRequest
+from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
-from leaseward.runtime.model import (
-    Decision,
-    ForgetKeysResult,
-    HumanRequest,
-    NewRun,
-    PurgedRun,
-    PurgeResult,
-    RunRecord,
-    Settlement,
-    StepInfo,
-    WorkerInfo,
-    WorkerRegistration,
-)
+from leaseward.runtime.retention import ForgetKeysResult, PurgedRun, PurgeResult
+from leaseward.runtime.runs import NewRun, RunRecord
+from leaseward.runtime.settlements import Settlement
+from leaseward.runtime.workers import WorkerInfo, WorkerRegistration
 from leaseward.storage.concern import WORK_CHANNEL
 from leaseward.storage.executor import Executor
 from leaseward.storage.human_requests import HumanRequests

@@ -1,0 +1,131 @@
+"""JSON text as every store holds it, and the digests that bind a retry or an approval."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from leaseward.runtime.errors import InvalidInput
+
+__all__ = [
+    "MAX_ARGUMENTS_BYTES",
+    "MAX_INPUT_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_RESULT_BYTES",
+    "arguments_digest",
+    "dump_json",
+    "load_json",
+    "request_digest",
+    "valid_error",
+    "valid_text",
+]
+
+MAX_INPUT_BYTES = 256 * 1024
+MAX_ARGUMENTS_BYTES = 64 * 1024
+MAX_RESULT_BYTES = 256 * 1024
+MAX_JSON_DEPTH = 200
+
+
+def _check_shape(value: Any, what: str) -> None:
+    """Refuse what json.dumps would quietly change, or what a reader could not load back."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, dict | list | tuple):
+            continue
+        if depth > MAX_JSON_DEPTH:
+            # json.loads recurses: a value that deep could be written here, yet not be
+            # read back by a worker whose stack is deeper than this one's.
+            raise InvalidInput(
+                f"{what} is not a JSON value this store can hold: it is nested more than "
+                f"{MAX_JSON_DEPTH} levels deep, or contains itself"
+            )
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    # json.dumps would quietly turn 1, None or True keys into strings.
+                    raise InvalidInput(
+                        f"{what} is not a JSON value: the key {key!r} is not a string"
+                    )
+                stack.append((inner, depth + 1))
+        else:
+            stack.extend((inner, depth + 1) for inner in item)
+
+
+def dump_json(value: Any, *, what: str = "value", limit: int | None = None) -> str:
+    """Canonical JSON text of ``value``; raises InvalidInput if it is not JSON or too large.
+
+    The text is always valid UTF-8: a string holding a lone surrogate (as
+    ``json.loads('"\\ud83d"')`` makes) is written with JSON escapes, which load
+    back to exactly the same string.
+    """
+    _check_shape(value, what)
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} is not a JSON value: {exc}") from None
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        size = len(text)
+    if limit is not None and size > limit:
+        raise InvalidInput(f"{what} is {size} bytes of JSON, over the {limit}-byte limit")
+    return text
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def valid_text(text: str) -> str:
+    """``text`` as every store can hold it in a text column, unchanged when it already can.
+
+    A surrogate pair split into two code points is joined; a lone surrogate (no
+    UTF-8 can encode it) and NUL (PostgreSQL's text refuses it) are written as
+    the backslash escapes Python shows them with. The result holds neither, so
+    cleaning it again changes nothing: a resumed run derives the same names,
+    call ids and idempotency keys from the journal as the attempt that wrote it.
+    """
+    if not _is_utf8(text):
+        joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+        text = joined.encode("utf-8", "backslashreplace").decode()
+    return text.replace("\x00", "\\x00")
+
+
+def valid_error(text: str | None) -> str | None:
+    """An error text as ``valid_text`` makes it; None when there is none."""
+    return None if text is None else valid_text(text)
+
+
+def load_json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def request_digest(agent: str, input: Any) -> str:
+    """What a submit asked for, as a digest that a retry of it reproduces exactly.
+
+    Keys are sorted: a retry that builds the same object in another order is the
+    same request. The stored input keeps the caller's order, which the agent sees.
+    ``input`` must already have passed ``dump_json``.
+    """
+    text = json.dumps(
+        [agent, input], sort_keys=True, allow_nan=False, separators=(",", ":"), ensure_ascii=False
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def arguments_digest(arguments: Mapping[str, Any]) -> str:
+    """The digest of a call's exact arguments: what an approval is bound to.
+
+    Keys are sorted and the text is ASCII, so the same arguments give the same
+    digest however they were built or read back from the journal.
+    """
+    text = json.dumps(dict(arguments), sort_keys=True, allow_nan=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,84 @@
+"""A run's journal: the rows it holds, and the changes an attempt writes to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import load_json, valid_error
+from leaseward.runtime.lifecycle import StepKind, StepStatus
+
+__all__ = [
+    "StepInfo",
+    "StepWrite",
+]
+
+
+@attrs.frozen
+class StepInfo:
+    """One journal row."""
+
+    run_id: str
+    seq: int
+    epoch: int
+    kind: StepKind
+    tool: str | None
+    call_id: str | None
+    effect: ToolEffect | None
+    status: StepStatus
+    idempotency_key: str | None
+    arguments: Any
+    output: Any
+    error: str | None
+    started_at: float
+    finished_at: float | None
+    resolved_by: str | None = None
+    resolved_at: float | None = None
+
+
+@attrs.frozen
+class StepWrite:
+    """A journal change: a new row (``settles`` False) or the outcome of a started one.
+
+    Times are filled in by the store from its clock, so every row of one batch
+    and the lease renewal beside it agree on "now".
+    """
+
+    seq: int
+    kind: StepKind
+    status: StepStatus
+    tool: str | None = None
+    call_id: str | None = None
+    effect: ToolEffect | None = None
+    idempotency_key: str | None = None
+    arguments_json: str | None = None
+    output_json: str | None = None
+    # Error texts quote whatever failed, a tool's or provider's text included.
+    error: str | None = attrs.field(default=None, converter=valid_error)
+    settles: bool = False
+    withdraws: bool = False
+    """Removes this step's ``started`` intent: its call never started, so it never ran."""
+    started_at: float | None = None
+    """When the call began, for rows written after it; None means "now" at commit."""
+
+    def stored_in(self, row: StepInfo | None, epoch: int) -> bool:
+        """Whether ``row`` (the journal's row at this ``seq``, or None) shows this change made
+        under ``epoch``: how a writer whose commit went unanswered learns what it holds, and
+        how the store tells a record sent again (stored already) from one it contradicts."""
+        if self.withdraws:
+            return row is None
+        return (
+            row is not None
+            and row.seq == self.seq
+            and row.epoch == epoch
+            and row.kind is self.kind
+            and row.status is self.status
+            and row.tool == self.tool
+            and row.call_id == self.call_id
+            and row.effect is self.effect
+            and row.idempotency_key == self.idempotency_key
+            and row.arguments == load_json(self.arguments_json)
+            and row.output == load_json(self.output_json)
+            and row.error == self.error
+        )

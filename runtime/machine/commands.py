@@ -1,0 +1,193 @@
+"""What a RunMachine returns, and what answers it.
+
+Driving it
+----------
+``machine.start()`` and ``machine.feed(event)`` each return a tuple of commands:
+zero or more *observations* (``Log``, ``Metric``, ``CrashPoint``), carried out in
+order and answered by nothing, then exactly one *action*, answered by one event:
+
+===============================  ====================================================
+action                           answered by
+===============================  ====================================================
+``LoadJournal``                  ``JournalLoaded(steps, requests)`` | ``LoadFailed``
+``CheckAdmission``               ``AdmissionCheck(now, wall)``, fed at once
+``AskProvider(request, ...)``    ``ProviderReplied`` | ``ProviderFailed`` | ``TimedOut``
+                                 | ``CutOff`` | ``LeaseLost``
+``CallTool(..., protected)``     ``ToolReturned`` | ``ToolFailed`` | ``ToolRaised``
+                                 | ``TimedOut`` | ``CutOff`` | ``LeaseLost``
+``Commit`` (``RecordSoft``,      ``Committed(outcome, sent_at)``: the CommitOutcome
+``RecordIntent``,                of ``runtime/commits.py`` and the monotonic time
+``RecordOutcome``, ``Renew``,    the commit was sent at
+``Settle``, ``Park``)
+``ReadBack``                     ``JournalRead(steps)`` | ``ReadFailed(error)``
+``Stop(settlement)``             nothing: the attempt is over
+===============================  ====================================================
+
+Rules for the interpreter:
+
+* ``CheckAdmission``: feed ``AdmissionCheck(now=monotonic, wall=wall clock)``; when
+  it returns ``AskProvider`` or ``CallTool``, start that call with no await in
+  between (G7). It may instead return ``Renew`` or a ``Settle``: carry those out.
+  A cancel may be taken at a checkpoint just before feeding ``AdmissionCheck``.
+* ``Commit``: send one write request of ``steps``, renewing the lease by
+  ``lease_seconds`` (0: none) and applying ``settlement`` (None: none); take the
+  monotonic ``sent_at`` just before sending. ``RecordIntent`` is shielded from a
+  cancel within a bound (if the bound passes, answer ``Unanswered``); ``Settle``
+  and ``Park`` are shielded.
+* ``CallTool(protected=True)`` is a write with a durable intent: shield it from a
+  drain or a cancel until ``machine.protecting`` is None again (only a cut-off
+  lets a cancel through).
+* During a call, the keeper's renewals are fed as ``LeaseRenewed(deadline,
+  cancel_requested)`` (before the call's own answer); at any time between
+  actions a drain may be fed as ``DrainRequested()``. Both return observations
+  only. A stop of the worker is fed as ``Cancelled()`` in place of the answer
+  awaited; it returns the settle to carry out (shielded), then ``Stop``.
+* ``Log(level, event, fields)``: a structlog event of the run's logger;
+  ``traceback`` asks for the exception of the ``ToolRaised`` just fed.
+  ``Metric(name, args)``: ``getattr(metrics, name)(*args)``. ``CrashPoint(name)``:
+  ``storage.crash_points.crash_point(name)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.journal import StepWrite
+from leaseward.runtime.messages import ProviderRequest
+from leaseward.runtime.settlements import Settlement
+
+__all__ = [
+    "AskProvider",
+    "CallTool",
+    "CheckAdmission",
+    "Command",
+    "Commit",
+    "CrashPoint",
+    "LoadJournal",
+    "Log",
+    "Metric",
+    "Park",
+    "ReadBack",
+    "RecordIntent",
+    "RecordOutcome",
+    "RecordSoft",
+    "Renew",
+    "Settle",
+    "Stop",
+]
+
+
+@attrs.frozen
+class Log:
+    level: str
+    event: str
+    fields: tuple[tuple[str, Any], ...] = ()
+    traceback: bool = False
+
+    @classmethod
+    def of(cls, level: str, event: str, **fields: Any) -> Log:
+        return cls(level, event, tuple(fields.items()))
+
+
+@attrs.frozen
+class Metric:
+    name: str
+    args: tuple[Any, ...] = ()
+
+
+@attrs.frozen
+class CrashPoint:
+    name: str
+
+
+@attrs.frozen
+class LoadJournal:
+    pass
+
+
+@attrs.frozen
+class CheckAdmission:
+    pass
+
+
+@attrs.frozen
+class AskProvider:
+    request: ProviderRequest
+    timeout_seconds: float
+
+
+@attrs.frozen
+class CallTool:
+    tool: str
+    call_id: str
+    arguments: Mapping[str, Any]
+    idempotency_key: str
+    effect: ToolEffect
+    timeout_seconds: float
+    protected: bool
+    """A write whose intent is durable: nothing but a cut-off may interrupt it."""
+
+
+@attrs.frozen
+class Commit:
+    steps: tuple[StepWrite, ...]
+    lease_seconds: float
+    settlement: Settlement | None = None
+
+
+@attrs.frozen
+class RecordSoft(Commit):
+    """Fail-soft records: a provider turn, a read's outcome, a refused or answered call."""
+
+
+@attrs.frozen
+class RecordIntent(Commit):
+    """A write's intent, behind every pending record: the call waits on it."""
+
+
+@attrs.frozen
+class RecordOutcome(Commit):
+    """The outcome of a call that had an intent."""
+
+
+@attrs.frozen
+class Renew(Commit):
+    """A lease renewal before a call (with any pending records)."""
+
+
+@attrs.frozen
+class Settle(Commit):
+    """The attempt's settlement, with any unstarted intent withdrawn."""
+
+
+@attrs.frozen
+class Park(Settle):
+    """A settlement that parks the run until people decide its requests."""
+
+
+@attrs.frozen
+class ReadBack:
+    """Read the run's journal: a commit went unanswered."""
+
+
+@attrs.frozen
+class Stop:
+    settlement: Settlement | None
+    """The settlement stored, or None if none was."""
+
+
+Command = (
+    Log
+    | Metric
+    | CrashPoint
+    | LoadJournal
+    | CheckAdmission
+    | AskProvider
+    | CallTool
+    | Commit
+    | ReadBack
+    | Stop
+)

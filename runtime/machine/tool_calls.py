@@ -1,0 +1,271 @@
+"""Tool calls: the step of each call, the intent before a write, and the call's outcome."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from leaseward.runtime.approvals import Gate, GateAction
+from leaseward.runtime.conversation import tool_message
+from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import MAX_ARGUMENTS_BYTES, MAX_RESULT_BYTES, dump_json
+from leaseward.runtime.errors import CallTimedOut, InvalidInput, StoreError
+from leaseward.runtime.human_requests import Decision, HumanRequest
+from leaseward.runtime.journal import StepWrite
+from leaseward.runtime.lifecycle import Event, Reason, StepKind, StepStatus
+from leaseward.runtime.machine.commands import CheckAdmission, Command, CrashPoint, Log, Metric
+from leaseward.runtime.machine.core import MachineCore
+from leaseward.runtime.machine.events import (
+    CutOff,
+    LeaseLost,
+    MachineEvent,
+    TimedOut,
+    ToolFailed,
+    ToolRaised,
+    ToolReturned,
+    UnexpectedEvent,
+)
+from leaseward.runtime.machine.phases import Admitting, Intent, Outcome, Raised, Soft, ToolTurn
+from leaseward.runtime.machine.state import Failure, describe
+from leaseward.runtime.messages import ToolCall
+from leaseward.runtime.settlements import Settlement
+from leaseward.runtime.tools import BoundTool
+
+__all__ = ["ToolCallSteps"]
+
+
+class ToolCallSteps(MachineCore):
+    """Making a call the model asked for, and recording how it went."""
+
+    __slots__ = ()
+
+    def _tool_step(self, gate: Gate | None) -> tuple[Command, ...]:
+        """Make the next call the model asked for, or answer it as a person decided."""
+        talk = self.conversation
+        pending = talk.pending[0]
+        self.conversation = attrs.evolve(talk, pending=talk.pending[1:])
+        call = pending.call
+        open_attempt = pending.open_attempt
+        request = self._request(pending)
+        approved = request is not None and request.decision is Decision.APPROVED
+        if open_attempt is not None and (
+            open_attempt.effect is ToolEffect.NON_IDEMPOTENT_WRITE or approved
+        ):
+            # Before any other check: whatever the app now says about this tool (removed,
+            # its schema changed), the journal says a non-idempotent call may have run.
+            # An approved call's intent consumed its approval, whatever its effect: the
+            # approval authorised one execution, and that one may have happened.
+            return self._settle(
+                Settlement(
+                    Event.DEAD_LETTER,
+                    Reason.INTERRUPTED_WRITE,
+                    error=f"call {call.call_id} of {call.name} was interrupted at epoch "
+                    f"{open_attempt.epoch}; its outcome is unknown",
+                )
+            )
+        bound = self.agent.tools.get(call.name)
+        effect = self.agent.effects.effect_for(call.name)
+        arguments_json, rejection = self._check_arguments(bound, call)
+        base = StepWrite(
+            seq=self._take_seq(),
+            kind=StepKind.TOOL,
+            status=StepStatus.STARTED,
+            tool=call.name,
+            call_id=call.call_id,
+            effect=effect,
+            idempotency_key=pending.idempotency_key,
+            arguments_json=arguments_json,
+        )
+        if bound is None or rejection is not None:
+            # Nothing is executed, so nothing needs an intent: the model gets the error.
+            output = {"error": rejection}
+            self._say(tool_message(call, output, is_error=True))
+            failed = attrs.evolve(
+                base, status=StepStatus.FAILED, output_json=dump_json(output), error=rejection
+            )
+            return self._send(Soft(), (failed,))
+        if gate is not None and gate.action in (GateAction.REFUSE, GateAction.ANSWER):
+            return self._answer_without_call(call, base, gate)
+        # An approved call always goes through an intent, even a read: the intent is
+        # what consumes the approval, so that no later attempt can execute it again.
+        approved_now = gate is not None and gate.request is not None
+        turn = ToolTurn(
+            pending,
+            base,
+            needs_intent=effect.is_write or approved_now,
+            timeout_seconds=bound.timeout_seconds,
+            tool_effect=bound.effect,
+        )
+        if not turn.needs_intent:
+            self.phase = Admitting(turn)
+            return (CrashPoint("before_intent"), CrashPoint("after_intent"), CheckAdmission())
+        if pending.turn_seq in self.buffer.dropped_turns:
+            # G2: stored alone, the intent would be ignored on resume, the model asked
+            # again and the call maybe made twice. A retry asks for a turn that stays.
+            return (
+                CrashPoint("before_intent"),
+                *self._fail(
+                    Failure.of(
+                        StoreError(
+                            f"the provider turn that asked for {call.name} (call "
+                            f"{call.call_id}) could not be recorded, so neither can the "
+                            "call's intent"
+                        )
+                    )
+                ),
+            )
+        self.before_intent = self.newest
+        # Marked before it is sent: if the attempt ends before the call, with the
+        # intent's commit answered or not, the settlement withdraws whatever of it was
+        # stored, and the next attempt never takes a call that did not start for one
+        # that may have run.
+        self.unstarted_intent = base
+        used = () if gate is None or gate.request is None else self._decision_used(gate.request)
+        return (
+            CrashPoint("before_intent"),
+            *self._send(Intent(turn, used), (base,), after_pending=True),
+        )
+
+    def _answer_without_call(
+        self, call: ToolCall, base: StepWrite, gate: Gate
+    ) -> tuple[Command, ...]:
+        """Record a person's answer, or the refusal of the call, as the call's result."""
+        refused = gate.action is GateAction.REFUSE
+        try:
+            output_json = dump_json(
+                gate.output, what=f"the result of {call.name}", limit=MAX_RESULT_BYTES
+            )
+            output = gate.output
+        except InvalidInput as exc:
+            output = {"error": exc.message}
+            output_json = dump_json(output)
+        self._say(tool_message(call, output, is_error=refused))
+        step = attrs.evolve(
+            base,
+            status=StepStatus.FAILED if refused else StepStatus.SUCCEEDED,
+            output_json=output_json,
+            error=gate.error,
+        )
+        used = () if gate.request is None else self._decision_used(gate.request)
+        return self._send(Soft(after=used), (step,))
+
+    def _check_arguments(
+        self, bound: BoundTool | None, call: ToolCall
+    ) -> tuple[str | None, str | None]:
+        """The arguments' JSON text (None if they have none) and why they are refused, if so.
+
+        Arguments the model sent as text that is not a JSON object are journaled
+        as that text, a JSON string.
+        """
+        name = call.name
+        unreadable = call.arguments_problem
+        arguments: Any = dict(call.arguments) if unreadable is None else call.invalid_arguments
+        try:
+            arguments_json = dump_json(
+                arguments, what=f"the arguments of {name}", limit=MAX_ARGUMENTS_BYTES
+            )
+        except InvalidInput as exc:
+            return None, exc.message
+        if unreadable is not None:
+            return arguments_json, f"the arguments of {name} could not be read: {unreadable}"
+        if bound is None:
+            known = ", ".join(sorted(t.name for t in self.agent.tools)) or "none"
+            return arguments_json, f"unknown tool {name!r} (available: {known})"
+        try:
+            bound.arguments.parse(arguments)
+        except InvalidInput as exc:
+            return arguments_json, f"invalid arguments for {name}: {exc.message}"
+        return arguments_json, None
+
+    def _tool_event(self, turn: ToolTurn, event: MachineEvent) -> tuple[Command, ...]:
+        call = turn.pending.call
+        if isinstance(event, ToolReturned):
+            return (
+                CrashPoint("after_call"),
+                *self._finish(turn, StepStatus.SUCCEEDED, event.result),
+            )
+        if isinstance(event, ToolFailed):
+            output = {"error": event.message}
+            return (
+                CrashPoint("after_call"),
+                *self._finish(turn, StepStatus.FAILED, output, event.message),
+            )
+        if isinstance(event, TimedOut):
+            words = f"{call.name} did not return within {turn.timeout_seconds:.1f} s"
+            if turn.tool_effect.is_write:
+                words += "; it may have applied"
+            observed = Log.of(
+                "warning", "tool.timed_out", tool=call.name, call_id=call.call_id, error=words
+            )
+            return (observed, *self._record_raised(turn, words, CallTimedOut(words)))
+        if isinstance(event, ToolRaised):
+            words = describe(event.error)
+            # A bug in the tool, most likely: whoever fixes it needs the traceback.
+            observed = Log(
+                "error",
+                "tool.raised",
+                (("tool", call.name), ("call_id", call.call_id), ("error", words)),
+                traceback=True,
+            )
+            return (observed, *self._record_raised(turn, words, event.error))
+        if isinstance(event, CutOff):
+            # Settled as the reaper would have, but before the lease ran out: if the
+            # store takes it in time, the reason says what happened.
+            return self._settle(self._recovered_from_interruption(event.reason))
+        if isinstance(event, LeaseLost):
+            return self._lease_lost()
+        raise UnexpectedEvent(f"{type(event).__name__} does not answer a tool call")
+
+    def _finish(
+        self, turn: ToolTurn, status: StepStatus, output: Any, error: str | None = None
+    ) -> tuple[Command, ...]:
+        call = turn.pending.call
+        bound = self.agent.tools.get(call.name)
+        assert bound is not None, "only known tools are called"
+        encoded = bound.encode_result(output, returned=status is StepStatus.SUCCEEDED)
+        self._say(tool_message(call, encoded.value, is_error=status is StepStatus.FAILED))
+        outcome = attrs.evolve(turn.base, status=status, output_json=encoded.text, error=error)
+        if turn.needs_intent:
+            settled = attrs.evolve(outcome, settles=True)
+            return self._send(Outcome(settled), (settled,))
+        return self._send(Soft(), (outcome,))
+
+    def _record_raised(self, turn: ToolTurn, words: str, error: Exception) -> tuple[Command, ...]:
+        """Journal a call that raised or timed out, with what happened, then fail.
+
+        A read's row is settled failed. A write's intent stays open, with the words
+        beside it: the write may have applied before it raised, so only an operator
+        can say whether it did (G2); recovery takes it for an interrupted write.
+        """
+        failure = Failure.of(error)
+        if not turn.needs_intent:
+            failed = attrs.evolve(
+                turn.base,
+                status=StepStatus.FAILED,
+                output_json=dump_json({"error": words}),
+                error=words,
+            )
+            return self._send(Soft(then_fail=failure), (failed,))
+        step = attrs.evolve(turn.base, settles=True, error=words)
+        return self._send(Raised(step, failure), (step,))
+
+    def _decision_used(self, request: HumanRequest) -> tuple[Log | Metric, ...]:
+        used: list[Log | Metric] = []
+        if request.decision is not None and request.decided_at is not None:
+            used.append(
+                Metric(
+                    "request_decided",
+                    (request.decision, request.decided_at - request.requested_at),
+                )
+            )
+        used.append(
+            Log.of(
+                "info",
+                "request.used",
+                call_id=request.call_id,
+                tool=request.tool,
+                decision=None if request.decision is None else request.decision.value,
+                operator=request.operator,
+            )
+        )
+        return tuple(used)

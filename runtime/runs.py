@@ -1,0 +1,101 @@
+"""A run as the store holds it, as users see it, and as a submit creates it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from leaseward.runtime.errors import InvalidInput
+from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.lifecycle import Reason, RunMode, RunState
+
+__all__ = [
+    "MAX_IDEMPOTENCY_KEY_CHARS",
+    "NewRun",
+    "RunInfo",
+    "RunRecord",
+    "check_idempotency_key",
+]
+
+MAX_IDEMPOTENCY_KEY_CHARS = 200
+
+
+def check_idempotency_key(key: Any) -> str:
+    """``key`` if it can name a submit; raises InvalidInput otherwise."""
+    if not isinstance(key, str) or not key:
+        raise InvalidInput(f"an idempotency key must be a non-empty string, not {key!r}")
+    if len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+        raise InvalidInput(
+            f"an idempotency key is at most {MAX_IDEMPOTENCY_KEY_CHARS} characters, not {len(key)}"
+        )
+    return key
+
+
+@attrs.frozen
+class RunInfo:
+    """A run as users see it."""
+
+    id: str
+    agent: str
+    mode: RunMode
+    state: RunState
+    reason: Reason | None
+    failure_class: FailureClass | None
+    result: Any
+    epoch: int
+    requeues: int
+    created_at: float
+    finished_at: float | None
+    error: str | None = None
+    idempotency_key: str | None = None
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    available_at: float | None = None
+    """When a queued run may be claimed: a requeued one's retry is due then."""
+    read_at: float | None = attrs.field(default=None, eq=False)
+    """The store's clock when the run was read, which its times compare with (a worker's
+    clock may differ); None where the store did not say."""
+
+
+@attrs.frozen
+class RunRecord:
+    """A run row as the store holds it, lease fields included."""
+
+    id: str
+    agent: str
+    mode: RunMode
+    state: RunState
+    reason: Reason | None
+    failure_class: FailureClass | None
+    input: Any
+    result: Any
+    error: str | None
+    epoch: int
+    requeues: int
+    lease_owner: str | None
+    lease_expires_at: float | None
+    available_at: float
+    cancel_requested: bool
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+    idempotency_key: str | None = None
+    read_at: float | None = attrs.field(default=None, eq=False)
+    """The store's clock when the row was read, if the read said."""
+
+    def info(self) -> RunInfo:
+        # Every field of a RunInfo is a RunRecord's, under the same name.
+        return RunInfo(**{field.name: getattr(self, field.name) for field in attrs.fields(RunInfo)})
+
+
+@attrs.frozen
+class NewRun:
+    id: str
+    agent: str
+    mode: RunMode
+    input_json: str
+    lease_owner: str | None = None
+    lease_seconds: float | None = None
+    idempotency_key: str | None = None
+    request_digest: str | None = None
+    """Of agent and input (``request_digest``); set with the key, to tell a retry from a reuse."""
