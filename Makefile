@@ -3,7 +3,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run embedded test test-fast lint typecheck docs check-model bench bench-peers bench-leases bench-console soak demo-crash clean
+.PHONY: run console embedded test test-fast lint typecheck docs check-model bench bench-peers bench-leases bench-console soak demo-crash clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,12 @@ run: $(STAMP)
 	$(BIN)/leaseward submit refunder --input '"A-2"' --store $(DEMO_STORE)
 	$(BIN)/leaseward daemon --app examples.quickstart:build_app --store $(DEMO_STORE) \
 		--log-format console --poll-interval-seconds 0.2
+
+# The operator console on the quick start's store (make run first, in another terminal):
+# http://127.0.0.1:8787/. It reads only, unless LEASEWARD_CONSOLE_TOKEN holds the
+# operators' login token.
+console: $(STAMP)
+	$(BIN)/leaseward console --store $(DEMO_STORE)
 
 embedded: $(STAMP)
 	$(BIN)/python examples/quickstart.py

@@ -6,7 +6,8 @@ process never collide; a daemon that serves the process-wide registry passes
 ``Metrics(registry=prometheus_client.REGISTRY)``.
 
 Label values come from small closed sets (step kinds, tool effects, run states,
-reasons), never from run ids, tool names or error text.
+reasons) or from the app's own configuration (agent and model names), never from
+run ids, tool names or error text.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.human_requests import Decision
 from leaseward.runtime.lifecycle import Reason, RunState, StepKind
+from leaseward.runtime.messages import Usage
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "COMMIT_SECONDS_BUCKETS",
     "DECISION_SECONDS_BUCKETS",
     "NO_EFFECT",
+    "UNKNOWN_MODEL",
     "UNKNOWN_REASON",
     "Metrics",
 ]
@@ -66,6 +69,8 @@ DECISION_SECONDS_BUCKETS: tuple[float, ...] = (
 NO_EFFECT = "none"
 #: The ``reason`` label of a dead letter that carries no reason.
 UNKNOWN_REASON = "unknown"
+#: The ``model`` label of a provider turn whose reply did not name its model.
+UNKNOWN_MODEL = "unknown"
 
 
 class Metrics:
@@ -135,6 +140,13 @@ class Metrics:
             registry=on,
         )
         self._step_counters: dict[tuple[StepKind, ToolEffect | None], Counter] = {}
+        self.tokens = Counter(
+            "leaseward_tokens",
+            "Tokens of the provider turns a RunActor saw journaled, by agent, model (as the "
+            'provider named it; "unknown" when it did not) and kind (input or output).',
+            ["agent", "model", "kind"],
+            registry=on,
+        )
         self.runs_settled = Counter(
             "leaseward_runs_settled",
             "Settlements a RunActor stored, by the state they moved the run to "
@@ -187,6 +199,11 @@ class Metrics:
 
     def request_decided(self, decision: Decision, seconds: float) -> None:
         self.approval_decision_seconds.labels(decision=decision.value).observe(max(0.0, seconds))
+
+    def tokens_recorded(self, agent: str, model: str | None, usage: Usage) -> None:
+        model_label = model if model is not None else UNKNOWN_MODEL
+        self.tokens.labels(agent=agent, model=model_label, kind="input").inc(usage.input_tokens)
+        self.tokens.labels(agent=agent, model=model_label, kind="output").inc(usage.output_tokens)
 
     def run_settled(self, state: RunState) -> None:
         self.runs_settled.labels(state=state.value).inc()

@@ -11,11 +11,12 @@ import anyio.lowlevel
 import attrs
 from leaseward.actors.lease_keeper import Lease, LeaseKeeper, default_margin
 from leaseward.actors.metrics import Metrics
+from leaseward.actors.tracing import RunTrace, TraceSettings
 from leaseward.runtime import machine as m
 from leaseward.runtime.agents import Agent
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.commits import CommitOutcome, Unanswered
-from leaseward.runtime.errors import LeasewardError, ToolError
+from leaseward.runtime.errors import CallNotStarted, LeasewardError, ToolError
 from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import RecoveryPolicy
@@ -45,6 +46,7 @@ class RunSettings:
     )
     """How close to its end a lease may come while a call runs before the call is cut off."""
     policy: RecoveryPolicy = attrs.Factory(RecoveryPolicy)
+    tracing: TraceSettings = attrs.Factory(TraceSettings)
 
 
 @attrs.frozen
@@ -105,6 +107,7 @@ class RunActor:
             run.id, run.epoch, deadline=lease_deadline, cancel_requested=run.cancel_requested
         )
         self._log = log.bind(run_id=run.id, epoch=run.epoch, worker_id=worker_id, agent=agent.name)
+        self._trace = RunTrace(run, agent, worker_id, settings.tracing)
         # Shielded while a write with an intent is in flight (G13).
         self._scope: anyio.CancelScope | None = None
         self._cut_off = False
@@ -124,6 +127,8 @@ class RunActor:
                 with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS, shield=True):
                     await self._drive(self._machine.feed(m.Cancelled()))
             raise
+        finally:
+            self._trace.ended(self.settlement)
         return self.settlement
 
     @property
@@ -174,6 +179,8 @@ class RunActor:
                     self._log.exception(command.event, **dict(command.fields))
             elif isinstance(command, m.Log):
                 getattr(self._log, command.level)(command.event, **dict(command.fields))
+            if isinstance(command, m.Log):
+                self._trace.observed(command)
             elif isinstance(command, m.Metric):
                 getattr(self._metrics, command.name)(*command.args)
             elif isinstance(command, m.CrashPoint):
@@ -190,21 +197,33 @@ class RunActor:
             return m.AdmissionCheck(now=self._clock.monotonic(), wall=self._clock.now())
         if isinstance(action, m.AskProvider):
             request, began = action.request, self._clock.monotonic()
-            return await self._guarded(
-                lambda: self._agent.provider.complete(request),
-                action.timeout_seconds,
-                lambda reply: m.ProviderReplied(
-                    reply, round((self._clock.monotonic() - began) * 1000, 1)
-                ),
-                m.ProviderFailed,
-            )
+            span = self._trace.asking(request)
+            replied: m.MachineEvent | None = None
+            try:
+                replied = await self._guarded(
+                    lambda: self._agent.provider.complete(request),
+                    action.timeout_seconds,
+                    lambda reply: m.ProviderReplied(
+                        reply, round((self._clock.monotonic() - began) * 1000, 1)
+                    ),
+                    m.ProviderFailed,
+                )
+                return replied
+            finally:
+                # None: the worker stopped while the provider was asked.
+                self._trace.answered(span, replied)
         if isinstance(action, m.CallTool):
-            return await self._call(action)
+            self._trace.calling(action)
+            returned = await self._call(action)
+            self._trace.returned(returned)
+            return returned
         try:
             steps = tuple(await self._load_steps(self.run_id))
             if isinstance(action, m.ReadBack):
                 return m.JournalRead(steps)
-            return m.JournalLoaded(steps, tuple(await self._load_requests(self.run_id)))
+            requests = tuple(await self._load_requests(self.run_id))
+            self._trace.loaded(steps, requests)
+            return m.JournalLoaded(steps, requests)
         except Exception as exc:
             if isinstance(action, m.ReadBack):
                 return m.ReadFailed(exc.message if isinstance(exc, LeasewardError) else str(exc))
@@ -248,6 +267,8 @@ class RunActor:
     def _tool_failed(self, exc: Exception) -> m.MachineEvent:
         if isinstance(exc, ToolError):
             return m.ToolFailed(exc.message)
+        if isinstance(exc, CallNotStarted):
+            return m.ToolNotStarted(exc)
         self._raised = exc
         return m.ToolRaised(exc)
 

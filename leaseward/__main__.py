@@ -1,5 +1,5 @@
 """``python -m leaseward``: the operator CLI."""
 
-from leaseward.cli import entry_point
+from leaseward.cli.main import entry_point
 
 entry_point()

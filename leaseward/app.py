@@ -18,6 +18,7 @@ from leaseward.actors.persister import MAX_BATCH_ITEMS
 from leaseward.actors.reaper import Reaped
 from leaseward.actors.run_actor import RunSettings, WriteInFlight
 from leaseward.actors.supervisor import Supervisor, SupervisorSettings
+from leaseward.actors.tracing import TraceSettings
 from leaseward.client import Client, new_run
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock, SystemClock
@@ -25,6 +26,7 @@ from leaseward.runtime.errors import ConfigurationError
 from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunMode, RunState
+from leaseward.runtime.messages import Usage
 from leaseward.runtime.retention import ForgetKeysResult, PurgeResult
 from leaseward.runtime.runs import RunInfo
 from leaseward.runtime.settlements import Settlement
@@ -77,6 +79,24 @@ def _margin(given: float | None, lease_seconds: float) -> float:
     return float(given)
 
 
+@asynccontextmanager
+async def _tool_sources(app: App) -> AsyncIterator[None]:
+    """The app's MCP servers listed and connected, for as long as the block runs."""
+    if not any(agent.sources for agent in app.agents):
+        yield
+        return
+    try:
+        # Only apps with MCP servers need the mcp package (the ``mcp`` extra).
+        from leaseward.mcp.sources import serving_sources
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the app's agents use MCP servers, and the mcp package is missing ({exc}): "
+            "install leaseward[mcp]"
+        ) from exc
+    async with serving_sources(app):
+        yield
+
+
 class Runtime:
     """Executes the app's agents from a durable queue, and interactively on request.
 
@@ -113,6 +133,7 @@ class Runtime:
         group_commit: bool = True,
         max_batch: int = MAX_BATCH_ITEMS,
         metrics: Metrics | None = None,
+        trace_content: bool = False,
     ) -> AsyncIterator[Runtime]:
         """Open the store (a URL, or a Store you own), start the actors, drain on exit.
 
@@ -123,6 +144,9 @@ class Runtime:
         finishes, within its own timeout, and is recorded first. See stop_now().
         An interactive run still going then (``run`` called from another task) is
         waited for as long, and then fails as interrupted, its write finished first.
+
+        ``trace_content`` puts tool arguments and results (bounded) on the tool spans
+        of a configured OpenTelemetry SDK; they may hold personal data, so it is off.
         """
         if not isinstance(app, App):
             raise ConfigurationError(f"app must be an App, not {type(app).__name__}")
@@ -154,6 +178,7 @@ class Runtime:
                 lease_seconds=float(lease_seconds),
                 deadline_margin_seconds=margin,
                 policy=recovery or RecoveryPolicy(),
+                tracing=TraceSettings(capture_content=trace_content),
             ),
             group_commit=group_commit,
             max_batch=max_batch,
@@ -165,9 +190,10 @@ class Runtime:
             else store
         )
         try:
-            supervisor = Supervisor(opened, app, settings, clock, metrics=metrics)
-            async with supervisor.running():
-                yield cls(opened, app, supervisor, clock)
+            async with _tool_sources(app):
+                supervisor = Supervisor(opened, app, settings, clock, metrics=metrics)
+                async with supervisor.running():
+                    yield cls(opened, app, supervisor, clock)
         finally:
             if owned:
                 with anyio.CancelScope(shield=True):
@@ -324,6 +350,10 @@ class Runtime:
     async def steps(self, run_id: str) -> list[StepInfo]:
         """The run's journal, oldest step first (see ``Client.steps``)."""
         return await self.client.steps(run_id)
+
+    async def usage(self, run_id: str) -> Usage:
+        """The tokens of the run's provider turns (see ``Client.usage``)."""
+        return await self.client.usage(run_id)
 
     async def wait(self, run_id: str, timeout: float | None = None) -> RunInfo:
         """Wait until the run is terminal (see ``Client.wait``); a run this runtime

@@ -12,8 +12,10 @@ from typing import Any
 
 import anyio
 
+from leaseward.actors.tracing import current_traceparent
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock
+from leaseward.runtime.conversation import run_usage
 from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.encoding import MAX_INPUT_BYTES, MAX_RESULT_BYTES, dump_json, request_digest
 from leaseward.runtime.errors import (
@@ -28,6 +30,7 @@ from leaseward.runtime.errors import (
 from leaseward.runtime.human_requests import Decision, HumanRequest
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
+from leaseward.runtime.messages import Usage
 from leaseward.runtime.retention import ForgetKeysResult, PurgeResult
 from leaseward.runtime.runs import NewRun, RunInfo, RunRecord, check_idempotency_key
 from leaseward.runtime.workers import WorkerInfo
@@ -98,6 +101,7 @@ def new_run(
         lease_seconds=lease_seconds,
         idempotency_key=check_idempotency_key(idempotency_key) if keyed else None,
         request_digest=request_digest(agent, input) if keyed else None,
+        traceparent=current_traceparent(),
     )
 
 
@@ -355,6 +359,11 @@ class Client:
         """The run's journal, oldest step first."""
         await self._record(run_id)
         return await self._store.list_steps(run_id)
+
+    async def usage(self, run_id: str) -> Usage:
+        """The tokens of the run's provider turns, summed from its journal: each turn is
+        counted once, however many attempts and workers the run took."""
+        return run_usage(await self.steps(run_id))
 
     async def wait(self, run_id: str, timeout: float | None = None) -> RunInfo:
         """Wait until the run is terminal; raises WaitTimeout after ``timeout`` seconds.

@@ -1,8 +1,10 @@
-"""The daemon: a Runtime serving an App until a signal, with logs and metrics."""
+"""The daemon: a Runtime serving an App until a signal, with logs, metrics and traces."""
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import pkgutil
 import signal
 import sys
@@ -17,6 +19,8 @@ from anyio.abc import TaskStatus
 
 from leaseward.actors.metrics import Metrics
 from leaseward.app import Runtime
+from leaseward.console.serve import CONSOLE_HOST, configured_token, serve_console
+from leaseward.otlp import TraceExport, export_traces
 from leaseward.runtime.agents import App
 from leaseward.runtime.errors import ConfigurationError, LeasewardError
 from leaseward.runtime.logs import LogFormat, configure_logging, get_logger
@@ -41,6 +45,9 @@ class DaemonSettings:
     metrics_host: str
     log_format: str
     log_level: int = logging.INFO
+    console_port: int | None = None
+    """Serve the operator console beside the worker on this port (off if None)."""
+    console_host: str = CONSOLE_HOST
 
 
 def load_app(path: str) -> App:
@@ -130,16 +137,21 @@ async def serve(settings: DaemonSettings, app: App) -> int:
     stop_metrics: Callable[[], None] | None = None
     if settings.metrics_port is not None:
         stop_metrics = _serve_metrics(metrics, settings.metrics_host, settings.metrics_port)
+    tracing = export_traces(os.environ)
     try:
-        await _serve(settings, app, metrics)
+        await _serve(settings, app, metrics, tracing)
     finally:
         if stop_metrics is not None:
             stop_metrics()
+        # Flushes the spans still batched; bounded by the exporter's own timeout.
+        tracing.shutdown()
     log.info("daemon.stopped")
     return 0
 
 
-async def _serve(settings: DaemonSettings, app: App, metrics: Metrics) -> None:
+async def _serve(
+    settings: DaemonSettings, app: App, metrics: Metrics, tracing: TraceExport
+) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with anyio.create_task_group() as watching:
             async with Runtime.open(
@@ -152,16 +164,31 @@ async def _serve(settings: DaemonSettings, app: App, metrics: Metrics) -> None:
                 drain_seconds=settings.drain_seconds,
                 worker_id=settings.worker_id,
                 metrics=metrics,
+                trace_content=tracing.capture_content,
             ) as runtime:
-                # The counter reads the store, so it ends before the Runtime closes the
-                # store: a count in flight then would fail on a closed connection.
+                # The counter and the console read the store, so they end before the
+                # Runtime closes the store: a read in flight then would fail on a closed
+                # connection. The console stops when draining begins.
                 async with anyio.create_task_group() as counting:
                     counting.start_soon(_count_runs, runtime, metrics)
+                    if settings.console_port is not None:
+                        await counting.start(
+                            functools.partial(
+                                serve_console,
+                                runtime.client,
+                                host=settings.console_host,
+                                port=settings.console_port,
+                                token=configured_token(),
+                            )
+                        )
                     log.info(
                         "daemon.started",
                         store=settings.store_url,
                         agents=[agent.name for agent in app.agents],
                         concurrency=settings.concurrency,
+                        # Where spans go, or why they go nowhere.
+                        tracing="on" if tracing.on else "off",
+                        **{"tracing_endpoint" if tracing.on else "tracing_off": tracing.detail},
                     )
                     async for signum in signals:
                         log.info(

@@ -16,6 +16,7 @@ from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.effects import ToolEffect, ToolEffectResolver
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
+    CallNotStarted,
     CallTimedOut,
     CommitOutcomeUnknown,
     ConfigurationError,
@@ -76,6 +77,7 @@ __all__ = [
     "Agent",
     "App",
     "AuditPersistenceFailed",
+    "CallNotStarted",
     "CallTimedOut",
     "Clock",
     "CommitOutcomeUnknown",

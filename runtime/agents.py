@@ -8,6 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 from leaseward.runtime.effects import ToolEffectResolver
 from leaseward.runtime.errors import ConfigurationError, UnknownAgent
 from leaseward.runtime.messages import ModelSettings, ProviderReply, ProviderRequest, Role, ToolSpec
+from leaseward.runtime.tool_sources import ListedTool, ToolSource
 from leaseward.runtime.tools import ToolSet
 
 __all__ = [
@@ -72,6 +73,9 @@ class Agent:
     waits for a decision before it expires as a rejection, for tools that set none.
     ``model_settings`` go with every request the agent makes; what they leave
     None, the provider's own settings decide.
+
+    ``tools`` may hold ToolSources (an MCP server) beside tools: a runtime lists them
+    when it starts and offers the model what they list, with the agent's own tools.
     """
 
     def __init__(
@@ -106,7 +110,10 @@ class Agent:
             )
         self.name = name
         self.provider = provider
-        self.tools = ToolSet(tools)
+        given = list(tools)
+        self.sources = tuple(t for t in given if isinstance(t, ToolSource))
+        self._own_tools = tuple(t for t in given if not isinstance(t, ToolSource))
+        self._set_tools(ToolSet(self._own_tools))
         self.instructions = instructions
         self.max_steps = max_steps
         # For its tools that declare none of their own: how long a request may wait.
@@ -114,11 +121,19 @@ class Agent:
             None if approval_timeout_seconds is None else float(approval_timeout_seconds)
         )
         self.model_settings = model_settings if model_settings is not None else ModelSettings()
-        self.effects = ToolEffectResolver(self.tools)
-        self.tool_specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in self.tools)
         self.provider_timeout_seconds = float(
             getattr(provider, "timeout_seconds", DEFAULT_PROVIDER_TIMEOUT_SECONDS)
         )
+
+    def _set_tools(self, tools: ToolSet) -> None:
+        self.tools = tools
+        self.effects = ToolEffectResolver(tools)
+        self.tool_specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in tools)
+
+    def use_listed_tools(self, listed: Iterable[ListedTool]) -> None:
+        """Offer the model the tools its sources listed, beside its own (replacing any
+        listed before): called by a runtime once it has listed every source."""
+        self._set_tools(ToolSet((*self._own_tools, *listed)))
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, tools={[t.name for t in self.tools]})"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -23,6 +23,7 @@ __all__ = [
     "rebuild",
     "reply_from_json",
     "reply_to_json",
+    "run_usage",
     "tool_message",
     "usage_from_json",
 ]
@@ -122,6 +123,12 @@ def reply_to_json(reply: ProviderReply, *, latency_ms: float | None = None) -> d
     if latency_ms is not None:
         data["latency_ms"] = latency_ms
     return data
+
+
+def run_usage(steps: Iterable[StepInfo]) -> Usage:
+    """The tokens of every provider turn in a journal that recorded its usage."""
+    found = (usage_from_json(step.output) for step in steps if step.kind is StepKind.PROVIDER)
+    return sum((usage for usage in found if usage is not None), Usage())
 
 
 def usage_from_json(data: Any) -> Usage | None:

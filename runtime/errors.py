@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AmbiguousRequest",
     "AuditPersistenceFailed",
+    "CallNotStarted",
     "CallTimedOut",
     "CommitOutcomeUnknown",
     "ConfigurationError",
@@ -347,6 +348,11 @@ class CommitOutcomeUnknown(StoreError):
 
 class CallTimedOut(LeasewardError):
     """A tool did not return within its timeout; a write may have applied."""
+
+
+class CallNotStarted(LeasewardError):
+    """A tool call failed before its request left this process (its server could not be
+    reached): nothing was applied, so the call may be made again."""
 
 
 class ToolError(LeasewardError):

@@ -7,6 +7,7 @@ import ssl
 
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
+    CallNotStarted,
     CallTimedOut,
     ConfigurationError,
     InvalidInput,
@@ -76,6 +77,8 @@ def classify(exc: BaseException) -> FailureClass:
         except ValueError:
             return FailureClass.UNKNOWN
     if isinstance(exc, StoreError):
+        return FailureClass.CONNECTION
+    if isinstance(exc, CallNotStarted):
         return FailureClass.CONNECTION
     if isinstance(exc, CallTimedOut):
         return FailureClass.TIMEOUT

@@ -35,6 +35,9 @@ class StepInfo:
     finished_at: float | None
     resolved_by: str | None = None
     resolved_at: float | None = None
+    source: Any = None
+    """For a call of a tool listed from a server: the server, the annotations it
+    listed and how the effect was decided (``ToolProvenance``)."""
 
 
 @attrs.frozen
@@ -61,6 +64,8 @@ class StepWrite:
     """Removes this step's ``started`` intent: its call never started, so it never ran."""
     started_at: float | None = None
     """When the call began, for rows written after it; None means "now" at commit."""
+    source_json: str | None = None
+    """``StepInfo.source`` as JSON text."""
 
     def stored_in(self, row: StepInfo | None, epoch: int) -> bool:
         """Whether ``row`` (the journal's row at this ``seq``, or None) shows this change made
@@ -81,4 +86,5 @@ class StepWrite:
             and row.arguments == load_json(self.arguments_json)
             and row.output == load_json(self.output_json)
             and row.error == self.error
+            and row.source == load_json(self.source_json)
         )

@@ -80,6 +80,8 @@ class RunRecord:
     updated_at: float
     finished_at: float | None
     idempotency_key: str | None = None
+    traceparent: str | None = None
+    """The W3C trace context of the caller of submit, which every attempt continues."""
     read_at: float | None = attrs.field(default=None, eq=False)
     """The store's clock when the row was read, if the read said."""
 
@@ -99,3 +101,4 @@ class NewRun:
     idempotency_key: str | None = None
     request_digest: str | None = None
     """Of agent and input (``request_digest``); set with the key, to tell a retry from a reuse."""
+    traceparent: str | None = None

@@ -236,6 +236,9 @@ class BoundTool:
     """Its calls are answered by a person (``ask_human``), never executed."""
     results: ResultEncoder | None = None
     """How its results become JSON; None encodes them by value."""
+    source_json: str | None = None
+    """Where a tool listed from a server came from and how its effect was decided
+    (``ToolProvenance``), journaled with each of its calls."""
 
     @property
     def parameters(self) -> Mapping[str, Any]:
@@ -301,7 +304,14 @@ def bind_tool(candidate: Any) -> BoundTool:
         approval_timeout_seconds=approval_timeout,
         asks_human=getattr(candidate, "asks_human", False) is True,
         results=result_encoder(name, returns),
+        source_json=_provenance_json(candidate),
     )
+
+
+def _provenance_json(candidate: Any) -> str | None:
+    provenance = getattr(candidate, "provenance", None)
+    as_json = getattr(provenance, "as_json", None)
+    return None if as_json is None else str(as_json())
 
 
 class AskHuman:

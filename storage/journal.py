@@ -86,6 +86,7 @@ def _run_row(new: NewRun) -> dict[str, Any]:
         "lease_seconds": lease_seconds,
         "idempotency_key": new.idempotency_key,
         "request_digest": new.request_digest,
+        "traceparent": new.traceparent,
     }
 
 

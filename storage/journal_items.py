@@ -133,6 +133,7 @@ class ItemWriter(StoreConcern):
                         step.error,
                         step.started_at,
                         step.status is not StepStatus.STARTED,
+                        step.source_json,
                     ]
                     for position, step in steps.values()
                 ),

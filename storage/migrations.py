@@ -60,4 +60,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "idempotency_keys"),
     Migration(8, "lease_renewals"),
     Migration(9, "run_listing"),
+    Migration(10, "trace_context"),
+    Migration(11, "step_sources"),
 )

@@ -7,8 +7,10 @@ changes; the store's own errors pass through for the entry point to word.
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
@@ -23,14 +25,15 @@ from leaseward.cli.defaults import EXIT_FAILURE
 from leaseward.cli.json_output import (
     print_json,
     request_json,
+    run_document,
     run_json,
-    step_json,
-    usage_json,
     worker_json,
 )
 from leaseward.cli.tables import count, print_approvals, print_runs, print_workers, timestamp
 from leaseward.cli.timeline import print_timeline
 from leaseward.client import Client, default_operator, open_existing_store
+from leaseward.console.security import check_listen_address
+from leaseward.console.serve import configured_token, console_url, serve_console
 from leaseward.daemon import DaemonSettings, load_app, serve
 from leaseward.runtime.encoding import MAX_INPUT_BYTES
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
@@ -42,6 +45,7 @@ __all__ = [
     "approvals",
     "approve",
     "cancel",
+    "console",
     "daemon",
     "dead_letters",
     "migrate",
@@ -209,14 +213,7 @@ async def show(client: Client, *, store_url: str, run_id: str, as_json: bool) ->
     steps = await client.steps(run_id)
     requests = await client.requests(run_id)
     if as_json:
-        print_json(
-            {
-                **run_json(run),
-                "usage": usage_json(steps),
-                "steps": [step_json(s) for s in steps],
-                "requests": [request_json(r) for r in requests],
-            }
-        )
+        print_json(run_document(run, steps, requests))
     else:
         print_timeline(run, steps, store_url, requests)
         if run.agent in await _unserved(client, [run]):
@@ -398,7 +395,32 @@ async def daemon(app_path: str | None, settings: DaemonSettings) -> int:
             f"than --lease-seconds ({settings.lease_seconds:g}): a dead worker's runs wait "
             "up to the lease plus the reap interval to be recovered"
         )
+    if settings.console_port is not None:
+        check_listen_address(settings.console_host, configured_token())
     return await serve(settings, load_app(app_path))
+
+
+async def console(store_url: str, host: str, port: int) -> int:
+    token = configured_token()
+    check_listen_address(host, token)
+    store = await open_existing_store(store_url)
+    try:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with anyio.create_task_group() as serving:
+                bound = await serving.start(
+                    functools.partial(
+                        serve_console, Client(store), host=host, port=port, token=token
+                    )
+                )
+                reads = "" if token else "; read only: LEASEWARD_CONSOLE_TOKEN is not set"
+                print(f"console at {console_url(host, bound)} (Ctrl-C stops it){reads}", flush=True)
+                async for _ in signals:
+                    break
+                serving.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await store.aclose()
+    return 0
 
 
 # -- retention --------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from leaseward.cli.types import (
     REASON,
     RUN_STATE,
 )
+from leaseward.console.serve import CONSOLE_HOST, CONSOLE_PORT
 from leaseward.daemon import DaemonSettings
 from leaseward.runtime.lifecycle import Reason, RunState
 from leaseward.runtime.logs import LOG_LEVELS, configure_logging, default_log_format
@@ -154,6 +155,15 @@ def leaseward(context: click.Context) -> None:
 )
 @configuration("--metrics-host", default="127.0.0.1", help="address the metrics server binds")
 @configuration(
+    "--console", "console", is_flag=True, help="serve the operator console beside the worker"
+)
+@configuration("--console-port", default=CONSOLE_PORT, type=PORT, help="the console's port")
+@configuration(
+    "--console-host",
+    default=CONSOLE_HOST,
+    help="address the console binds (beyond this machine only with LEASEWARD_CONSOLE_TOKEN)",
+)
+@configuration(
     "--log-format",
     default=default_log_format,
     type=LOG_FORMAT,
@@ -165,8 +175,28 @@ def leaseward(context: click.Context) -> None:
     type=LOG_LEVEL,
     help="leaseward's log level: " + ", ".join(LOG_LEVELS) + " (others log info and above)",
 )
-def daemon(store_url: str, app_path: str | None, **settings: Any) -> int:
-    return anyio.run(actions.daemon, app_path, DaemonSettings(store_url=store_url, **settings))
+def daemon(
+    store_url: str, app_path: str | None, console: bool, console_port: int, **settings: Any
+) -> int:
+    served_port = console_port if console else None
+    return anyio.run(
+        actions.daemon,
+        app_path,
+        DaemonSettings(store_url=store_url, console_port=served_port, **settings),
+    )
+
+
+@leaseward.command(help="serve the operator web console on the store until Ctrl-C")
+@_store
+@configuration(
+    "--host",
+    default=CONSOLE_HOST,
+    help="address to listen on (beyond this machine only with LEASEWARD_CONSOLE_TOKEN set, "
+    "the operators' login token; without it the console only reads)",
+)
+@configuration("--port", default=CONSOLE_PORT, type=PORT, help="port to listen on")
+def console(store_url: str, host: str, port: int) -> int:
+    return anyio.run(actions.console, store_url, host, port)
 
 
 @leaseward.command(help="queue a run and print its id")

@@ -28,6 +28,7 @@ from leaseward.runtime.workers import WorkerInfo
 __all__ = [
     "print_json",
     "request_json",
+    "run_document",
     "run_json",
     "step_json",
     "total_usage",
@@ -95,6 +96,18 @@ def usage_json(steps: Sequence[StepInfo]) -> dict[str, int] | None:
         return None
     usage, turns = total
     return {**_fields(usage), "provider_turns": turns}
+
+
+def run_document(
+    run: RunInfo, steps: Sequence[StepInfo], requests: Sequence[HumanRequest]
+) -> dict[str, Any]:
+    """A run with its journal and its requests: ``leaseward show --json``."""
+    return {
+        **run_json(run),
+        "usage": usage_json(steps),
+        "steps": [step_json(s) for s in steps],
+        "requests": [request_json(r) for r in requests],
+    }
 
 
 def print_json(value: Any) -> None:

@@ -1,5 +1,5 @@
 """``leaseward show``: a run, its journal as a timeline, what waits for a person, and
-what the operator does next."""
+what the operator does next. The console draws its run page from the same lines."""
 
 from __future__ import annotations
 
@@ -35,13 +35,13 @@ from leaseward.runtime.lifecycle import (
 )
 from leaseward.runtime.runs import RunInfo
 
-__all__ = ["print_timeline"]
+__all__ = ["lease_lines", "print_timeline", "shown", "step_details", "took"]
 
 
 _STEP_COLUMNS = ("SEQ", "EPOCH", "STEP", "EFFECT", "STATUS", "TOOK")
 
 
-def _shown(line: str) -> str:
+def shown(line: str) -> str:
     """A line as the terminal gets it: a tool name, a tool's error and a model's words are
     untrusted, so control and format characters (escape sequences, newlines, bidi
     overrides) are printed as escapes, never acted on."""
@@ -53,7 +53,7 @@ def _shown(line: str) -> str:
     )
 
 
-def _took(step: StepInfo) -> str:
+def took(step: StepInfo) -> str:
     if step.resolved_at is not None:
         # finished_at is when the operator decided, maybe hours later: how long the
         # call itself took is unknown.
@@ -64,7 +64,7 @@ def _took(step: StepInfo) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 
-def _step_details(step: StepInfo) -> list[str]:
+def step_details(step: StepInfo) -> list[str]:
     details: list[str] = []
     usage = usage_from_json(step.output) if step.kind is StepKind.PROVIDER else None
     if usage is not None:
@@ -152,7 +152,7 @@ def _reaper_will(run: RunInfo, steps: Sequence[StepInfo]) -> str:
     return f"the next reaper pass {verb} it{why}"
 
 
-def _lease_lines(run: RunInfo, steps: Sequence[StepInfo]) -> list[str]:
+def lease_lines(run: RunInfo, steps: Sequence[StepInfo]) -> list[str]:
     """Who holds a running run's lease and for how long, or that it expired; when a
     requeued run's next attempt is due. Times are the store's, as the reaper sees them."""
     now = run.read_at
@@ -230,17 +230,17 @@ def print_timeline(
     requests: Sequence[HumanRequest] = (),
 ) -> None:
     for line in table([RUN_COLUMNS, run_row(run)]):
-        print(_shown(line))
+        print(shown(line))
     if run.idempotency_key is not None:
-        print(_shown(f"idempotency key: {run.idempotency_key}"))
+        print(shown(f"idempotency key: {run.idempotency_key}"))
     if run.result is not None:
-        print(_shown(f"result: {json.dumps(run.result, ensure_ascii=False)}"))
+        print(shown(f"result: {json.dumps(run.result, ensure_ascii=False)}"))
     if run.error:
-        print(_shown(f"error: {run.error}"))
+        print(shown(f"error: {run.error}"))
     if run.failure_class is not None:
-        print(_shown(f"failure class: {run.failure_class.value}"))
-    for line in _lease_lines(run, steps):
-        print(_shown(line))
+        print(shown(f"failure class: {run.failure_class.value}"))
+    for line in lease_lines(run, steps):
+        print(shown(line))
     if steps:
         rows = [
             (
@@ -249,7 +249,7 @@ def print_timeline(
                 "provider" if step.tool is None else step.tool,
                 "-" if step.effect is None else step.effect.value,
                 step.status.value,
-                _took(step),
+                took(step),
             )
             for step in steps
         ]
@@ -257,23 +257,23 @@ def print_timeline(
         # Details go under the STEP column.
         indent = " " * lines[0].index("STEP")
         print()
-        print(_shown(lines[0]))
+        print(shown(lines[0]))
         for step, line in zip(steps, lines[1:], strict=True):
-            print(_shown(line))
-            for detail in _step_details(step):
-                print(_shown(f"{indent}{detail}"))
+            print(shown(line))
+            for detail in step_details(step):
+                print(shown(f"{indent}{detail}"))
         total = total_usage(steps)
         if total is not None:
             usage, turns = total
             print()
-            print(_shown(f"tokens: {tokens(usage)} in total, over {count(turns, 'provider turn')}"))
+            print(shown(f"tokens: {tokens(usage)} in total, over {count(turns, 'provider turn')}"))
     if requests:
         print()
         for request in requests:
             for line in _request_lines(request, run):
-                print(_shown(line))
+                print(shown(line))
     next_steps = _next_steps(run, steps, store) + _waiting_next_steps(run, requests, store)
     if next_steps:
         print()
         for line in next_steps:
-            print(_shown(line))
+            print(shown(line))

@@ -225,6 +225,9 @@ class AnthropicMessages:
     within the same step, at most ``MAX_PAUSED_TURNS`` times.
     """
 
+    provider_name = "anthropic"
+    """The ``gen_ai.provider.name`` of its spans (OpenTelemetry's GenAI conventions)."""
+
     def __init__(
         self,
         model: str,

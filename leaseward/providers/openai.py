@@ -209,6 +209,9 @@ class OpenAIChat:
     every schema as it is, for an endpoint that refuses strict mode.
     """
 
+    provider_name = "openai"
+    """The ``gen_ai.provider.name`` of its spans (OpenTelemetry's GenAI conventions)."""
+
     def __init__(
         self,
         model: str,

@@ -14,7 +14,8 @@ action                           answered by
 ``AskProvider(request, ...)``    ``ProviderReplied`` | ``ProviderFailed`` | ``TimedOut``
                                  | ``CutOff`` | ``LeaseLost``
 ``CallTool(..., protected)``     ``ToolReturned`` | ``ToolFailed`` | ``ToolRaised``
-                                 | ``TimedOut`` | ``CutOff`` | ``LeaseLost``
+                                 | ``ToolNotStarted`` | ``TimedOut`` | ``CutOff``
+                                 | ``LeaseLost``
 ``Commit`` (``RecordSoft``,      ``Committed(outcome, sent_at)``: the CommitOutcome
 ``RecordIntent``,                of ``runtime/commits.py`` and the monotonic time
 ``RecordOutcome``, ``Renew``,    the commit was sent at

@@ -8,6 +8,8 @@ from typing import Any
 
 import attrs
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered
+from leaseward.runtime.conversation import usage_from_json
+from leaseward.runtime.encoding import load_json
 from leaseward.runtime.errors import AuditPersistenceFailed, StoreError
 from leaseward.runtime.journal import StepInfo, StepWrite
 from leaseward.runtime.lifecycle import StepKind
@@ -171,11 +173,24 @@ class CommittingSteps(MachineCore):
                     seq=step.seq,
                     kind=step.kind.value,
                     tool=step.tool,
+                    call_id=step.call_id,
                     effect=None if step.effect is None else step.effect.value,
                     status=step.status.value,
                 )
             )
             observed.append(Metric("step_recorded", (step.kind, step.effect)))
+            if step.kind is StepKind.PROVIDER and step.output_json is not None:
+                # Counted from the journal's row, once it is stored: a resumed run reads
+                # its earlier turns back and never records them, so never counts them, again.
+                reply = load_json(step.output_json)
+                usage = usage_from_json(reply)
+                if usage is not None:
+                    observed.append(
+                        Metric(
+                            "tokens_recorded",
+                            (self.agent.name, reply.get("model"), usage),
+                        )
+                    )
         kept = [step for step in steps if not step.withdraws]
         if kept:
             newest = max(kept, key=lambda s: s.seq)

@@ -30,6 +30,7 @@ __all__ = [
     "ReadFailed",
     "TimedOut",
     "ToolFailed",
+    "ToolNotStarted",
     "ToolRaised",
     "ToolReturned",
     "UnexpectedEvent",
@@ -104,6 +105,13 @@ class ToolRaised:
 
 
 @attrs.frozen
+class ToolNotStarted:
+    """The tool raised CallNotStarted: its request never left the process."""
+
+    error: Exception
+
+
+@attrs.frozen
 class TimedOut:
     """The call in flight did not return within its own timeout."""
 
@@ -150,6 +158,7 @@ MachineEvent = (
     | ToolReturned
     | ToolFailed
     | ToolRaised
+    | ToolNotStarted
     | TimedOut
     | CutOff
     | LeaseLost

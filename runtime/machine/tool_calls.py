@@ -21,6 +21,7 @@ from leaseward.runtime.machine.events import (
     MachineEvent,
     TimedOut,
     ToolFailed,
+    ToolNotStarted,
     ToolRaised,
     ToolReturned,
     UnexpectedEvent,
@@ -75,6 +76,7 @@ class ToolCallSteps(MachineCore):
             effect=effect,
             idempotency_key=pending.idempotency_key,
             arguments_json=arguments_json,
+            source_json=None if bound is None else bound.source_json,
         )
         if bound is None or rejection is not None:
             # Nothing is executed, so nothing needs an intent: the model gets the error.
@@ -208,6 +210,13 @@ class ToolCallSteps(MachineCore):
                 traceback=True,
             )
             return (observed, *self._record_raised(turn, words, event.error))
+        if isinstance(event, ToolNotStarted):
+            # Its request never left the process: the intent is withdrawn as for a call
+            # that was not admitted, and the run is retried as after a lost connection.
+            self.protecting = None
+            if turn.needs_intent:
+                self.unstarted_intent = turn.base
+            return self._fail(Failure.of(event.error))
         if isinstance(event, CutOff):
             # Settled as the reaper would have, but before the lease ran out: if the
             # store takes it in time, the reason says what happened.

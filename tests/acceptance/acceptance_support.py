@@ -166,6 +166,7 @@ class Daemon:
         worker_id: str,
         env: dict[str, str],
         flags: tuple[str, ...],
+        app: str = "demo_app:app",
     ) -> None:
         self.url = url
         self.worker_id = worker_id
@@ -175,7 +176,7 @@ class Daemon:
             str(LEASEWARD),
             "daemon",
             "--app",
-            "demo_app:app",
+            app,
             "--store",
             url,
             "--worker-id",
@@ -264,6 +265,7 @@ class DaemonPool:
         worker_id: str,
         flags: tuple[str, ...] = (),
         wait: bool = True,
+        app: str = "demo_app:app",
         **env: str,
     ) -> Daemon:
         daemon = Daemon(
@@ -272,6 +274,7 @@ class DaemonPool:
             worker_id=worker_id,
             env=base_env(**env),
             flags=flags,
+            app=app,
         )
         self._started.append(daemon)
         return daemon.started() if wait else daemon

@@ -18,6 +18,7 @@ from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState
 from leaseward.runtime.runs import NewRun, RunInfo
 from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, CancelOutcome, SQLStore, open_store
+from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.queries import load_queries
 from leaseward.storage.reads import run_listing
 
@@ -451,7 +452,7 @@ async def test_migration_9_indexes_the_runs_already_stored(
             await created(opened, f"run-{n}", agent=f"agent-{n % 2}")
         assert await index_columns(opened) == {"runs_by_created": "created_at)"}
         before = await Client(opened).runs(agent="agent-0")
-        assert await opened.migrate() == 9
+        assert await opened.migrate() == MIGRATIONS[-1].version
         assert await index_columns(opened) == {
             "runs_by_created": "created_at,id)",
             "runs_by_state": "state,created_at,id)",

@@ -46,7 +46,7 @@ def test_a_step_leaves_out_its_run_and_keeps_its_output_as_stored() -> None:
     assert document.keys() == {
         "seq", "epoch", "kind", "tool", "call_id", "effect", "status", "idempotency_key",
         "arguments", "output", "error", "started_at", "finished_at", "resolved_by",
-        "resolved_at",
+        "resolved_at", "source",
     }  # fmt: skip
 
 

@@ -11,8 +11,9 @@ import click
 import pytest
 from leaseward.runtime.lifecycle import RunState
 
-from leaseward.cli import EXIT_USAGE, commands, main
+from leaseward.cli import EXIT_USAGE, commands
 from leaseward.cli.commands import leaseward
+from leaseward.cli.main import main
 from leaseward.cli.types import (
     DURATION,
     FINISHED_STATE,

@@ -30,6 +30,7 @@ ROW: dict[str, Any] = {
     "updated_at": 2.0,
     "finished_at": 2.0,
     "idempotency_key": "k",
+    "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
     "request_digest": "not a field of a run",
 }
 

@@ -14,7 +14,7 @@ from leaseward.runtime.agents import Agent, ScriptedProvider
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.encoding import arguments_digest, load_json
-from leaseward.runtime.errors import ProviderError
+from leaseward.runtime.errors import CallNotStarted, ProviderError
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.human_requests import Decision, HumanRequest, RequestKind
 from leaseward.runtime.journal import StepInfo, StepWrite
@@ -61,6 +61,7 @@ from leaseward.runtime.machine import (
     Stop,
     TimedOut,
     ToolFailed,
+    ToolNotStarted,
     ToolRaised,
     ToolReturned,
     UnexpectedEvent,
@@ -558,6 +559,23 @@ def test_a_call_that_raises_or_times_out_leaves_a_writes_intent_open(
         assert settlement.reason is Reason.NOT_RETRYABLE
     else:
         assert settlement.event is Event.REQUEUE
+
+
+@pytest.mark.parametrize("effect", EFFECTS)
+def test_a_call_that_never_started_withdraws_its_intent_and_is_retried(
+    effect: ToolEffect,
+) -> None:
+    m = machine(effect)
+    to_call(m)
+    commands = m.feed(ToolNotStarted(CallNotStarted("the server could not be reached")))
+    assert "run.attempt_failed" in events(commands)
+    end = settled(commands)
+    # A read wrote nothing before its call; a write's intent is taken back.
+    assert [(s.withdraws, s.status) for s in end.steps] == (
+        [(True, StepStatus.STARTED)] if effect.is_write else []
+    )
+    assert end.settlement is not None and end.settlement.event is Event.REQUEUE
+    assert m.protecting is None
 
 
 @pytest.mark.parametrize("effect", EFFECTS)
@@ -1142,7 +1160,13 @@ def answers(pending: Command, now: float, sent: Commit | None) -> st.SearchStrat
     if isinstance(pending, CallTool):
         return st.one_of(
             st.sampled_from(
-                [ToolReturned(1), ToolFailed("no"), ToolRaised(ValueError("bug")), *calls]
+                [
+                    ToolReturned(1),
+                    ToolFailed("no"),
+                    ToolRaised(ValueError("bug")),
+                    ToolNotStarted(CallNotStarted("unreachable")),
+                    *calls,
+                ]
             ),
             st.builds(LeaseRenewed, st.floats(now, now + 60.0)),
         )

@@ -26,16 +26,17 @@ RETURNING run_id;
 INSERT INTO runs (
     id, agent, mode, state, input_json, epoch, requeues, lease_owner,
     lease_expires_at, lease_seconds, available_at, cancel_requested, created_at, updated_at,
-    idempotency_key, request_digest
+    idempotency_key, request_digest, traceparent
 )
 SELECT new.id, new.agent, new.mode, new.state, new.input_json, new.epoch, 0,
        new.lease_owner, leaseward_clock() + new.lease_seconds, new.lease_seconds,
        leaseward_now(), FALSE,
-       leaseward_now(), leaseward_now(), new.idempotency_key, new.request_digest
+       leaseward_now(), leaseward_now(), new.idempotency_key, new.request_digest,
+       new.traceparent
 FROM jsonb_to_recordset(:runs::jsonb) AS new (
     id text, agent text, mode text, state text, input_json text, epoch integer,
     lease_owner text, lease_seconds double precision, idempotency_key text,
-    request_digest text
+    request_digest text, traceparent text
 )
 RETURNING *;
 
@@ -92,19 +93,19 @@ RETURNING runs.id AS run_id, runs.epoch, runs.cancel_requested;
 -- name: insert_steps
 -- Every new journal row of a batch. :steps is a JSON array of arrays, each
 -- [run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,
--- arguments_json, output_json, error, started_at, finished] (positions, not keys:
+-- arguments_json, output_json, error, started_at, finished, source_json] (positions, not keys:
 -- this is the statement that carries every row). A record sent again after its
 -- commit's answer was lost is already here and is not returned: the domain
 -- operation compares it with the stored row.
 INSERT INTO steps (
     run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,
-    arguments_json, output_json, error, started_at, finished_at
+    arguments_json, output_json, error, started_at, finished_at, source_json
 )
 SELECT new.step ->> 0, (new.step ->> 1)::integer, (new.step ->> 2)::integer,
        new.step ->> 3, new.step ->> 4, new.step ->> 5, new.step ->> 6, new.step ->> 7,
        new.step ->> 8, new.step ->> 9, new.step ->> 10, new.step ->> 11,
        COALESCE((new.step ->> 12)::double precision, leaseward_now()),
-       CASE WHEN (new.step ->> 13)::boolean THEN leaseward_now() END
+       CASE WHEN (new.step ->> 13)::boolean THEN leaseward_now() END, new.step ->> 14
 FROM jsonb_array_elements(:steps::jsonb) AS new (step)
 ON CONFLICT (run_id, seq) DO NOTHING
 RETURNING run_id, seq;

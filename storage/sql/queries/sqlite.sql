@@ -23,12 +23,12 @@ RETURNING run_id;
 INSERT INTO runs (
     id, agent, mode, state, input_json, epoch, requeues, lease_owner,
     lease_expires_at, lease_seconds, available_at, cancel_requested, created_at, updated_at,
-    idempotency_key, request_digest
+    idempotency_key, request_digest, traceparent
 )
 SELECT value ->> 'id', value ->> 'agent', value ->> 'mode', value ->> 'state',
        value ->> 'input_json', value ->> 'epoch', 0, value ->> 'lease_owner',
        :now + (value ->> 'lease_seconds'), value ->> 'lease_seconds', :now, 0, :now, :now,
-       value ->> 'idempotency_key', value ->> 'request_digest'
+       value ->> 'idempotency_key', value ->> 'request_digest', value ->> 'traceparent'
 FROM json_each(:runs)
 RETURNING *;
 
@@ -69,18 +69,18 @@ RETURNING runs.id AS run_id, runs.epoch AS epoch, runs.cancel_requested;
 -- name: insert_steps
 -- Every new journal row of a batch. :steps is a JSON array of arrays, each
 -- [run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,
--- arguments_json, output_json, error, started_at, finished] (positions, not keys:
+-- arguments_json, output_json, error, started_at, finished, source_json] (positions, not keys:
 -- this is the statement that carries every row). A record sent again after its
 -- commit's answer was lost is already here and is not returned: the domain
 -- operation compares it with the stored row. ("WHERE true" tells SQLite's
 -- parser that ON CONFLICT belongs to the INSERT, not to a join.)
 INSERT INTO steps (
     run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,
-    arguments_json, output_json, error, started_at, finished_at
+    arguments_json, output_json, error, started_at, finished_at, source_json
 )
 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5,
        value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 11,
-       COALESCE(value ->> 12, :now), CASE WHEN value ->> 13 THEN :now END
+       COALESCE(value ->> 12, :now), CASE WHEN value ->> 13 THEN :now END, value ->> 14
 FROM json_each(:steps) WHERE true
 ON CONFLICT (run_id, seq) DO NOTHING
 RETURNING run_id, seq;

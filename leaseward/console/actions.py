@@ -1,0 +1,195 @@
+"""The console's form posts: logging in and out, and the operator's actions on a run.
+
+Each action is refused, changing nothing, unless its form carries the session's CSRF
+token, an operator is logged in, and the run is still in the state and epoch the page
+was drawn with; then it is done once, and the browser is sent back (Post/Redirect/Get).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from leaseward.client import Client
+from leaseward.console.context import Console, console_of
+from leaseward.console.security import Session, check_operator_name, token_matches
+from leaseward.runtime.errors import IllegalTransition, InvalidInput, RequestNotFound
+from leaseward.runtime.lifecycle import RunState
+from leaseward.runtime.runs import RunInfo
+
+__all__ = ["ACTIONS", "act", "login", "login_form", "logout"]
+
+
+def _text(form: FormData, name: str) -> str | None:
+    value = form.get(name)
+    return (value.strip() or None) if isinstance(value, str) else None
+
+
+def _back(form: FormData, run_id: str) -> str:
+    """Where the browser returns: the page the form was on, never another site."""
+    back = _text(form, "back")
+    return back if back in ("/approvals", "/dead-letters") else f"/runs/{run_id}"
+
+
+def _redirect(console: Console, request: Request, session: Session, to: str) -> Response:
+    response = RedirectResponse(to, status_code=303)
+    console.sessions.save(response, request, session)
+    return response
+
+
+async def login_form(request: Request) -> Response:
+    console = console_of(request)
+    return console.render(request, "login.html", {"failed": False})
+
+
+async def login(request: Request) -> Response:
+    console = console_of(request)
+    form = await request.form()
+    session = console.sessions.load(request)
+    if not session.csrf_matches(form.get("csrf")):
+        return console.refuse(request, 403, "the form's CSRF token is missing or wrong")
+    if not token_matches(console.token, form.get("token")):
+        return console.render(request, "login.html", {"failed": True}, 403)
+    operator = check_operator_name(form.get("operator"))
+    # A new session at login: a token planted before it cannot ride along.
+    fresh = Session(operator=operator, flash=f"logged in as {operator}")
+    return _redirect(console, request, fresh, "/runs")
+
+
+async def logout(request: Request) -> Response:
+    console = console_of(request)
+    form = await request.form()
+    session = console.sessions.load(request)
+    if not session.csrf_matches(form.get("csrf")):
+        return console.refuse(request, 403, "the form's CSRF token is missing or wrong")
+    return _redirect(console, request, Session(flash="logged out"), "/runs")
+
+
+def _reply_value(text: str | None) -> Any:
+    if text is None:
+        raise InvalidInput('the reply is empty: write a JSON value, e.g. "yes"')
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(
+            f'the reply is not JSON ({exc.msg}); a text is written in quotes: "yes"'
+        ) from None
+
+
+def _requeued(run: RunInfo) -> str:
+    # The operator's action opened an epoch of its own; the claim that resumes the run
+    # opens the next one.
+    return f"requeued: it resumes from its journal at epoch {run.epoch + 1}"
+
+
+def _decided(run: RunInfo, what: str) -> str:
+    if run.state is RunState.QUEUED:
+        return f"{what}; every call is decided, the run is requeued"
+    return f"{what}; the run still waits for other calls ({run.state.value})"
+
+
+Perform = Callable[[Client, str, FormData, str], Awaitable[str]]
+
+
+async def _cancel(client: Client, run_id: str, form: FormData, operator: str) -> str:
+    await client.cancel(run_id)
+    run = await client.get(run_id)
+    if run.state is RunState.CANCELLED:
+        return "cancelled"
+    return "cancel requested: the run stops at its next step boundary"
+
+
+async def _approve(client: Client, run_id: str, form: FormData, operator: str) -> str:
+    call = _text(form, "call_id")
+    run = await client.approve(run_id, call, operator=operator, note=_text(form, "note"))
+    return _decided(run, f"call {call} approved")
+
+
+async def _reject(client: Client, run_id: str, form: FormData, operator: str) -> str:
+    call = _text(form, "call_id")
+    reason = _text(form, "reason")
+    if reason is None:
+        raise InvalidInput("a rejection needs a reason: the model is told it")
+    run = await client.reject(run_id, call, operator=operator, reason=reason)
+    return _decided(run, f"call {call} rejected")
+
+
+async def _reply(client: Client, run_id: str, form: FormData, operator: str) -> str:
+    call = _text(form, "call_id")
+    value = _reply_value(_text(form, "value"))
+    run = await client.send_input(run_id, value, call_id=call, operator=operator)
+    return _decided(run, f"call {call} answered")
+
+
+async def _resolve(client: Client, run_id: str, form: FormData, operator: str) -> str:
+    verdict = _text(form, "verdict")
+    if verdict not in ("applied", "not_applied"):
+        raise InvalidInput("say whether the call applied: applied or not_applied")
+    note = _text(form, "note")
+    if note is None:
+        raise InvalidInput("a resolution needs a note: why you decided so is kept in the journal")
+    run = await client.resolve(run_id, applied=verdict == "applied", operator=operator, note=note)
+    return f"call recorded as {verdict.replace('_', ' ')}; {_requeued(run)}"
+
+
+async def _redrive(client: Client, run_id: str, form: FormData, operator: str) -> str:
+    return _requeued(await client.redrive(run_id))
+
+
+ACTIONS: Mapping[str, Perform] = {
+    "cancel": _cancel,
+    "approve": _approve,
+    "reject": _reject,
+    "reply": _reply,
+    "resolve": _resolve,
+    "redrive": _redrive,
+}
+
+
+async def _stale(client: Client, run: RunInfo, form: FormData) -> str | None:
+    """Why the form no longer fits the run, if the run moved on since it was drawn:
+    its state now, and who decided the form's call when someone did."""
+    if (_text(form, "drawn_state"), _text(form, "drawn_epoch")) == (
+        run.state.value,
+        str(run.epoch),
+    ):
+        return None
+    now = run.state.value + ("" if run.reason is None else f" ({run.reason.value})")
+    message = f"run {run.id} changed since the page was drawn: it is {now}, epoch {run.epoch}"
+    call = _text(form, "call_id")
+    decided = [r for r in await client.requests(run.id) if r.call_id == call and not r.pending]
+    if decided:
+        request = decided[-1]
+        assert request.decision is not None
+        by = "" if request.operator is None else f" by {request.operator}"
+        message += f"; call {call} was already {request.decision.value}{by}"
+    return message
+
+
+async def act(request: Request) -> Response:
+    console = console_of(request)
+    perform = ACTIONS.get(request.path_params["action"])
+    if perform is None:
+        return console.refuse(request, 404, "no such action")
+    form = await request.form()
+    session = console.sessions.load(request)
+    if not session.csrf_matches(form.get("csrf")):
+        return console.refuse(request, 403, "the form's CSRF token is missing or wrong")
+    if session.operator is None:
+        return console.refuse(request, 403, "log in to act: every decision records who made it")
+    run_id = request.path_params["run_id"]
+    run = await console.client.get(run_id)
+    stale = await _stale(console.client, run, form)
+    if stale is not None:
+        return console.refuse(request, 409, f"{stale}; nothing changed")
+    try:
+        done = await perform(console.client, run_id, form, session.operator)
+    except (IllegalTransition, RequestNotFound) as exc:
+        return console.refuse(request, 409, exc.message)
+    session.flash = f"run {run_id}: {done}"
+    return _redirect(console, request, session, _back(form, run_id))

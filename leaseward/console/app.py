@@ -1,0 +1,79 @@
+"""The console's ASGI app: its routes, its templates, and how errors are answered."""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from leaseward.client import Client
+from leaseward.console import actions, pages
+from leaseward.console.context import Console, console_of
+from leaseward.console.security import SecurityHeaders
+from leaseward.runtime.errors import InvalidInput, LeasewardError, RunNotFound
+
+__all__ = ["create_app"]
+
+
+async def _root(request: Request) -> Response:
+    return RedirectResponse("/runs", status_code=302)
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    message = exc.message if isinstance(exc, LeasewardError) else "no such page"
+    return console_of(request).refuse(request, 404, message)
+
+
+async def _bad_request(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, InvalidInput)
+    return console_of(request).refuse(request, 400, exc.message)
+
+
+async def _store_failed(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, LeasewardError)
+    return console_of(request).refuse(request, 503, exc.message)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return console_of(request).refuse(request, exc.status_code, exc.detail)
+
+
+def create_app(client: Client, *, token: str | None = None) -> Starlette:
+    """The console over ``client``'s store; ``token`` is the operators' login token
+    (without one, the console only reads)."""
+    routes = [
+        Route("/", _root),
+        Route("/healthz", pages.healthz),
+        Route("/runs", pages.runs),
+        Route("/runs/{run_id}", pages.run),
+        Route("/dead-letters", pages.dead_letters),
+        Route("/approvals", pages.approvals),
+        Route("/workers", pages.workers),
+        Route("/api/runs", pages.api_runs),
+        Route("/api/runs/{run_id}", pages.api_run),
+        Route("/api/dead-letters", pages.api_dead_letters),
+        Route("/api/approvals", pages.api_approvals),
+        Route("/api/workers", pages.api_workers),
+        Route("/login", actions.login_form, methods=["GET"]),
+        Route("/login", actions.login, methods=["POST"]),
+        Route("/logout", actions.logout, methods=["POST"]),
+        Route("/runs/{run_id}/{action}", actions.act, methods=["POST"]),
+        Mount("/static", StaticFiles(packages=[("leaseward.console", "static")]), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(SecurityHeaders)],
+        exception_handlers={
+            RunNotFound: _not_found,
+            InvalidInput: _bad_request,
+            LeasewardError: _store_failed,
+            HTTPException: _http_error,
+        },
+    )
+    app.state.console = Console(client, token=token)
+    return app

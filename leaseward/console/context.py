@@ -1,0 +1,68 @@
+"""What every request of the console shares: the client, the sessions, the templates, and
+how a page or a refusal is drawn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.templating import Jinja2Templates
+
+from leaseward.cli.tables import timestamp
+from leaseward.cli.timeline import shown
+from leaseward.client import Client
+from leaseward.console.security import Sessions
+
+__all__ = ["Console", "console_of"]
+
+
+class Console:
+    """What every request of the console shares: the client, the sessions, the templates."""
+
+    def __init__(self, client: Client, *, token: str | None) -> None:
+        self.client = client
+        self.token = token
+        self.sessions = Sessions()
+        environment = Environment(
+            loader=PackageLoader("leaseward.console", "templates"),
+            autoescape=True,
+            undefined=StrictUndefined,
+        )
+        environment.filters["time"] = timestamp
+        environment.filters["shown"] = shown
+        self.templates = Jinja2Templates(env=environment)
+
+    def render(
+        self, request: Request, template: str, context: dict[str, Any], status: int = 200
+    ) -> Response:
+        """A page, with the session's CSRF token for its forms and its pending message."""
+        session = self.sessions.load(request)
+        response = self.templates.TemplateResponse(
+            request,
+            template,
+            {
+                **context,
+                "csrf": session.csrf,
+                "operator": session.operator,
+                "flash": session.flash,
+                "can_log_in": self.token is not None,
+            },
+            status_code=status,
+        )
+        if session.fresh or session.flash is not None:
+            session.flash = None
+            self.sessions.save(response, request, session)
+        return response
+
+    def refuse(self, request: Request, status: int, message: str) -> Response:
+        """An action or a page refused: the reason, and nothing changed."""
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": message}, status_code=status)
+        return self.render(request, "refused.html", {"message": message}, status)
+
+
+def console_of(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console

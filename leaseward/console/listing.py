@@ -1,0 +1,162 @@
+"""The runs page's query: its filters as the address bar carries them, and the page of
+runs they select, newest first, continued after a cursor (keyset, never OFFSET)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+
+from leaseward.client import Client
+from leaseward.runtime.errors import InvalidInput
+from leaseward.runtime.lifecycle import RunMode, RunState
+from leaseward.runtime.runs import RunInfo
+
+__all__ = ["PAGE_SIZE", "SCAN_LIMIT", "RunCursor", "RunQuery", "fetch_runs"]
+
+PAGE_SIZE = 50
+SCAN_LIMIT = 10_000
+"""How many of the newest runs of a state and agent ``fetch_runs`` reads while the
+store cannot filter the rest of the query itself."""
+
+
+@attrs.frozen
+class RunCursor:
+    """Where a page of runs ended: the last run's creation time and id.
+
+    The kernel's model gains the same cursor with the store's keyset pagination; this
+    one goes then, for an import of that one.
+    """
+
+    created_at: float
+    id: str
+
+    @classmethod
+    def of(cls, run: RunInfo) -> RunCursor:
+        return cls(run.created_at, run.id)
+
+    def token(self) -> str:
+        return f"{self.created_at!r}_{self.id}"
+
+    @classmethod
+    def parse(cls, text: str) -> RunCursor:
+        created, _, run_id = text.partition("_")
+        try:
+            created_at = float(created)
+        except ValueError:
+            created_at = float("nan")
+        if not run_id or created_at != created_at:
+            raise InvalidInput(f"{text!r} is not a page cursor")
+        return cls(created_at, run_id)
+
+    def precedes(self, run: RunInfo) -> bool:
+        """Whether ``run`` comes after this cursor in the runs' order (newest first,
+        then by id)."""
+        return run.created_at < self.created_at or (
+            run.created_at == self.created_at and run.id > self.id
+        )
+
+
+def _choice(params: Mapping[str, str], name: str, kind: Any) -> Any:
+    value = params.get(name, "")
+    if not value:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        known = ", ".join(member.value for member in kind)
+        raise InvalidInput(f"{name} {value!r} is not one of {known}") from None
+
+
+def _moment(params: Mapping[str, str], name: str) -> float | None:
+    """A time as a date input sends it (``2026-12-04T16:45``, UTC unless it says
+    otherwise) or as seconds since the epoch."""
+    value = params.get(name, "").strip()
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInput(f"{name} {value!r} is not a time such as 2026-12-04T16:45") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def _text(params: Mapping[str, str], name: str) -> str | None:
+    return params.get(name, "").strip() or None
+
+
+@attrs.frozen
+class RunQuery:
+    """Which runs the page shows; each field narrows them, None leaves them be."""
+
+    state: RunState | None = None
+    agent: str | None = None
+    mode: RunMode | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+    search: str | None = None
+    """A run id or an idempotency key."""
+    after: RunCursor | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> RunQuery:
+        """The query of a page's address; a value it cannot read raises InvalidInput."""
+        after = _text(params, "after")
+        return cls(
+            state=_choice(params, "state", RunState),
+            agent=_text(params, "agent"),
+            mode=_choice(params, "mode", RunMode),
+            created_after=_moment(params, "created_after"),
+            created_before=_moment(params, "created_before"),
+            search=_text(params, "search"),
+            after=None if after is None else RunCursor.parse(after),
+        )
+
+    def params(self, after: RunCursor | None) -> dict[str, str]:
+        """The address parameters of this query, continued after ``after``."""
+        values: dict[str, Any] = {
+            "state": self.state,
+            "agent": self.agent,
+            "mode": self.mode,
+            "created_after": self.created_after,
+            "created_before": self.created_before,
+            "search": self.search,
+            "after": None if after is None else after.token(),
+        }
+        return {
+            name: str(value) if isinstance(value, str) else repr(value)
+            for name, value in values.items()
+            if value is not None
+        }
+
+    def filters(self) -> dict[str, Any]:
+        """The keyword arguments of ``Client.runs`` this query passes."""
+        return attrs.asdict(self, recurse=False)
+
+    def admits(self, run: RunInfo) -> bool:
+        return (
+            (self.mode is None or run.mode is self.mode)
+            and (self.created_after is None or run.created_at >= self.created_after)
+            and (self.created_before is None or run.created_at < self.created_before)
+            and (self.search is None or self.search in (run.id, run.idempotency_key))
+            and (self.after is None or self.after.precedes(run))
+        )
+
+
+async def fetch_runs(client: Client, query: RunQuery, limit: int = PAGE_SIZE) -> list[RunInfo]:
+    """The runs ``query`` selects, newest first, at most ``limit``.
+
+    The store filters by state and agent; the other filters and the cursor apply to the
+    newest SCAN_LIMIT of those runs here, until ``Client.runs`` takes the whole query:
+    ``return await client.runs(**query.filters(), limit=limit)``.
+    """
+    found = await client.runs(state=query.state, agent=query.agent, limit=SCAN_LIMIT)
+    return [run for run in found if query.admits(run)][:limit]

@@ -1,0 +1,172 @@
+"""One live session with an MCP server: opened at worker start, proven alive before each
+call, opened again when found lost."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, cast
+
+import anyio
+import anyio.abc
+import attrs
+import mcp.types as mcp_types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+
+from leaseward.mcp.servers import MCPServer, Stdio
+from leaseward.runtime.errors import CallNotStarted, ToolError
+
+__all__ = ["ServerConnection", "SessionLost"]
+
+
+def _first_cause(error: BaseException) -> str:
+    """The first error a task group gathered, which names what went wrong."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return f"{type(error).__name__}: {error}"
+
+
+class SessionLost(ConnectionError):
+    """The session ended after a call's request was sent: the call may have run."""
+
+
+@attrs.define
+class _Session:
+    """A session held open by its own task until ``closing`` is set."""
+
+    closing: anyio.Event = attrs.Factory(anyio.Event)
+    ready: anyio.Event = attrs.Factory(anyio.Event)
+    scope: anyio.CancelScope = attrs.Factory(anyio.CancelScope)
+    session: ClientSession | None = None
+    error: BaseException | None = None
+
+
+class ServerConnection:
+    """The client side of one MCP server for one runtime.
+
+    The session's transport (a subprocess, an HTTP connection) lives in a task of
+    ``task_group``, which owns it from opening to closing as anyio requires.
+    """
+
+    def __init__(self, server: MCPServer, task_group: anyio.abc.TaskGroup) -> None:
+        self.server = server
+        self._task_group = task_group
+        self._lock = anyio.Lock()
+        self._current: _Session | None = None
+
+    async def list_tools(self) -> list[mcp_types.Tool]:
+        """Every tool the server lists, following its pages."""
+        session = await self._live_session()
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        while True:
+            params = None if cursor is None else mcp_types.PaginatedRequestParams(cursor=cursor)
+            with anyio.fail_after(self.server.connect_timeout_seconds):
+                page = await session.list_tools(params=params)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                return tools
+
+    async def call(
+        self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]
+    ) -> mcp_types.CallToolResult:
+        """Call ``name``; CallNotStarted if no live session could carry the request,
+        SessionLost if the session ended after it was sent, ToolError if the server
+        answered with a protocol error (unknown tool, arguments it refused)."""
+        session = await self._live_session()
+        try:
+            return await session.call_tool(
+                name, dict(arguments), meta=cast(mcp_types.RequestParamsMeta, dict(meta))
+            )
+        except MCPError as exc:
+            if exc.code == mcp_types.CONNECTION_CLOSED:
+                self._forget(session)
+                raise SessionLost(
+                    f"the session with MCP server {self.server.name!r} ended during the call "
+                    f"of {name}: {exc.message}"
+                ) from exc
+            raise ToolError(
+                f"MCP server {self.server.name!r} answered the call of {name} with an error: "
+                f"{exc.message}"
+            ) from exc
+
+    def close(self) -> None:
+        if self._current is not None:
+            self._current.closing.set()
+            self._current = None
+
+    async def _live_session(self) -> ClientSession:
+        async with self._lock:
+            current = self._current
+            if current is not None and current.session is not None:
+                try:
+                    # A session whose transport died unnoticed would take the next
+                    # request and fail it as if it had been sent.
+                    with anyio.fail_after(self.server.connect_timeout_seconds):
+                        await current.session.send_ping()
+                    return current.session
+                except Exception:
+                    self.close()
+            return await self._open()
+
+    def _forget(self, session: ClientSession) -> None:
+        if self._current is not None and self._current.session is session:
+            self.close()
+
+    async def _open(self) -> ClientSession:
+        opening = _Session()
+        self._task_group.start_soon(self._hold, opening)
+        with anyio.move_on_after(self.server.connect_timeout_seconds):
+            await opening.ready.wait()
+        if opening.session is None:
+            opening.scope.cancel()
+            why = (
+                f"it did not answer within {self.server.connect_timeout_seconds:g} s"
+                if opening.error is None
+                else _first_cause(opening.error)
+            )
+            raise CallNotStarted(f"MCP server {self.server.name!r} could not be reached: {why}")
+        self._current = opening
+        return opening.session
+
+    async def _hold(self, opening: _Session) -> None:
+        try:
+            with opening.scope:
+                async with AsyncExitStack() as stack:
+                    read, write = await stack.enter_async_context(self._transport())
+                    session = await stack.enter_async_context(ClientSession(read, write))
+                    await session.initialize()
+                    opening.session = session
+                    opening.ready.set()
+                    await opening.closing.wait()
+        except Exception as exc:
+            # A transport that fails, at opening or later, ends this session only:
+            # the next call finds it gone and opens another.
+            opening.error = exc
+        finally:
+            opening.session = None
+            opening.ready.set()
+
+    @asynccontextmanager
+    async def _transport(self) -> AsyncIterator[Any]:
+        transport = self.server.transport
+        if isinstance(transport, Stdio):
+            parameters = StdioServerParameters(
+                command=transport.command,
+                args=list(transport.args),
+                env=None if transport.env is None else dict(transport.env),
+                cwd=transport.cwd,
+            )
+            async with stdio_client(parameters) as streams:
+                yield streams
+            return
+        async with (
+            create_mcp_http_client(headers=dict(transport.headers or {})) as http,
+            streamable_http_client(transport.url, http_client=http) as streams,
+        ):
+            yield streams

@@ -1,0 +1,128 @@
+"""Declaring an MCP server as a source of an agent's tools."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.errors import ConfigurationError
+from leaseward.runtime.tools import DEFAULT_TOOL_TIMEOUT_SECONDS
+
+__all__ = ["DEFAULT_CONNECT_TIMEOUT_SECONDS", "MCPServer", "Stdio", "StreamableHTTP"]
+
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+@attrs.frozen
+class Stdio:
+    """A server the worker starts as a subprocess and talks to over its stdin and stdout."""
+
+    command: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] | None = None
+    """Added to the environment the SDK gives the subprocess."""
+    cwd: str | None = None
+
+
+@attrs.frozen
+class StreamableHTTP:
+    """A server already running, reached over Streamable HTTP at ``url``."""
+
+    url: str
+    headers: Mapping[str, str] | None = None
+
+
+def _effects(value: Mapping[str, ToolEffect]) -> Mapping[str, ToolEffect]:
+    for name, effect in value.items():
+        if not isinstance(effect, ToolEffect):
+            raise ConfigurationError(
+                f"MCP tool {name!r}: its effect must be a ToolEffect member, not {effect!r}"
+            )
+    return dict(value)
+
+
+@attrs.frozen
+class MCPServer:
+    """An MCP server whose tools an agent offers the model: put it in ``Agent(tools=[...])``.
+
+    A runtime connects when it starts and lists the server's tools; each gets its
+    effect from ``effects`` (by tool name) if the code names one there, else from the
+    server's annotations only if ``trusted`` is True, else ``NON_IDEMPOTENT_WRITE``.
+    Nothing read at run time (a file, an environment variable, the server) can
+    change what the code decided. ``approve_destructive`` makes every call of a
+    tool that may be destructive (by the annotations of a trusted server; every
+    tool not read-only otherwise) wait for a person's approval.
+    """
+
+    name: str
+    transport: Stdio | StreamableHTTP
+    trusted: bool = False
+    effects: Mapping[str, ToolEffect] = attrs.field(factory=dict, converter=_effects)
+    timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS
+    """How long one call may take; past it the call is cancelled, on the server too."""
+    connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS
+    approve_destructive: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigurationError("an MCP server's name must be a non-empty string")
+        for what in ("timeout_seconds", "connect_timeout_seconds"):
+            value = getattr(self, what)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ConfigurationError(f"MCP server {self.name!r}: {what} must be positive")
+
+    @classmethod
+    def stdio(
+        cls,
+        name: str,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        trusted: bool = False,
+        effects: Mapping[str, ToolEffect] | None = None,
+        timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
+        connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
+        approve_destructive: bool = False,
+    ) -> MCPServer:
+        """A server the worker runs as ``command args...`` and supervises."""
+        return cls(
+            name,
+            Stdio(command, tuple(args), env, cwd),
+            trusted=trusted,
+            effects=effects or {},
+            timeout_seconds=timeout_seconds,
+            connect_timeout_seconds=connect_timeout_seconds,
+            approve_destructive=approve_destructive,
+        )
+
+    @classmethod
+    def http(
+        cls,
+        name: str,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        trusted: bool = False,
+        effects: Mapping[str, ToolEffect] | None = None,
+        timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
+        connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
+        approve_destructive: bool = False,
+    ) -> MCPServer:
+        """A server at ``url`` (Streamable HTTP)."""
+        return cls(
+            name,
+            StreamableHTTP(url, headers),
+            trusted=trusted,
+            effects=effects or {},
+            timeout_seconds=timeout_seconds,
+            connect_timeout_seconds=connect_timeout_seconds,
+            approve_destructive=approve_destructive,
+        )
+
+    @property
+    def source_name(self) -> str:
+        return self.name

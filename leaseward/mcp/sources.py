@@ -1,0 +1,124 @@
+"""Listing the MCP servers of an app's agents at worker start, and their tools as the
+runtime calls them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+import mcp.types as mcp_types
+
+from leaseward.mcp import FENCING_TOKEN_META, IDEMPOTENCY_KEY_META
+from leaseward.mcp.connection import ServerConnection
+from leaseward.mcp.effects import decide_effect, is_destructive
+from leaseward.mcp.servers import MCPServer
+from leaseward.runtime.agents import App
+from leaseward.runtime.errors import ConfigurationError, ToolError
+from leaseward.runtime.tool_sources import ListedTool, ToolProvenance
+from leaseward.runtime.tools import ToolContext
+
+__all__ = ["listed_tool", "serving_sources"]
+
+
+def _result_value(result: mcp_types.CallToolResult) -> Any:
+    """What the model is told a call returned: its structured content if it has some,
+    else its text (a list of blocks when there are several, or content other than text)."""
+    if result.structured_content is not None:
+        return result.structured_content
+    blocks = result.content
+    if all(isinstance(block, mcp_types.TextContent) for block in blocks):
+        texts = [block.text for block in blocks if isinstance(block, mcp_types.TextContent)]
+        return texts[0] if len(texts) == 1 else texts
+    return [block.model_dump(by_alias=True, exclude_none=True, mode="json") for block in blocks]
+
+
+def _error_text(result: mcp_types.CallToolResult) -> str:
+    texts = [block.text for block in result.content if isinstance(block, mcp_types.TextContent)]
+    return "\n".join(texts) or "the tool reported an error"
+
+
+def listed_tool(
+    server: MCPServer, connection: ServerConnection, tool: mcp_types.Tool
+) -> ListedTool:
+    """``tool`` as the runtime calls it, its effect decided now, from the code first."""
+    annotations = (
+        None
+        if tool.annotations is None
+        else tool.annotations.model_dump(by_alias=True, exclude_none=True, mode="json")
+    )
+    effect, decided_by = decide_effect(
+        tool.name, annotations, effects=server.effects, trusted=server.trusted
+    )
+    name = tool.name
+
+    async def call(ctx: ToolContext, /, **arguments: Any) -> Any:
+        meta = {IDEMPOTENCY_KEY_META: ctx.idempotency_key, FENCING_TOKEN_META: ctx.fencing_token}
+        result = await connection.call(name, arguments, meta)
+        if result.is_error:
+            raise ToolError(_error_text(result))
+        return _result_value(result)
+
+    return ListedTool(
+        name=name,
+        description=tool.description or "",
+        parameters=tool.input_schema,
+        effect=effect,
+        provenance=ToolProvenance(server.name, decided_by, annotations),
+        call=call,
+        timeout_seconds=server.timeout_seconds,
+        requires_approval=(
+            server.approve_destructive
+            and effect.is_write
+            and is_destructive(annotations if server.trusted else None)
+        ),
+    )
+
+
+@asynccontextmanager
+async def serving_sources(app: App) -> AsyncIterator[None]:
+    """Connect to every MCP server of the app's agents, give each agent the tools its
+    servers list, and keep the sessions until the block ends.
+
+    A server that cannot be listed stops the start: a worker that offered the model
+    fewer tools than the code declared would run differently from its peers.
+    """
+    async with anyio.create_task_group() as task_group:
+        connections: list[ServerConnection] = []
+        try:
+            # Raised outside the task group, so the caller sees it as it is.
+            problem = await _list_sources(app, task_group, connections)
+            if problem is None:
+                yield
+        finally:
+            for connection in connections:
+                connection.close()
+    if problem is not None:
+        raise problem
+
+
+async def _list_sources(
+    app: App, task_group: anyio.abc.TaskGroup, connections: list[ServerConnection]
+) -> ConfigurationError | None:
+    for agent in app.agents:
+        listed: list[ListedTool] = []
+        for source in agent.sources:
+            if not isinstance(source, MCPServer):
+                return ConfigurationError(
+                    f"agent {agent.name!r}: {source!r} is a tool source this runtime "
+                    "cannot list (an MCPServer is)"
+                )
+            connection = ServerConnection(source, task_group)
+            connections.append(connection)
+            try:
+                tools = await connection.list_tools()
+            except Exception as exc:
+                return ConfigurationError(
+                    f"agent {agent.name!r}: the tools of MCP server {source.name!r} "
+                    f"could not be listed: {exc}"
+                )
+            listed.extend(listed_tool(source, connection, tool) for tool in tools)
+        agent.use_listed_tools(listed)
+    return None

@@ -1,0 +1,62 @@
+"""The daemon's trace export: an OTLP/HTTP exporter configured from the standard
+``OTEL_*`` environment variables, when the ``otel`` extra is installed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import attrs
+
+__all__ = ["CAPTURE_CONTENT_VARIABLE", "TraceExport", "export_traces"]
+
+#: The GenAI conventions' switch for recording content (tool arguments and results).
+CAPTURE_CONTENT_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+_DEFAULT_SERVICE_NAME = "leaseward"
+
+
+def _nothing_to_flush() -> None:
+    return None
+
+
+@attrs.frozen
+class TraceExport:
+    """Whether spans are exported, where to or why not, and how to flush them at exit."""
+
+    on: bool
+    detail: str
+    """The endpoint when on; why not when off."""
+    capture_content: bool = False
+    shutdown: Callable[[], None] = _nothing_to_flush
+
+
+def export_traces(environ: Mapping[str, str]) -> TraceExport:
+    """Install a tracer provider exporting over OTLP/HTTP, if ``environ`` names an
+    endpoint and the SDK and exporter are installed; otherwise say why not."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return TraceExport(False, "OTEL_SDK_DISABLED is true")
+    if environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() == "none":
+        return TraceExport(False, "OTEL_TRACES_EXPORTER is none")
+    endpoint = next((environ[name] for name in _ENDPOINT_VARIABLES if environ.get(name)), None)
+    if endpoint is None:
+        return TraceExport(False, "no OTEL_EXPORTER_OTLP_ENDPOINT is set")
+    try:
+        from opentelemetry import trace
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        return TraceExport(False, "the otel extra is not installed (pip install 'leaseward[otel]')")
+    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES are read by Resource.create; a name
+    # given here would override them.
+    named = "OTEL_SERVICE_NAME" in environ or SERVICE_NAME in environ.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    )
+    resource = Resource.create({} if named else {SERVICE_NAME: _DEFAULT_SERVICE_NAME})
+    provider = TracerProvider(resource=resource)
+    # The exporter and the processor read their own OTEL_EXPORTER_OTLP_* and OTEL_BSP_*.
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    capture = environ.get(CAPTURE_CONTENT_VARIABLE, "").strip().lower() == "true"
+    return TraceExport(True, endpoint, capture_content=capture, shutdown=provider.shutdown)

@@ -1,0 +1,130 @@
+"""``leaseward console`` and ``leaseward daemon --console`` as an operator starts them:
+they serve on loopback, refuse to listen further without an operator token, and stop
+cleanly on a signal."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.acceptance.acceptance_support import (
+    LEASEWARD,
+    DaemonPool,
+    assert_one_line_error,
+    base_env,
+    leaseward,
+    ok,
+    wait_until,
+)
+
+TOKEN = "an-operator-token-long-enough"
+
+
+@pytest.fixture
+def store(url: str) -> str:
+    ok("migrate", "--store", url)
+    return url
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def served(store: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    process = subprocess.Popen(
+        [str(LEASEWARD), "console", "--store", store, "--port", "0"],
+        env=base_env(LEASEWARD_CONSOLE_TOKEN=TOKEN),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        line = process.stdout.readline()
+        assert line.startswith("console at http://127.0.0.1:"), line + process.stderr.read()
+        yield process, line.split()[2]
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "fragment"),
+    [
+        (("--host", "0.0.0.0"), {}, "LEASEWARD_CONSOLE_TOKEN"),
+        (("--host", "192.0.2.7"), {"LEASEWARD_CONSOLE_TOKEN": "short"}, "at least 16"),
+        (("--port", "70000"), {}, "not a port number"),
+    ],
+)
+def test_a_console_beyond_loopback_without_a_token_or_bad_flags_is_refused(
+    store: str, flags: tuple[str, ...], env: dict[str, str], fragment: str
+) -> None:
+    result = leaseward("console", "--store", store, *flags, env=base_env(**env))
+    assert_one_line_error(result, 2, fragment)
+
+
+def test_a_console_on_a_missing_store_is_refused(url: str) -> None:
+    assert_one_line_error(leaseward("console", "--store", url), 1, "no leaseward store")
+
+
+def test_a_port_in_use_is_one_clear_error(store: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = leaseward("console", "--store", store, "--port", port)
+    assert_one_line_error(result, 2, "cannot serve the console", port)
+
+
+def test_the_console_serves_on_loopback_and_stops_on_a_signal(
+    served: tuple[subprocess.Popen[str], str],
+) -> None:
+    process, address = served
+    assert httpx.get(address + "healthz").text == "ok"
+    page = httpx.get(address + "runs")
+    assert page.status_code == 200 and "Log in to act" in page.text
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=10) == 0
+
+
+def test_the_daemon_serves_the_console_beside_its_worker_until_drained(
+    daemons: DaemonPool, store: str
+) -> None:
+    port = free_port()
+    daemon = daemons.start(store, worker_id="w1", flags=("--console", "--console-port", str(port)))
+    address = f"http://127.0.0.1:{port}/"
+    workers = wait_until(
+        "the console lists the worker",
+        lambda: httpx.get(address + "api/workers").json(),
+        timeout=10,
+    )
+    assert [w["id"] for w in workers] == ["w1"]
+    assert daemon.stop() == 0
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(address + "healthz")
+
+
+def test_the_daemon_refuses_a_console_beyond_loopback_without_a_token(store: str) -> None:
+    result = leaseward(
+        "daemon",
+        "--app",
+        "demo_app:app",
+        "--store",
+        store,
+        "--console",
+        "--console-host",
+        "0.0.0.0",
+    )
+    assert_one_line_error(result, 2, "LEASEWARD_CONSOLE_TOKEN")

@@ -1,0 +1,122 @@
+"""A real MCP server for the tests, written with the ``mcp`` package's server API.
+
+``python -m tests.integration.mcp_server stdio`` serves over stdin and stdout;
+``... http PORT`` serves Streamable HTTP on 127.0.0.1:PORT. Every call appends a
+line to the ledger file named by LEDGER (the tool, its arguments, the ``_meta``
+it received and this process's id), which the tests read as the server's own
+account of what ran. ``ANNOTATIONS=changed`` lists different annotations;
+``DROP`` (comma-separated names) leaves tools out of the listing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+__all__ = ["ANNOTATED", "ledger_lines", "server"]
+
+LEDGER = os.environ.get("LEDGER", "")
+CHANGED = os.environ.get("ANNOTATIONS") == "changed"
+DROPPED = frozenset(filter(None, os.environ.get("DROP", "").split(",")))
+
+ANNOTATED: dict[str, ToolAnnotations | None] = {
+    "lookup": ToolAnnotations(read_only_hint=True),
+    "set_flag": ToolAnnotations(idempotent_hint=True, destructive_hint=False),
+    "delete_record": ToolAnnotations(destructive_hint=True),
+    # Changed, it claims to be an idempotent write: a resume must not believe it.
+    "create_invoice": ToolAnnotations(idempotent_hint=True) if CHANGED else None,
+    "slow_write": None,
+    "refuse": ToolAnnotations(read_only_hint=True),
+}
+
+server = MCPServer("leaseward-test")
+
+
+def record(tool: str, arguments: dict[str, Any], ctx: Context[Any, Any]) -> None:
+    meta = ctx.request_context.meta
+    line = {"tool": tool, "arguments": arguments, "meta": dict(meta or {}), "pid": os.getpid()}
+    with open(LEDGER, "a", encoding="utf-8") as ledger:
+        ledger.write(json.dumps(line) + "\n")
+        ledger.flush()
+        os.fsync(ledger.fileno())
+
+
+def ledger_lines(path: str) -> list[dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as ledger:
+            return [json.loads(line) for line in ledger if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def offered(name: str) -> bool:
+    return name not in DROPPED
+
+
+if offered("lookup"):
+
+    @server.tool(annotations=ANNOTATED["lookup"])
+    async def lookup(city: str, ctx: Context[Any, Any]) -> str:
+        """The weather in a city."""
+        record("lookup", {"city": city}, ctx)
+        return f"sunny in {city}"
+
+
+if offered("set_flag"):
+
+    @server.tool(annotations=ANNOTATED["set_flag"])
+    async def set_flag(name: str, value: bool, ctx: Context[Any, Any]) -> str:
+        """Set a flag to a value."""
+        record("set_flag", {"name": name, "value": value}, ctx)
+        return f"{name}={value}"
+
+
+if offered("delete_record"):
+
+    @server.tool(annotations=ANNOTATED["delete_record"])
+    async def delete_record(record_id: str, ctx: Context[Any, Any]) -> str:
+        """Delete a record."""
+        record("delete_record", {"record_id": record_id}, ctx)
+        return f"deleted {record_id}"
+
+
+if offered("create_invoice"):
+
+    @server.tool(annotations=ANNOTATED["create_invoice"])
+    async def create_invoice(amount: int, ctx: Context[Any, Any]) -> str:
+        """Create an invoice."""
+        record("create_invoice", {"amount": amount}, ctx)
+        return f"invoice for {amount}"
+
+
+if offered("slow_write"):
+
+    @server.tool(annotations=ANNOTATED["slow_write"])
+    async def slow_write(amount: int, ctx: Context[Any, Any]) -> str:
+        """A write that takes its time: the tests kill the server during it."""
+        record("slow_write", {"amount": amount}, ctx)
+        await anyio.sleep(3600)
+        return "never"
+
+
+if offered("refuse"):
+
+    @server.tool(annotations=ANNOTATED["refuse"])
+    async def refuse(reason: str, ctx: Context[Any, Any]) -> str:
+        """Always fails, reporting why to the model."""
+        record("refuse", {"reason": reason}, ctx)
+        raise ToolError(f"refused: {reason}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))

@@ -1,0 +1,300 @@
+"""The console's pages, their JSON twins and its safeguards, over a real SQLite store:
+every page renders, filters narrow, pages continue by keyset, untrusted text stays text,
+and no action is taken without a login and a CSRF token."""
+
+from __future__ import annotations
+
+import re
+
+import anyio
+import httpx
+import pytest
+from leaseward.runtime.encoding import dump_json
+from leaseward.runtime.journal import StepWrite
+from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
+from leaseward.runtime.runs import NewRun
+from leaseward.runtime.settlements import Settlement
+from leaseward.storage import BatchItem, open_store
+
+from leaseward import ProviderReply, ToolCall, ToolEffect
+from leaseward.client import new_run_id
+from leaseward.console.listing import PAGE_SIZE
+from tests.integration.console_support import TOKEN, console, forms_of, logged_in
+from tests.integration.support import ghost_claims, provider_step
+from tests.stores import created
+
+pytestmark = pytest.mark.anyio
+
+SCRIPT = "<script>alert(1)</script>"
+ATTRIBUTE = '"><img src=x onerror=alert(1)>'
+LINK = "javascript:alert(1)"
+PAGES = ["/runs", "/dead-letters", "/approvals", "/workers", "/login"]
+APIS = ["/api/runs", "/api/dead-letters", "/api/approvals", "/api/workers"]
+
+
+@pytest.fixture
+def url(db_url: str) -> str:
+    return created(db_url)
+
+
+async def hostile_run(url: str) -> str:
+    """A dead-lettered run whose every field a model or tool wrote carries a payload."""
+    store = await open_store(url)
+    try:
+        run_id = new_run_id()
+        await store.create_run(
+            NewRun(
+                id=run_id,
+                agent="hostile",
+                mode=RunMode.QUEUED,
+                input_json=dump_json({"q": SCRIPT}),
+                idempotency_key=ATTRIBUTE,
+                request_digest="d",
+            )
+        )
+        [claimed] = await store.claim_runs("ghost:1", 1, 30.0, ["hostile"])
+        reply = ProviderReply(tool_calls=[ToolCall(ATTRIBUTE, {"x": SCRIPT}, "call-1")])
+        call = StepWrite(
+            seq=1,
+            kind=StepKind.TOOL,
+            status=StepStatus.SUCCEEDED,
+            tool=ATTRIBUTE,
+            call_id="call-1",
+            effect=ToolEffect.READ_ONLY,
+            arguments_json=dump_json({"x": SCRIPT}),
+            output_json=dump_json({"link": LINK, "html": SCRIPT, "quote": ATTRIBUTE}),
+        )
+        settlement = Settlement(Event.DEAD_LETTER, Reason.NOT_RETRYABLE, error=SCRIPT + ATTRIBUTE)
+        await store.commit_batch(
+            [
+                BatchItem(
+                    run_id,
+                    claimed.epoch,
+                    steps=(provider_step(0, reply), call),
+                    settlement=settlement,
+                )
+            ]
+        )
+        return run_id
+    finally:
+        await store.aclose()
+
+
+def assert_inert(html: str) -> None:
+    """Nothing the payloads carry can run: the one script is the console's own file."""
+    assert re.findall(r"<script[^>]*>", html) == ['<script src="/static/refresh.js" defer>']
+    assert "<img" not in html
+    assert not re.search(r"""(href|src|action)\s*=\s*["']?\s*javascript:""", html, re.I)
+    assert "onerror=alert(1)>" not in html
+
+
+async def test_every_page_renders_and_the_root_redirects_to_the_runs(url: str) -> None:
+    async with console(url) as page:
+        run_id = await page.client.submit("chat", "hi")
+        root = await page.http.get("/")
+        assert (root.status_code, root.headers["location"]) == (302, "/runs")
+        for path in [*PAGES, f"/runs/{run_id}"]:
+            answer = await page.http.get(path)
+            assert answer.status_code == 200, path
+            assert answer.headers["content-type"].startswith("text/html")
+        assert run_id in (await page.http.get("/runs")).text
+        health = await page.http.get("/healthz")
+        assert (health.status_code, health.text) == (200, "ok")
+
+
+async def test_an_unknown_run_or_page_is_404_and_bad_filters_400(url: str) -> None:
+    async with console(url) as page:
+        assert (await page.http.get("/runs/missing")).status_code == 404
+        missing = await page.http.get("/api/runs/missing")
+        assert missing.status_code == 404 and "missing" in missing.json()["error"]
+        assert (await page.http.get("/nowhere")).status_code == 404
+        for query in ["state=sleeping", "mode=x", "created_after=yesterday", "after=nonsense"]:
+            assert (await page.http.get(f"/runs?{query}")).status_code == 400, query
+            assert (await page.http.get(f"/api/runs?{query}")).status_code == 400, query
+
+
+async def test_the_json_twins_print_what_the_cli_prints(url: str) -> None:
+    async with console(url) as page:
+        run_id = await page.client.submit("chat", {"n": 1}, idempotency_key="order-7")
+        listed = (await page.http.get("/api/runs")).json()
+        assert [r["id"] for r in listed["runs"]] == [run_id] and listed["next"] is None
+        shown = listed["runs"][0]
+        assert (shown["state"], shown["idempotency_key"], shown["agent"]) == (
+            "queued",
+            "order-7",
+            "chat",
+        )
+        assert "lease_owner" not in shown
+        document = (await page.http.get(f"/api/runs/{run_id}")).json()
+        assert (document["id"], document["steps"], document["requests"]) == (run_id, [], [])
+        for path in APIS[1:]:
+            assert (await page.http.get(path)).json() == []
+
+
+async def test_filters_narrow_the_runs_and_the_search_finds_an_id_or_a_key(url: str) -> None:
+    async with console(url) as page:
+        first = await page.client.submit("alpha", 1)
+        keyed = await page.client.submit("beta", 2, idempotency_key="order-9")
+        await page.client.cancel(first)
+        interactive = new_run_id()
+        await page.client.store.create_run(
+            NewRun(
+                id=interactive,
+                agent="gamma",
+                mode=RunMode.INTERACTIVE,
+                input_json="3",
+                lease_owner="here",
+                lease_seconds=60.0,
+            )
+        )
+
+        async def ids(query: str) -> set[str]:
+            answer = await page.http.get(f"/api/runs?{query}")
+            assert answer.status_code == 200, answer.text
+            return {r["id"] for r in answer.json()["runs"]}
+
+        assert await ids("") == {first, keyed, interactive}
+        assert await ids("state=cancelled") == {first}
+        assert await ids("agent=beta") == {keyed}
+        assert await ids("mode=interactive") == {interactive}
+        assert await ids("search=order-9") == {keyed}
+        assert await ids(f"search={first}") == {first}
+        created_at = (await page.client.get(keyed)).created_at
+        assert keyed in await ids(f"created_after={created_at!r}")
+        assert await ids(f"created_before={created_at!r}") == await ids("") - await ids(
+            f"created_after={created_at!r}"
+        )
+        assert await ids("created_after=2000-01-01T00:00") == {first, keyed, interactive}
+        assert await ids("created_before=2000-01-01T00:00") == set()
+        html = (await page.http.get("/runs?agent=beta")).text
+        assert keyed in html and first not in html
+
+
+async def test_pages_continue_by_cursor_and_counts_stand_at_the_top(url: str) -> None:
+    async with console(url) as page:
+        ids = set(await page.client.submit_many("chat", range(PAGE_SIZE + 5)))
+        first = (await page.http.get("/api/runs")).json()
+        assert len(first["runs"]) == PAGE_SIZE and first["next"]
+        rest = (await page.http.get("/api/runs", params={"after": first["next"]})).json()
+        assert len(rest["runs"]) == 5 and rest["next"] is None
+        assert {r["id"] for r in first["runs"] + rest["runs"]} == ids
+        html = (await page.http.get("/runs?agent=chat")).text
+        assert "queued</a>: 55" in html
+        next_link = re.search(r'<a rel="next" href="([^"]+)"', html)
+        assert next_link is not None and "agent=chat" in next_link.group(1)
+        following = await page.http.get(next_link.group(1).replace("&amp;", "&"))
+        assert following.status_code == 200 and 'rel="next"' not in following.text
+
+
+async def test_runs_that_need_a_person_stand_out(url: str) -> None:
+    run_id = await hostile_run(url)
+    async with console(url) as page:
+        html = (await page.http.get("/runs")).text
+        assert f'<tr class="dead-letter">\n  <td><a href="/runs/{run_id}">' in html
+
+
+async def test_a_running_run_whose_lease_expired_stands_out(url: str) -> None:
+    store = await open_store(url)
+    try:
+        run_id = await ghost_claims(store, "payer", (provider_step(0, ProviderReply(text="hi")),))
+    finally:
+        await store.aclose()
+    await anyio.sleep(0.05)
+    async with console(url) as page:
+        html = (await page.http.get("/runs")).text
+        assert f'<tr class="lease-expired">\n  <td><a href="/runs/{run_id}">' in html
+        assert "lease expired" in (await page.http.get(f"/runs/{run_id}")).text
+
+
+async def test_what_models_and_tools_wrote_is_escaped_everywhere(url: str) -> None:
+    run_id = await hostile_run(url)
+    async with console(url) as page:
+        alice = await logged_in(page)
+        for path in [f"/runs/{run_id}", "/runs", "/dead-letters", f"/runs?search={SCRIPT}"]:
+            html = (await alice.http.get(path)).text
+            assert_inert(html)
+        html = (await alice.http.get(f"/runs/{run_id}")).text
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+        assert "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in html
+        assert LINK in html
+        document = (await page.http.get(f"/api/runs/{run_id}")).json()
+        assert document["steps"][1]["output"]["link"] == LINK
+
+
+async def test_every_response_carries_the_security_headers(url: str) -> None:
+    async with console(url) as page:
+        answers = [await page.http.get(p) for p in [*PAGES, *APIS, "/nowhere", "/healthz"]]
+        answers.append(await page.http.get("/static/console.css"))
+        answers.append(await page.http.post("/runs/x/cancel", data={}))
+        for answer in answers:
+            policy = answer.headers["content-security-policy"]
+            assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
+            assert "default-src 'self'" in policy and "unsafe-inline" not in policy
+            assert answer.headers["x-content-type-options"] == "nosniff"
+
+
+async def test_login_sets_a_strict_http_only_cookie_and_never_shows_the_token(url: str) -> None:
+    async with console(url) as page:
+        login = forms_of((await page.http.get("/login")).text, "/login")[0]
+        wrong = await page.http.post(
+            "/login", data={**login.fields, "token": "not-it", "operator": "mallory"}
+        )
+        assert wrong.status_code == 403 and "mallory" not in wrong.text
+        right = await page.http.post(
+            "/login", data={**login.fields, "token": TOKEN, "operator": "alice"}
+        )
+        assert right.status_code == 303
+        cookie = right.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie and "secure" not in cookie
+        for path in [*PAGES, *APIS]:
+            assert TOKEN not in (await page.http.get(path)).text
+        assert "operator <strong>alice</strong>" in (await page.http.get("/runs")).text
+
+
+async def test_over_https_the_session_cookie_is_secure(url: str) -> None:
+    async with console(url) as page:
+        transport = page.http._transport
+        async with httpx.AsyncClient(transport=transport, base_url="https://console") as tls:
+            answer = await tls.get("/login")
+            assert "secure" in answer.headers["set-cookie"].lower()
+
+
+async def test_an_action_needs_a_login_and_a_csrf_token_and_changes_nothing_without(
+    url: str,
+) -> None:
+    async with console(url) as page:
+        run_id = await page.client.submit("chat", "hi")
+        path = f"/runs/{run_id}/cancel"
+        # Not logged in: the page draws no action, and a forged one is refused.
+        assert forms_of((await page.http.get(f"/runs/{run_id}")).text, path) == []
+        csrf = forms_of((await page.http.get("/login")).text, "/login")[0].fields["csrf"]
+        drawn = {"csrf": csrf, "drawn_state": "queued", "drawn_epoch": "0"}
+        anonymous = await page.http.post(path, data=drawn)
+        assert anonymous.status_code == 403 and "log in" in anonymous.text
+        alice = await logged_in(page)
+        form = forms_of((await alice.http.get(f"/runs/{run_id}")).text, path)[0]
+        for forged in [
+            {**form.fields, "csrf": "forged"},
+            {k: v for k, v in form.fields.items() if k != "csrf"},
+        ]:
+            refused = await alice.http.post(path, data=forged)
+            assert refused.status_code == 403 and "CSRF" in refused.text
+        # A login form posted from elsewhere is refused too.
+        assert (
+            await alice.http.post("/login", data={"token": TOKEN, "operator": "x"})
+        ).status_code == 403
+        assert (await page.client.get(run_id)).state is RunState.QUEUED
+        done = await alice.http.post(path, data=form.fields)
+        assert done.status_code == 303
+        assert (await page.client.get(run_id)).state is RunState.CANCELLED
+
+
+async def test_without_a_token_the_console_only_reads(url: str) -> None:
+    async with console(url, token=None) as page:
+        html = (await page.http.get("/login")).text
+        assert "only reads" in html and forms_of(html, "/login") == []
+        assert "read only" in (await page.http.get("/runs")).text
+        login = await page.http.post(
+            "/login", data={"csrf": "x", "token": "anything", "operator": "alice"}
+        )
+        assert login.status_code == 403

@@ -1,0 +1,315 @@
+"""Tools from real MCP servers (tests/integration/mcp_server.py, over stdio and over
+Streamable HTTP): effects decided by the code, the decision journaled with each call
+and trusted on resume over what the server says now, the idempotency key and the
+fencing token in the request's ``_meta``, and each failure classified."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from leaseward.runtime.journal import StepWrite
+from leaseward.runtime.lifecycle import StepKind
+from leaseward.runtime.tool_sources import DecidedBy
+from leaseward.storage import open_store
+
+from leaseward import (
+    Agent,
+    App,
+    ConfigurationError,
+    ProviderReply,
+    Reason,
+    RecoveryPolicy,
+    RunState,
+    Runtime,
+    ScriptedProvider,
+    StepInfo,
+    StepStatus,
+    ToolCall,
+    ToolEffect,
+)
+from leaseward.mcp import FENCING_TOKEN_META, IDEMPOTENCY_KEY_META, MCPServer
+from tests.integration.mcp_server import ledger_lines
+from tests.integration.support import ghost_claims, provider_step, until
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST: dict[str, Any] = {
+    "poll_interval_seconds": 0.02,
+    "reap_interval_seconds": 0.05,
+    "lease_seconds": 2.0,
+    "recovery": RecoveryPolicy(backoff_base_seconds=0.05, backoff_cap_seconds=0.2),
+}
+# Generous: a loaded machine starts Python processes with the SDK slowly.
+WAIT_SECONDS = 60.0
+SERVER_ARGS = ["-m", "tests.integration.mcp_server"]
+
+EACH_KIND = (
+    ToolCall("lookup", {"city": "Oslo"}, "c-lookup"),
+    ToolCall("set_flag", {"name": "paid", "value": True}, "c-flag"),
+    ToolCall("delete_record", {"record_id": "r-9"}, "c-delete"),
+    ToolCall("create_invoice", {"amount": 7}, "c-invoice"),
+    ToolCall("refuse", {"reason": "closed"}, "c-refuse"),
+)
+INVOICE = ProviderReply(tool_calls=[ToolCall("create_invoice", {"amount": 5}, "call-1")])
+
+
+def stdio_server(ledger: Path, env: dict[str, str] | None = None) -> MCPServer:
+    """The test server over stdio, trusted, with ``env`` changing what it lists."""
+    return MCPServer.stdio(
+        "billing",
+        sys.executable,
+        [*SERVER_ARGS, "stdio"],
+        cwd=str(ROOT),
+        env={"LEDGER": str(ledger), **(env or {})},
+        trusted=True,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def http_process(ledger: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """The test server on 127.0.0.1:``port``, SIGKILLed when the block ends."""
+    process = subprocess.Popen(
+        [sys.executable, *SERVER_ARGS, "http", str(port)],
+        cwd=ROOT,
+        env={**os.environ, "LEDGER": str(ledger)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with anyio.from_thread.start_blocking_portal() as portal:
+            portal.call(until, lambda: _accepts(port), WAIT_SECONDS)
+        yield process
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def calling(*calls: ToolCall) -> ScriptedProvider:
+    return ScriptedProvider(
+        [*(ProviderReply(tool_calls=[call]) for call in calls), ProviderReply(text="done")]
+    )
+
+
+def tool_rows(journal: list[StepInfo]) -> dict[str, StepInfo]:
+    return {step.tool: step for step in journal if step.kind is StepKind.TOOL and step.tool}
+
+
+@pytest.mark.parametrize("trusted", [True, False], ids=["trusted", "untrusted"])
+async def test_effects_come_from_the_code_then_only_a_trusted_servers_annotations(
+    db_url: str, tmp_path: Path, trusted: bool
+) -> None:
+    server = MCPServer.stdio(
+        "billing",
+        sys.executable,
+        [*SERVER_ARGS, "stdio"],
+        cwd=str(ROOT),
+        env={"LEDGER": str(tmp_path / "ledger")},
+        trusted=trusted,
+        effects={"create_invoice": ToolEffect.IDEMPOTENT_WRITE},
+    )
+    agent = Agent("clerk", calling(), tools=[server])
+    async with Runtime.open(db_url, App([agent]), **FAST):
+        listed = {
+            bound.name: (bound.effect, json.loads(bound.source_json or "null"))
+            for bound in agent.tools
+        }
+    by_annotations = {
+        "lookup": ToolEffect.READ_ONLY,
+        "set_flag": ToolEffect.IDEMPOTENT_WRITE,
+        "delete_record": ToolEffect.NON_IDEMPOTENT_WRITE,
+        "slow_write": ToolEffect.NON_IDEMPOTENT_WRITE,
+        "refuse": ToolEffect.READ_ONLY,
+    }
+    for name, effect in by_annotations.items():
+        decided, source = listed[name]
+        assert source["source"] == "billing"
+        if trusted:
+            assert (decided, source["decided_by"]) == (effect, DecidedBy.ANNOTATIONS)
+        else:
+            assert (decided, source["decided_by"]) == (
+                ToolEffect.NON_IDEMPOTENT_WRITE,
+                DecidedBy.DEFAULT,
+            )
+    assert listed["lookup"][1]["annotations"] == {"readOnlyHint": True}
+    assert listed["slow_write"][1]["annotations"] is None
+    assert listed["create_invoice"][0] is ToolEffect.IDEMPOTENT_WRITE
+    assert listed["create_invoice"][1]["decided_by"] == DecidedBy.CODE
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_run_calls_each_kind_and_the_server_gets_key_and_token(
+    store_url: str, tmp_path: Path, transport: str
+) -> None:
+    ledger = tmp_path / "ledger"
+    with contextlib_for(transport, ledger) as server:
+        agent = Agent("clerk", calling(*EACH_KIND), tools=[server])
+        async with Runtime.open(store_url, App([agent]), **FAST) as rt:
+            run = await rt.run("clerk", "bill them")
+            journal = await rt.steps(run.id)
+
+    assert (run.state, run.result) == (RunState.COMPLETED, "done")
+    rows = tool_rows(journal)
+    assert {name: row.effect for name, row in rows.items()} == {
+        "lookup": ToolEffect.READ_ONLY,
+        "set_flag": ToolEffect.IDEMPOTENT_WRITE,
+        "delete_record": ToolEffect.NON_IDEMPOTENT_WRITE,
+        "create_invoice": ToolEffect.NON_IDEMPOTENT_WRITE,
+        "refuse": ToolEffect.READ_ONLY,
+    }
+    assert rows["lookup"].output == {"result": "sunny in Oslo"}
+    assert rows["delete_record"].status is StepStatus.SUCCEEDED
+    # isError: the model is told, as for a ToolError, and the run goes on.
+    assert rows["refuse"].status is StepStatus.FAILED
+    assert "refused: closed" in (rows["refuse"].error or "")
+    assert rows["set_flag"].source == {
+        "source": "billing",
+        "decided_by": "annotations",
+        "annotations": {"idempotentHint": True, "destructiveHint": False},
+    }
+    calls = ledger_lines(str(ledger))
+    assert [call["tool"] for call in calls] == [call.name for call in EACH_KIND]
+    for call in calls:
+        row = rows[call["tool"]]
+        assert call["meta"][IDEMPOTENCY_KEY_META] == row.idempotency_key
+        assert call["meta"][FENCING_TOKEN_META] == row.epoch == run.epoch
+
+
+@contextmanager
+def contextlib_for(transport: str, ledger: Path) -> Iterator[MCPServer]:
+    if transport == "stdio":
+        yield stdio_server(ledger)
+        return
+    port = free_port()
+    with http_process(ledger, port):
+        yield MCPServer.http("billing", f"http://127.0.0.1:{port}/mcp", trusted=True)
+
+
+async def test_a_server_killed_during_a_non_idempotent_call_dead_letters_the_run(
+    store_url: str, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    agent = Agent(
+        "clerk",
+        calling(ToolCall("slow_write", {"amount": 5}, "call-1")),
+        tools=[stdio_server(ledger)],
+    )
+    async with Runtime.open(store_url, App([agent]), **FAST) as rt:
+        run_id = await rt.submit("clerk", "bill them")
+        await until(lambda: len(ledger_lines(str(ledger))) == 1, WAIT_SECONDS)
+        [call] = ledger_lines(str(ledger))
+        os.kill(call["pid"], signal.SIGKILL)
+        run = await rt.wait(run_id, timeout=WAIT_SECONDS)
+        journal = await rt.steps(run_id)
+
+    assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.INTERRUPTED_WRITE)
+    assert tool_rows(journal)["slow_write"].status is StepStatus.STARTED
+    assert [line["tool"] for line in ledger_lines(str(ledger))] == ["slow_write"]
+
+
+async def test_a_call_whose_server_is_gone_before_it_is_sent_is_withdrawn_and_retried(
+    store_url: str, tmp_path: Path
+) -> None:
+    ledger, port = tmp_path / "ledger", free_port()
+    server = MCPServer.http(
+        "billing", f"http://127.0.0.1:{port}/mcp", trusted=True, connect_timeout_seconds=2.0
+    )
+    agent = Agent("clerk", calling(INVOICE.tool_calls[0]), tools=[server])
+    # Retries spaced enough for the server to come back before they run out.
+    patient = {**FAST, "recovery": RecoveryPolicy(backoff_base_seconds=1.0)}
+    with http_process(ledger, port) as process:
+        async with Runtime.open(store_url, App([agent]), **patient) as rt:
+            # Listed while the server was up; it is gone when the call is made.
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            run_id = await rt.submit("clerk", "bill them")
+
+            async def retried() -> bool:
+                return (await rt.get(run_id)).requeues > 0
+
+            await until(retried, WAIT_SECONDS)
+            # The intent of the call that never started was withdrawn.
+            assert tool_rows(await rt.steps(run_id)) == {}
+            with http_process(ledger, port):
+                run = await rt.wait(run_id, timeout=WAIT_SECONDS)
+    assert run.state is RunState.COMPLETED
+    assert [line["tool"] for line in ledger_lines(str(ledger))] == ["create_invoice"]
+
+
+@pytest.mark.parametrize("change", ["annotations", "removed"])
+async def test_a_resume_decides_from_the_journal_not_from_what_the_server_says_now(
+    store_url: str, tmp_path: Path, change: str
+) -> None:
+    ledger = tmp_path / "ledger"
+    before = Agent("clerk", calling(), tools=[stdio_server(ledger)])
+    async with Runtime.open(store_url, App([before]), **FAST):
+        listed = before.tools.get("create_invoice")
+    assert listed is not None and listed.effect is ToolEffect.NON_IDEMPOTENT_WRITE
+
+    # A worker that journaled the intent of the call with what its listing decided, and died.
+    store = await open_store(store_url)
+    intent = StepWrite(
+        seq=1,
+        kind=StepKind.TOOL,
+        status=StepStatus.STARTED,
+        tool="create_invoice",
+        call_id="call-1",
+        effect=listed.effect,
+        idempotency_key="k",
+        arguments_json='{"amount":5}',
+        source_json=listed.source_json,
+    )
+    run_id = await ghost_claims(store, "clerk", (provider_step(0, INVOICE), intent))
+
+    now = {"ANNOTATIONS": "changed"} if change == "annotations" else {"DROP": "create_invoice"}
+    after = Agent("clerk", calling(INVOICE.tool_calls[0]), tools=[stdio_server(ledger, now)])
+    async with Runtime.open(store, App([after]), **FAST) as rt:
+        offered = after.tools.get("create_invoice")
+        run = await rt.wait(run_id, timeout=WAIT_SECONDS)
+        journal = await rt.steps(run_id)
+    await store.aclose()
+
+    if change == "annotations":
+        # The server now claims the tool is an idempotent write, and the code trusts it.
+        assert offered is not None and offered.effect is ToolEffect.IDEMPOTENT_WRITE
+    else:
+        assert offered is None
+    assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.INTERRUPTED_WRITE)
+    assert tool_rows(journal)["create_invoice"].source == {
+        "source": "billing",
+        "decided_by": "annotations",
+        "annotations": None,
+    }
+    assert ledger_lines(str(ledger)) == []
+
+
+async def test_a_server_that_cannot_be_listed_stops_the_start(db_url: str) -> None:
+    server = MCPServer.http(
+        "billing", f"http://127.0.0.1:{free_port()}/mcp", connect_timeout_seconds=2.0
+    )
+    agent = Agent("clerk", calling(), tools=[server])
+    with pytest.raises(ConfigurationError, match="billing"):
+        async with Runtime.open(db_url, App([agent]), **FAST):
+            pass

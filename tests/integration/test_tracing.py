@@ -1,0 +1,229 @@
+"""Spans of a run, on both stores: one trace from the caller of submit through every
+attempt, GenAI names and attributes, leaseward's audit attributes, and no secrets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from leaseward.actors.metrics import Metrics
+from leaseward.runtime.messages import Usage
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
+
+from leaseward import (
+    Agent,
+    App,
+    ProviderReply,
+    ProviderRequest,
+    RunState,
+    Runtime,
+    ScriptedProvider,
+    StepKind,
+    ToolCall,
+    ToolContext,
+    ToolEffect,
+    ToolError,
+    tool,
+)
+from tests.integration.support import until
+from tests.integration.tracing_support import every_text, in_memory_spans
+
+pytestmark = pytest.mark.anyio
+
+AGENT = "traced"
+API_KEY = "sk-test-0123456789abcdef"
+
+
+class KeyedProvider(ScriptedProvider):
+    """A scripted provider that holds an API key, as a real one does."""
+
+    provider_name = "scripted"
+    model = "m-1"
+
+    def __init__(self, replies: list[ProviderReply]) -> None:
+        super().__init__(replies)
+        self.api_key = API_KEY
+
+    async def complete(self, request: ProviderRequest) -> ProviderReply:
+        return await super().complete(request)
+
+
+def traced_agent() -> Agent:
+    @tool(effect=ToolEffect.READ_ONLY)
+    async def lookup(ctx: ToolContext, order: int) -> str:
+        return "x" * 5000
+
+    @tool(effect=ToolEffect.IDEMPOTENT_WRITE)
+    async def save(ctx: ToolContext, order: int) -> dict[str, int]:
+        return {"saved": order}
+
+    @tool(effect=ToolEffect.READ_ONLY)
+    async def broken(ctx: ToolContext) -> None:
+        raise ToolError("the lookup service is down")
+
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=True)
+    async def charge(ctx: ToolContext, cents: int) -> dict[str, int]:
+        return {"charged": cents}
+
+    provider = KeyedProvider(
+        [
+            ProviderReply(
+                tool_calls=[
+                    ToolCall("lookup", {"order": 7}, "call-lookup"),
+                    ToolCall("save", {"order": 7}, "call-save"),
+                    ToolCall("broken", {}, "call-broken"),
+                ],
+                usage=Usage(10, 4),
+                model="m-1-2026",
+                stop_reason="tool_use",
+            ),
+            ProviderReply(
+                tool_calls=[ToolCall("charge", {"cents": 500}, "call-charge")],
+                usage=Usage(20, 6),
+                model="m-1-2026",
+                stop_reason="tool_use",
+            ),
+            ProviderReply(text="done", usage=Usage(30, 2), model="m-1-2026", stop_reason="end"),
+        ]
+    )
+    return Agent(AGENT, provider, tools=[lookup, save, broken, charge])
+
+
+def named(spans: list[ReadableSpan], prefix: str) -> list[ReadableSpan]:
+    return [span for span in spans if span.name.startswith(prefix)]
+
+
+def attributes(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+async def test_a_parked_and_resumed_run_is_one_trace_of_two_attempts(store_url: str) -> None:
+    exporter = in_memory_spans()
+    metrics = Metrics()
+    caller = trace.get_tracer("tests")
+    async with Runtime.open(
+        store_url, App([traced_agent()]), metrics=metrics, trace_content=True
+    ) as rt:
+        with caller.start_as_current_span("submit order 7") as submitting:
+            run_id = await rt.submit(AGENT, {"order": 7})
+        parked = submitting.get_span_context()
+
+        async def waiting() -> bool:
+            return (await rt.get(run_id)).state is RunState.WAITING_FOR_APPROVAL
+
+        await until(waiting, timeout=20)
+        journaled = len(await rt.steps(run_id))
+        await rt.approve(run_id, "call-charge", operator="alice")
+        done = await rt.wait(run_id, timeout=20)
+        assert done.state is RunState.COMPLETED
+        steps = await rt.steps(run_id)
+        assert await rt.usage(run_id) == Usage(60, 12)
+
+    spans = [span for span in exporter.get_finished_spans() if span.name != "submit order 7"]
+    assert {span.context.trace_id for span in spans} == {parked.trace_id}
+
+    first, second = sorted(
+        named(spans, "invoke_agent"), key=lambda s: attributes(s)["leaseward.run.epoch"]
+    )
+    assert first.name == f"invoke_agent {AGENT}"
+    assert first.parent is not None and first.parent.span_id == parked.span_id
+    assert second.parent is not None and second.parent.span_id == parked.span_id
+    assert attributes(first) == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": AGENT,
+        "leaseward.run.id": run_id,
+        "leaseward.run.epoch": 1,
+        "leaseward.run.mode": "queued",
+        "leaseward.run.requeues": 0,
+        "leaseward.worker.id": attributes(first)["leaseward.worker.id"],
+        "leaseward.run.resumed": False,
+        "leaseward.run.journaled_steps": 0,
+        "leaseward.run.settled": True,
+        "leaseward.run.state": "waiting_for_approval",
+    }
+    assert [event.name for event in first.events] == ["leaseward.run_parked"]
+    assert attributes(second)["leaseward.run.resumed"] is True
+    assert attributes(second)["leaseward.run.journaled_steps"] == journaled
+    assert attributes(second)["leaseward.run.state"] == "completed"
+    assert attributes(second)["leaseward.run.reason"] == "completed"
+
+    chats = named(spans, "chat")
+    assert [span.name for span in chats] == ["chat m-1"] * 3
+    assert [chat.parent.span_id for chat in chats if chat.parent] == [
+        first.context.span_id,
+        first.context.span_id,
+        second.context.span_id,
+    ]
+    assert len([s for s in steps if s.kind is StepKind.PROVIDER]) == len(chats)
+    assert attributes(chats[0]) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "scripted",
+        "gen_ai.request.model": "m-1",
+        "gen_ai.response.model": "m-1-2026",
+        "gen_ai.usage.input_tokens": 10,
+        "gen_ai.usage.output_tokens": 4,
+        "gen_ai.response.finish_reasons": ("tool_use",),
+    }
+
+    tools = {attributes(span)["gen_ai.tool.call.id"]: span for span in named(spans, "execute_tool")}
+    assert len(tools) == len(named(spans, "execute_tool")) == 4
+    by_seq = {step.call_id: step.seq for step in steps if step.kind is StepKind.TOOL}
+    for call_id, span in tools.items():
+        attrs = attributes(span)
+        assert span.name == f"execute_tool {attrs['gen_ai.tool.name']}"
+        assert attrs["gen_ai.operation.name"] == "execute_tool"
+        assert attrs["leaseward.step.seq"] == by_seq[call_id]
+        assert attrs["leaseward.outcome.recorded"] is True
+        parent = second if call_id == "call-charge" else first
+        assert span.parent is not None and span.parent.span_id == parent.context.span_id
+    assert {
+        call_id: attributes(span)["leaseward.tool.effect"] for call_id, span in tools.items()
+    } == {
+        "call-lookup": "read_only",
+        "call-save": "idempotent_write",
+        "call-broken": "read_only",
+        "call-charge": "non_idempotent_write",
+    }
+    assert {c for c, s in tools.items() if attributes(s)["leaseward.intent.recorded"]} == {
+        "call-save",
+        "call-charge",
+    }
+    assert attributes(tools["call-charge"])["leaseward.approval.decided_by"] == "alice"
+    assert "leaseward.approval.decided_by" not in attributes(tools["call-save"])
+    assert attributes(tools["call-broken"])["error.type"] == "ToolError"
+    assert "error.type" not in attributes(tools["call-save"])
+    # Content was asked for, and is bounded.
+    assert attributes(tools["call-save"])["gen_ai.tool.call.arguments"] == '{"order": 7}'
+    result = attributes(tools["call-lookup"])["gen_ai.tool.call.result"]
+    assert result.startswith('"xxx') and len(result) <= 2001
+
+    keys = {step.idempotency_key for step in steps if step.idempotency_key}
+    assert keys
+    for span in spans:
+        for text in every_text(span):
+            assert API_KEY not in text
+            assert not any(key in text for key in keys)
+
+    tokens = metrics.registry.get_sample_value
+    labels = {"agent": AGENT, "model": "m-1-2026"}
+    assert tokens("leaseward_tokens_total", {**labels, "kind": "input"}) == 60
+    assert tokens("leaseward_tokens_total", {**labels, "kind": "output"}) == 12
+
+
+async def test_without_content_opted_in_spans_hold_no_arguments_or_results(
+    store_url: str,
+) -> None:
+    exporter = in_memory_spans()
+    async with Runtime.open(store_url, App([traced_agent()])) as rt:
+        run_id = await rt.submit(AGENT, {"order": 7})
+
+        async def waiting() -> bool:
+            return (await rt.get(run_id)).state is RunState.WAITING_FOR_APPROVAL
+
+        await until(waiting, timeout=20)
+    spans = named(list(exporter.get_finished_spans()), "execute_tool")
+    assert len(spans) == 3
+    for span in spans:
+        assert "gen_ai.tool.call.arguments" not in attributes(span)
+        assert "gen_ai.tool.call.result" not in attributes(span)
