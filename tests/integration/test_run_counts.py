@@ -13,8 +13,13 @@ from leaseward.storage import BatchItem, SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
 
 from leaseward import Client
-from tests.integration.test_purged_keys import dialect_name, empty_url, migrate_to  # noqa: F401
-from tests.integration.test_run_listing import DEAD, created, settled
+from tests.integration.test_purged_keys import dialect_name, empty_url  # noqa: F401
+from tests.integration.test_run_listing import (
+    DEAD,
+    created,
+    migrated_without_run_listing,
+    settled,
+)
 from tests.integration.test_store_conformance import (  # noqa: F401
     COMPLETE,
     StoreClock,
@@ -131,7 +136,7 @@ async def test_migration_9_counts_the_runs_already_stored(
 ) -> None:
     opened = await open_store(empty_url, migrate=False)
     try:
-        await migrate_to(opened, 8)
+        await migrated_without_run_listing(opened)
         for n in range(3):
             await created(opened, f"run-{n}")
         await settled(opened, "run-0", "a", COMPLETE)
