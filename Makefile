@@ -3,7 +3,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run console console-screenshots embedded test test-fast lint typecheck docs check-model bench bench-peers bench-leases soak demo-crash clean
+.PHONY: run console console-screenshots embedded test test-fast lint typecheck docs check-model bench bench-peers bench-leases bench-console soak demo-crash clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -149,6 +149,14 @@ LEASES_FLAGS ?=
 # LEASES_FLAGS=--quick for a pass under 2 minutes.
 bench-leases: $(STAMP)
 	$(BIN)/python bench/leases.py $(LEASES_FLAGS)
+
+CONSOLE_FLAGS ?=
+
+# The operator console's run listing on 10k and 1M runs, SQLite and PostgreSQL
+# (bench/console.py): p50/p99 of each page shape and its query plan. A few minutes;
+# CONSOLE_FLAGS="--runs 10000" for a pass of seconds.
+bench-console: $(STAMP)
+	$(BIN)/python bench/console.py $(CONSOLE_FLAGS)
 
 # A daemon SIGKILLed in the middle of charging a card, another taking over, and an
 # operator's resolve: narrated in plain sentences (examples/demo_crash.py).

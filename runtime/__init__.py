@@ -12,6 +12,7 @@ from leaseward.runtime.agents import (
     ScriptedProvider,
 )
 from leaseward.runtime.clock import Clock, ManualClock, SystemClock
+from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.effects import ToolEffect, ToolEffectResolver
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
@@ -106,6 +107,7 @@ __all__ = [
     "RequestKind",
     "RequestNotFound",
     "Role",
+    "RunCursor",
     "RunInfo",
     "RunMode",
     "RunNotFound",

@@ -6,7 +6,7 @@ from importlib import resources
 
 import attrs
 
-__all__ = ["MIGRATIONS", "Migration"]
+__all__ = ["MIGRATIONS", "Migration", "split_statements"]
 
 
 @attrs.frozen
@@ -19,12 +19,35 @@ class Migration:
         text = (
             resources.files("leaseward.storage").joinpath("sql", "migrations", filename).read_text()
         )
-        # DDL here has no semicolons inside statements, so splitting on them is exact.
-        return [part.strip() for part in text.split(";") if _has_sql(part)]
+        return split_statements(text)
 
 
-def _has_sql(part: str) -> bool:
-    return any(line.strip() and not line.strip().startswith("--") for line in part.splitlines())
+def split_statements(text: str) -> list[str]:
+    """The statements of a migration file, each ending with a semicolon at the end of a
+    line. A trigger's body (from a line ending in BEGIN to a line "END;") and a function
+    body quoted in $$ hold semicolons of their own, and stay in their statement."""
+    statements: list[str] = []
+    lines: list[str] = []
+    in_quoted_body = in_trigger_body = False
+    for line in text.splitlines():
+        code = line.strip()
+        if not code or code.startswith("--"):
+            continue
+        lines.append(line)
+        if line.count("$$") % 2:
+            in_quoted_body = not in_quoted_body
+        if in_quoted_body:
+            continue
+        if code.upper().endswith("BEGIN"):
+            in_trigger_body = True
+        elif in_trigger_body and code.upper() == "END;":
+            in_trigger_body = False
+        if not in_trigger_body and code.endswith(";"):
+            statements.append("\n".join(lines).strip().removesuffix(";"))
+            lines = []
+    if lines:
+        statements.append("\n".join(lines).strip())
+    return statements
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -36,6 +59,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "approvals"),
     Migration(7, "idempotency_keys"),
     Migration(8, "lease_renewals"),
+    Migration(9, "run_listing"),
     Migration(10, "trace_context"),
     Migration(11, "step_sources"),
 )

@@ -601,6 +601,14 @@ async def test_claim_and_expiry_scans_use_the_partial_indexes(pg_url: str) -> No
             " SELECT 'done-' || n, 'a', 'queued', 'completed', 'completed', 'null', 1, 0,"
             " n, FALSE, n, n, n FROM generate_series(1, 20000) AS n"
         )
+        # Some runs held and some waiting, as in a working store: with none, the
+        # planner could pick any index that leads with the state.
+        await connection.execute(
+            "UPDATE runs SET state = CASE WHEN n <= 500 THEN 'running' ELSE 'queued' END,"
+            " reason = NULL, finished_at = NULL,"
+            " lease_expires_at = CASE WHEN n <= 500 THEN n END"
+            " FROM generate_series(1, 1000) AS n WHERE id = 'done-' || n"
+        )
         await connection.execute("ANALYZE runs")
 
         async def plan(name: str, **params: Any) -> str:
@@ -622,5 +630,6 @@ async def test_claim_and_expiry_scans_use_the_partial_indexes(pg_url: str) -> No
     finally:
         await connection.close()
     assert "runs_claimable" in claim, claim
+    assert "Index Scan using runs_pkey on runs " in claim, claim
     assert "Seq Scan on runs" not in claim, claim
     assert "runs_leased" in expired, expired

@@ -230,6 +230,76 @@ async def test_the_reaper_scan_uses_the_partial_leased_index(store: SQLStore, db
     assert full_scans_of_runs(details) == [], details
 
 
+async def test_the_claim_updates_the_picked_runs_by_key(store: SQLStore, db_url: str) -> None:
+    details = plan(
+        db_url,
+        QUERIES["claim_runs"],
+        {
+            "source": RunState.QUEUED.value,
+            "target": RunState.RUNNING.value,
+            "worker_id": "w",
+            "lease_seconds": 5.0,
+            "limit": 3,
+            "agents": json.dumps(["a"]),
+            "exclude": json.dumps([]),
+            "now": 1.0,
+        },
+    )
+    assert details[0] == "SEARCH runs USING INDEX sqlite_autoindex_runs_1 (id=?)", details
+    assert not any("TEMP B-TREE" in d for d in details), details
+
+
+IDS = json.dumps(["r1", "r2"])
+
+# Statements that name their runs (or their requests) and check each run's state:
+# each must find the runs by key, never by the listing's indexes on the state,
+# which would read every run of that state.
+RUNS_BY_KEY: list[tuple[str, dict[str, Any]]] = [
+    ("leased_runs", {"ids": IDS, "source": RunState.RUNNING.value}),
+    ("request_cancels", {"ids": IDS, "source": RunState.RUNNING.value, "now": 1.0}),
+    (
+        "requeue_decided",
+        {
+            "ids": IDS,
+            "source": RunState.WAITING_FOR_APPROVAL.value,
+            "target": RunState.QUEUED.value,
+            "now": 1.0,
+        },
+    ),
+    ("renew_leases", {"items": "[]", "source": RunState.RUNNING.value, "now": 1.0}),
+    ("settle_runs", {"settlements": "[]", "now": 1.0}),
+    (
+        "expiring_runs",
+        {"source": RunState.WAITING_FOR_APPROVAL.value, "limit": 10, "now": 1.0},
+    ),
+    (
+        "pending_requests",
+        {"states": json.dumps([RunState.WAITING_FOR_APPROVAL.value]), "limit": 10, "now": 1.0},
+    ),
+    (
+        "reopen_run",
+        {
+            "run_id": "r1",
+            "epoch": 1,
+            "source": "dead_lettered",
+            "target": "queued",
+            "reset_requeues": 1,
+            "now": 1.0,
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "params"), RUNS_BY_KEY, ids=[n for n, _ in RUNS_BY_KEY])
+async def test_statements_on_named_runs_find_them_by_key(
+    store: SQLStore, db_url: str, name: str, params: dict[str, Any]
+) -> None:
+    details = plan(db_url, QUERIES[name], params)
+    assert "SEARCH runs USING INDEX sqlite_autoindex_runs_1 (id=?)" in details, details
+    assert not any(d.startswith("SCAN approvals") and "USING" not in d for d in details)
+    assert not any("runs_by_" in d for d in details), details
+
+
 async def test_the_purge_reads_the_partial_finished_index_and_deletes_by_key(
     store: SQLStore, db_url: str
 ) -> None:

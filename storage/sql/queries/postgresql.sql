@@ -174,15 +174,45 @@ SELECT * FROM runs WHERE id = :run_id FOR UPDATE;
 SELECT id, state FROM runs WHERE id = ANY(:ids::text[]) ORDER BY id FOR UPDATE;
 
 -- name: list_runs
-SELECT * FROM runs
-WHERE (:state::text IS NULL OR state = :state)
-  AND (:agent::text IS NULL OR agent = :agent)
-  AND (:reason::text IS NULL OR reason = :reason)
-ORDER BY created_at DESC, id
+-- One page of runs, newest first. The where placeholder is "WHERE" and the run_where_*
+-- conditions of the filters given, joined by AND: each shape of filters is then planned
+-- on its own, and uses the index that leads with its columns (a condition such as
+-- "(:state IS NULL OR state = :state)" would get one plan for every shape, a scan).
+-- The run's lease expiry is compared with read_at, the store's clock.
+SELECT *, leaseward_now() AS read_at FROM runs
+{where}
+ORDER BY created_at DESC, id DESC
 LIMIT :limit;
 
+-- name: run_where_state
+state = :state;
+
+-- name: run_where_agent
+agent = :agent;
+
+-- name: run_where_reason
+reason = :reason;
+
+-- name: run_where_mode
+mode = :mode;
+
+-- name: run_where_created_after
+created_at >= :created_after;
+
+-- name: run_where_created_before
+created_at < :created_before;
+
+-- name: run_where_search
+-- A run id or an idempotency key, each found through its primary key.
+id IN (:search, (SELECT run_id FROM idempotency_keys WHERE idempotency_key = :search));
+
+-- name: run_where_after_cursor
+-- Strictly after the previous page's last run, in the order of the page.
+(created_at, id) < (:after_created_at, :after_id);
+
 -- name: count_runs
-SELECT state, COUNT(*) AS runs FROM runs GROUP BY state;
+-- From the counts the writes keep (migration 9), not from the runs.
+SELECT state, SUM(runs) AS runs FROM run_counts GROUP BY state HAVING SUM(runs) <> 0;
 
 -- name: list_steps
 SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq;

@@ -34,18 +34,22 @@ RETURNING *;
 
 -- name: claim_runs
 -- Every claim and renewal bumps renewals: what a reaper watches (running_leases).
+-- The runs are picked from the partial index of queued runs, named: it alone holds
+-- them in claim order, yet without statistics the planner prefers the listing's
+-- runs_by_state or runs_by_agent_state for their equality terms, and sorts. The
+-- unary + keeps the outer UPDATE on the primary key, not on every run of the state.
 UPDATE runs
 SET state = :target, epoch = epoch + 1, lease_owner = :worker_id,
     lease_expires_at = :now + :lease_seconds, lease_seconds = :lease_seconds,
     renewals = renewals + 1, updated_at = :now
 WHERE id IN (
-    SELECT id FROM runs
-    WHERE state = :source AND available_at <= :now
+    SELECT id FROM runs INDEXED BY runs_claimable
+    WHERE state = 'queued' AND state = :source AND available_at <= :now
       AND agent IN (SELECT value FROM json_each(:agents))
       AND id NOT IN (SELECT value FROM json_each(:exclude))
     ORDER BY available_at, created_at
     LIMIT :limit
-) AND state = :source
+) AND +state = :source
 RETURNING *;
 
 -- name: renew_leases
@@ -59,7 +63,7 @@ FROM (
            value ->> 'lease_seconds' AS lease_seconds
     FROM json_each(:items)
 ) AS wanted
-WHERE runs.id = wanted.run_id AND runs.epoch = wanted.epoch AND runs.state = :source
+WHERE runs.id = wanted.run_id AND runs.epoch = wanted.epoch AND +runs.state = :source
 RETURNING runs.id AS run_id, runs.epoch AS epoch, runs.cancel_requested;
 
 -- name: insert_steps
@@ -151,14 +155,45 @@ SELECT * FROM runs WHERE id = :run_id;
 SELECT id, state FROM runs WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: list_runs
-SELECT * FROM runs
-WHERE (:state IS NULL OR state = :state) AND (:agent IS NULL OR agent = :agent)
-  AND (:reason IS NULL OR reason = :reason)
-ORDER BY created_at DESC, id
+-- One page of runs, newest first. The where placeholder is "WHERE" and the run_where_*
+-- conditions of the filters given, joined by AND: each shape of filters is then planned
+-- on its own, and uses the index that leads with its columns (a condition such as
+-- "(:state IS NULL OR state = :state)" would get one plan for every shape, a scan).
+-- The run's lease expiry is compared with read_at, the store's clock.
+SELECT *, :now AS read_at FROM runs
+{where}
+ORDER BY created_at DESC, id DESC
 LIMIT :limit;
 
+-- name: run_where_state
+state = :state;
+
+-- name: run_where_agent
+agent = :agent;
+
+-- name: run_where_reason
+reason = :reason;
+
+-- name: run_where_mode
+mode = :mode;
+
+-- name: run_where_created_after
+created_at >= :created_after;
+
+-- name: run_where_created_before
+created_at < :created_before;
+
+-- name: run_where_search
+-- A run id or an idempotency key, each found through its primary key.
+id IN (:search, (SELECT run_id FROM idempotency_keys WHERE idempotency_key = :search));
+
+-- name: run_where_after_cursor
+-- Strictly after the previous page's last run, in the order of the page.
+(created_at, id) < (:after_created_at, :after_id);
+
 -- name: count_runs
-SELECT state, COUNT(*) AS runs FROM runs GROUP BY state;
+-- From the counts the writes keep (migration 9), not from the runs.
+SELECT state, SUM(runs) AS runs FROM run_counts GROUP BY state HAVING SUM(runs) <> 0;
 
 -- name: list_steps
 SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq;
@@ -167,15 +202,17 @@ SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq;
 SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq DESC LIMIT 1;
 
 -- name: running_leases
--- Every lease a reaper watches, through the partial index of running runs. A
--- lease granted before renewals were counted has no lease_seconds: it was
--- granted what its expiry says.
+-- Every lease a reaper watches, through the partial index of running runs, named
+-- as in claim_runs. A lease granted before renewals were counted has no
+-- lease_seconds: it was granted what its expiry says.
 SELECT id, epoch, renewals, COALESCE(lease_seconds, lease_expires_at - updated_at) AS lease_seconds
-FROM runs
-WHERE state = :source;
+FROM runs INDEXED BY runs_leased
+WHERE state = 'running' AND state = :source;
 
 -- name: leased_runs
-SELECT * FROM runs WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :source;
+-- Here and wherever runs are named by id, the unary + keeps the planner on the
+-- primary key: by runs_by_state it would read every run of the state.
+SELECT * FROM runs WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = :source;
 
 -- name: cancel_runs
 UPDATE runs
@@ -186,7 +223,7 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 
 -- name: request_cancels
 UPDATE runs SET cancel_requested = 1, updated_at = :now
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :source;
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = :source;
 
 -- name: reopen_run
 UPDATE runs
@@ -326,7 +363,7 @@ ORDER BY approvals.seq, approvals.position;
 -- name: pending_requests
 SELECT approvals.*, runs.agent, :now AS now
 FROM approvals JOIN runs ON runs.id = approvals.run_id
-WHERE approvals.decision IS NULL AND runs.state IN (SELECT value FROM json_each(:states))
+WHERE approvals.decision IS NULL AND +runs.state IN (SELECT value FROM json_each(:states))
 ORDER BY approvals.requested_at, approvals.run_id, approvals.seq, approvals.position
 LIMIT :limit;
 
@@ -344,7 +381,7 @@ RETURNING seq;
 -- Waiting runs none of whose requests is still undecided go back to the queue,
 -- ready now, under the epoch they parked with (the next claim opens a new one).
 UPDATE runs SET state = :target, available_at = :now, updated_at = :now
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :source
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = :source
   AND NOT EXISTS (
       SELECT 1 FROM approvals WHERE approvals.run_id = runs.id AND approvals.decision IS NULL
   )
@@ -355,7 +392,10 @@ RETURNING id;
 -- and must not fill the batch.
 SELECT DISTINCT approvals.run_id
 FROM approvals JOIN runs ON runs.id = approvals.run_id
-WHERE approvals.decision IS NULL AND approvals.expires_at < :now AND runs.state = :source
+-- The partial index's own terms are written out, so that the expiring requests are
+-- read from it and each run by its key, never every run of the state.
+WHERE approvals.decision IS NULL AND approvals.expires_at IS NOT NULL
+  AND approvals.expires_at < :now AND +runs.state = :source
 LIMIT :limit;
 
 -- name: expire_requests

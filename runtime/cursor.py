@@ -1,0 +1,77 @@
+"""Where a page of runs ends, so that the next page starts exactly after it."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+import struct
+from typing import Any
+
+import attrs
+from leaseward.runtime.errors import InvalidInput
+from leaseward.runtime.runs import RunInfo
+
+__all__ = ["MAX_CURSOR_CHARS", "RunCursor"]
+
+# A token carries a run id, which a store caps nowhere; this bound only keeps a pasted
+# or forged query string from being decoded at any length.
+MAX_CURSOR_CHARS = 1024
+
+_CREATED_AT = struct.Struct(">d")
+_URL_SAFE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _finite(owner: Any, attribute: attrs.Attribute[float], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidInput(f"a cursor's {attribute.name} must be a finite number, not {value!r}")
+
+
+def _run_id(owner: Any, attribute: attrs.Attribute[str], value: Any) -> None:
+    # PostgreSQL's text refuses NUL: such an id names no stored run.
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise InvalidInput(f"a cursor's run id must be a non-empty string, not {value!r}")
+
+
+@attrs.frozen
+class RunCursor:
+    """The last run of a page of runs listed newest first (by ``created_at``, then ``id``).
+
+    The next page holds the runs strictly after it in that order: runs created while an
+    operator pages neither shift the pages nor repeat a run, and runs created at the
+    same instant are told apart by their ids.
+    """
+
+    created_at: float = attrs.field(validator=_finite)
+    id: str = attrs.field(validator=_run_id)
+
+    @classmethod
+    def of(cls, run: RunInfo) -> RunCursor:
+        """The cursor after ``run``, the last run of a page."""
+        return cls(created_at=run.created_at, id=run.id)
+
+    def token(self) -> str:
+        """The cursor as URL-safe text (no padding), which ``parse`` reads back exactly."""
+        packed = _CREATED_AT.pack(self.created_at) + self.id.encode()
+        return base64.urlsafe_b64encode(packed).decode("ascii").rstrip("=")
+
+    @classmethod
+    def parse(cls, text: str) -> RunCursor:
+        """The cursor that ``token`` wrote as ``text``; raises InvalidInput for anything else."""
+        if not isinstance(text, str) or len(text) > MAX_CURSOR_CHARS:
+            raise InvalidInput("not a cursor of a page of runs")
+        if not _URL_SAFE.fullmatch(text):
+            raise InvalidInput("not a cursor of a page of runs")
+        try:
+            packed = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            (created_at,) = _CREATED_AT.unpack_from(packed)
+            run_id = packed[_CREATED_AT.size :].decode()
+            cursor = cls(created_at=created_at, id=run_id)
+        except (binascii.Error, struct.error, UnicodeDecodeError, InvalidInput):
+            raise InvalidInput("not a cursor of a page of runs") from None
+        # Base64 has several spellings of some byte strings; only the one token writes is
+        # this cursor's, so two different texts never name the same page.
+        if cursor.token() != text:
+            raise InvalidInput("not a cursor of a page of runs")
+        return cursor
