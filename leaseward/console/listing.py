@@ -10,53 +10,14 @@ from typing import Any
 import attrs
 
 from leaseward.client import Client
+from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.errors import InvalidInput
 from leaseward.runtime.lifecycle import RunMode, RunState
 from leaseward.runtime.runs import RunInfo
 
-__all__ = ["PAGE_SIZE", "SCAN_LIMIT", "RunCursor", "RunQuery", "fetch_runs"]
+__all__ = ["PAGE_SIZE", "RunQuery", "fetch_runs"]
 
 PAGE_SIZE = 50
-SCAN_LIMIT = 10_000
-"""How many of the newest runs of a state and agent ``fetch_runs`` reads while the
-store cannot filter the rest of the query itself."""
-
-
-@attrs.frozen
-class RunCursor:
-    """Where a page of runs ended: the last run's creation time and id.
-
-    The kernel's model gains the same cursor with the store's keyset pagination; this
-    one goes then, for an import of that one.
-    """
-
-    created_at: float
-    id: str
-
-    @classmethod
-    def of(cls, run: RunInfo) -> RunCursor:
-        return cls(run.created_at, run.id)
-
-    def token(self) -> str:
-        return f"{self.created_at!r}_{self.id}"
-
-    @classmethod
-    def parse(cls, text: str) -> RunCursor:
-        created, _, run_id = text.partition("_")
-        try:
-            created_at = float(created)
-        except ValueError:
-            created_at = float("nan")
-        if not run_id or created_at != created_at:
-            raise InvalidInput(f"{text!r} is not a page cursor")
-        return cls(created_at, run_id)
-
-    def precedes(self, run: RunInfo) -> bool:
-        """Whether ``run`` comes after this cursor in the runs' order (newest first,
-        then by id)."""
-        return run.created_at < self.created_at or (
-            run.created_at == self.created_at and run.id > self.id
-        )
 
 
 def _choice(params: Mapping[str, str], name: str, kind: Any) -> Any:
@@ -141,22 +102,8 @@ class RunQuery:
         """The keyword arguments of ``Client.runs`` this query passes."""
         return attrs.asdict(self, recurse=False)
 
-    def admits(self, run: RunInfo) -> bool:
-        return (
-            (self.mode is None or run.mode is self.mode)
-            and (self.created_after is None or run.created_at >= self.created_after)
-            and (self.created_before is None or run.created_at < self.created_before)
-            and (self.search is None or self.search in (run.id, run.idempotency_key))
-            and (self.after is None or self.after.precedes(run))
-        )
-
 
 async def fetch_runs(client: Client, query: RunQuery, limit: int = PAGE_SIZE) -> list[RunInfo]:
-    """The runs ``query`` selects, newest first, at most ``limit``.
-
-    The store filters by state and agent; the other filters and the cursor apply to the
-    newest SCAN_LIMIT of those runs here, until ``Client.runs`` takes the whole query:
-    ``return await client.runs(**query.filters(), limit=limit)``.
-    """
-    found = await client.runs(state=query.state, agent=query.agent, limit=SCAN_LIMIT)
-    return [run for run in found if query.admits(run)][:limit]
+    """The runs ``query`` selects, newest first, at most ``limit``: the store filters and
+    pages them on its indexes."""
+    return await client.runs(**query.filters(), limit=limit)

@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from leaseward.cli.json_output import request_json, run_document, run_json, worker_json
 from leaseward.console.context import console_of
-from leaseward.console.listing import PAGE_SIZE, RunCursor, RunQuery, fetch_runs
+from leaseward.console.listing import PAGE_SIZE, RunQuery, fetch_runs
 from leaseward.console.present import (
     interrupted_call,
     json_text,
@@ -21,6 +21,7 @@ from leaseward.console.present import (
     time_to_expiry,
     usage_line,
 )
+from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.human_requests import HumanRequest, RequestKind
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
@@ -62,14 +63,14 @@ async def _runs_page(request: Request) -> tuple[RunQuery, list[RunInfo], RunCurs
 async def runs(request: Request) -> Response:
     console = console_of(request)
     query, page, after = await _runs_page(request)
-    counts = await console.client.store.count_runs()
+    counts = await console.client.run_counts()
     return console.render(
         request,
         "runs.html",
         {
             "query": query,
             "runs": [(run, run_standing(run, time.time())) for run in page],
-            "counts": [(state, counts.get(state, 0)) for state in RunState],
+            "counts": list(counts.items()),
             "next_params": None if after is None else query.params(after),
             "states": list(RunState),
             "modes": list(RunMode),

@@ -1,5 +1,5 @@
 -- Named queries for SQLite. Each block starts with "-- name: <name>".
--- Parameters are named (:name); the domain operations in storage/sql_store.py
+-- Parameters are named (:name); the domain operations in storage/store.py
 -- pass the same names to every dialect. Times are float epoch seconds: here
 -- :now is the store's injected clock; the domain operations pass durations
 -- (:lease_seconds, :delay_seconds) and flags, never absolute times.
