@@ -171,15 +171,15 @@ class RunActor:
     def _observe(self, commands: Sequence[m.Command]) -> m.Command:
         """Carry out the observations of a batch; returns its action."""
         for command in commands[:-1]:
-            if isinstance(command, m.Log) and command.traceback and self._raised is not None:
-                try:
-                    raise self._raised
-                except Exception:
-                    # The record carries the traceback for handlers that print it.
-                    self._log.exception(command.event, **dict(command.fields))
-            elif isinstance(command, m.Log):
-                getattr(self._log, command.level)(command.event, **dict(command.fields))
             if isinstance(command, m.Log):
+                if command.traceback and self._raised is not None:
+                    try:
+                        raise self._raised
+                    except Exception:
+                        # The record carries the traceback for handlers that print it.
+                        self._log.exception(command.event, **dict(command.fields))
+                else:
+                    getattr(self._log, command.level)(command.event, **dict(command.fields))
                 self._trace.observed(command)
             elif isinstance(command, m.Metric):
                 getattr(self._metrics, command.name)(*command.args)
