@@ -2,7 +2,10 @@
 
 Transactions go to the writing connection, one at a time; ``reading()`` blocks
 go to the reading one, so that WAL lets them read the last commit while the
-next batch is being written, instead of queueing behind it.
+next batch is being written, instead of queueing behind it. A transaction
+given whole to ``run_transaction()`` (the Persister's batches) runs on the
+writing connection's thread in one trip, where each statement of a
+``transaction()`` block is a trip of its own.
 """
 
 from __future__ import annotations
