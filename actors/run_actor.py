@@ -171,15 +171,15 @@ class RunActor:
     def _observe(self, commands: Sequence[m.Command]) -> m.Command:
         """Carry out the observations of a batch; returns its action."""
         for command in commands[:-1]:
-            if isinstance(command, m.Log) and command.traceback and self._raised is not None:
-                try:
-                    raise self._raised
-                except Exception:
-                    # The record carries the traceback for handlers that print it.
-                    self._log.exception(command.event, **dict(command.fields))
-            elif isinstance(command, m.Log):
-                getattr(self._log, command.level)(command.event, **dict(command.fields))
             if isinstance(command, m.Log):
+                if command.traceback and self._raised is not None:
+                    try:
+                        raise self._raised
+                    except Exception:
+                        # The record carries the traceback for handlers that print it.
+                        self._log.exception(command.event, **dict(command.fields))
+                else:
+                    getattr(self._log, command.level)(command.event, **dict(command.fields))
                 self._trace.observed(command)
             elif isinstance(command, m.Metric):
                 getattr(self._metrics, command.name)(*command.args)
@@ -284,19 +284,21 @@ class RunActor:
         # The keeper renews from what this attempt's own commits made of the lease.
         lease.deadline = max(lease.deadline, self._machine.deadline)
         event: m.MachineEvent | None = None
+        # One scope for both ends of a call: its timeout, and the keeper's cancel, which
+        # marks the lease lost or cut off first and so tells the two apart.
+        deadline = anyio.current_time() + timeout
         try:
-            with anyio.CancelScope() as guard, self._keeper.guarding(lease, guard):
-                with anyio.move_on_after(timeout):
-                    try:
-                        event = returned(await call())
-                    except Exception as exc:
-                        event = raised(exc)
+            with anyio.CancelScope(deadline=deadline) as guard, self._keeper.guarding(lease, guard):
+                try:
+                    event = returned(await call())
+                except Exception as exc:
+                    event = raised(exc)
         finally:
             self._machine.feed(m.LeaseRenewed(lease.deadline, lease.cancel_requested))
         if event is not None:
             return event
         if lease.lost:
             return m.LeaseLost()
-        if guard.cancel_called:
-            return m.CutOff(lease.cut_off or "the lease could not be renewed")
+        if lease.cut_off is not None:
+            return m.CutOff(lease.cut_off)
         return m.TimedOut()

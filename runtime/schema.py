@@ -76,22 +76,40 @@ class _ModelArguments:
     parameter may be called ``json`` or ``schema`` without shadowing the model's methods."""
 
     def parse(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        try:
-            given = _unicode(without_strict_nulls(dict(arguments), self.schema))
-        except RecursionError:
-            raise InvalidInput(_TOO_DEEP) from None
-        try:
-            text = pydantic_core.to_json(given)
-        except pydantic_core.PydanticSerializationError as exc:
-            raise InvalidInput(_shorten(f"the arguments are not JSON: {exc}")) from None
+        given: Any = arguments
+        text = _plain_json(arguments)
+        if text is None:
+            try:
+                given = _unicode(without_strict_nulls(dict(arguments), self.schema))
+            except RecursionError:
+                raise InvalidInput(_TOO_DEEP) from None
+            try:
+                text = pydantic_core.to_json(given)
+            except pydantic_core.PydanticSerializationError as exc:
+                raise InvalidInput(_shorten(f"the arguments are not JSON: {exc}")) from None
         try:
             # Strict, on the JSON text: a value must have the type the schema shows the model
             # ("5" is no integer, 1 no boolean), while objects still fill models and dataclasses.
             values = self.model.model_validate_json(text, strict=True)
         except pydantic.ValidationError as exc:
-            raise InvalidInput(_pydantic_problems(exc, given)) from None
+            raise InvalidInput(_pydantic_problems(exc, dict(given))) from None
         # Only what was given: an omitted parameter takes the function's own default.
         return {self.names[field]: getattr(values, field) for field in values.model_fields_set}
+
+
+def _plain_json(arguments: Mapping[str, Any]) -> bytes | None:
+    """The arguments' JSON text when neither a strict-mode null nor a lone surrogate can be in
+    them, so that they need no rewriting first; None when they might.
+
+    A null is looked for in the text itself, so a string that spells one only sends the
+    arguments the long way; a lone surrogate makes the encoder refuse them.
+    """
+    try:
+        text = pydantic_core.to_json(arguments)
+    # Anything the encoder refuses is for the long way to refuse, in its own words.
+    except Exception:
+        return None
+    return None if b"null" in text else text
 
 
 def _unicode(value: Any) -> Any:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 __all__ = ["Executor", "Params", "Row"]
 
 Params = Mapping[str, Any]
 Row = Mapping[str, Any]
+T = TypeVar("T")
 
 
 class Executor(Protocol):
@@ -33,6 +34,16 @@ class Executor(Protocol):
 
         Row locks and fenced updates keep concurrent transactions correct; a
         dialect may also serialize them (SQLite holds its write lock throughout).
+        """
+        ...
+
+    async def run_transaction(self, work: Callable[[], Awaitable[T]]) -> T:
+        """``work()`` as one ``transaction()``, returning what it returns.
+
+        ``work`` must await nothing but this executor's statements: a dialect may run
+        it all where its connection lives, in one trip (SQLite, on its thread), and
+        then a cancel waits for the transaction to end rather than leave its outcome
+        unknown.
         """
         ...
 

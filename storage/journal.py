@@ -150,13 +150,7 @@ class JournalWriter(StoreConcern):
         if not len(batch):
             return WriteResults()
         try:
-            async with self._executor.transaction():
-                # Read once the transaction holds SQLite's write lock: a "now" taken
-                # before waiting for it would date the renewed leases in the past.
-                now = self._now()
-                results = await self._write(batch, now)
-                await self._after_write(batch, results)
-            return results
+            return await self._executor.run_transaction(lambda: self._write_all(batch))
         except ItemRefused:
             pass
         except StoreError as exc:
@@ -165,6 +159,14 @@ class JournalWriter(StoreConcern):
         # Some request's data was refused, and a set statement cannot say whose: the
         # batch is written again, each request alone, so that only that one fails.
         return await self._commit_each(batch)
+
+    async def _write_all(self, batch: WriteBatch) -> WriteResults:
+        # Read once the transaction holds SQLite's write lock: a "now" taken
+        # before waiting for it would date the renewed leases in the past.
+        now = self._now()
+        results = await self._write(batch, now)
+        await self._after_write(batch, results)
+        return results
 
     async def _commit_each(self, batch: WriteBatch) -> WriteResults:
         parts: list[WriteResults] = []

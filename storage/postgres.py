@@ -242,6 +242,10 @@ class PostgresExecutor:
                     raise CommitOutcomeUnknown(_describe(exc)) from exc
                 raise
 
+    async def run_transaction(self, work: Callable[[], Awaitable[T]]) -> T:
+        async with self.transaction():
+            return await work()
+
     @asynccontextmanager
     async def _begun(self) -> AsyncIterator[Transaction]:
         """A transaction begun on a pooled connection bound to this task.

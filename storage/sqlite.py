@@ -2,21 +2,26 @@
 
 Transactions go to the writing connection, one at a time; ``reading()`` blocks
 go to the reading one, so that WAL lets them read the last commit while the
-next batch is being written, instead of queueing behind it.
+next batch is being written, instead of queueing behind it. A transaction
+given whole to ``run_transaction()`` (the Persister's batches) runs on the
+writing connection's thread in one trip, where each statement of a
+``transaction()`` block is a trip of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 import anyio
@@ -34,6 +39,7 @@ __all__ = [
 BUSY_TIMEOUT_MS = 5000
 _WAL_RETRY_SECONDS = 0.01
 _ITER_CHUNK_SIZE = 64  # aiosqlite.connect's default
+T = TypeVar("T")
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
@@ -157,6 +163,27 @@ async def _enter_wal(connection: aiosqlite.Connection, timeout: float) -> None:
         await anyio.sleep(_WAL_RETRY_SECONDS)
 
 
+class _Here(threading.local):
+    executor: SQLiteExecutor | None = None
+
+
+# The executor whose run_transaction() this thread is running: its statements run at once.
+_HERE = _Here()
+
+
+def _finish_here(work: Awaitable[T]) -> T:
+    """Drive ``work`` to its end without an event loop: it awaits only statements run here."""
+    steps = work.__await__()
+    try:
+        waited = next(steps)
+    except StopIteration as done:
+        finished: T = done.value
+        return finished
+    with contextlib.suppress(BaseException):
+        steps.close()
+    raise RuntimeError(f"a transaction run on the connection's thread awaited {waited!r}")
+
+
 # The connection each executor's block holds in this context, by executor id.
 _BOUND: ContextVar[Mapping[int, aiosqlite.Connection]] = ContextVar(
     "leaseward_sqlite_bound", default=MappingProxyType({})
@@ -165,7 +192,8 @@ _BOUND: ContextVar[Mapping[int, aiosqlite.Connection]] = ContextVar(
 
 async def _connect(
     options: SQLiteOptions, *, read_only: bool, timeout: float, create: bool = True
-) -> aiosqlite.Connection:
+) -> tuple[aiosqlite.Connection, sqlite3.Connection]:
+    """The connection, and the sqlite3 one it runs on its thread."""
     # The file is opened here, not by aiosqlite.connect: when that fails, aiosqlite's
     # thread answers after the error has gone up, and if the event loop has closed
     # by then it prints a traceback under our one-line error. A connection that is
@@ -177,7 +205,7 @@ async def _connect(
             raise _connect_error(exc, options.path) from exc
         connection = await aiosqlite.Connection(lambda: raw, _ITER_CHUNK_SIZE)
     connection.row_factory = sqlite3.Row
-    return connection
+    return connection, raw
 
 
 async def _configure(connection: aiosqlite.Connection, options: SQLiteOptions) -> None:
@@ -193,10 +221,13 @@ class SQLiteExecutor:
     def __init__(
         self,
         connection: aiosqlite.Connection,
+        raw: sqlite3.Connection,
         options: SQLiteOptions,
         reader: aiosqlite.Connection | None = None,
     ) -> None:
         self._connection = connection
+        self._raw = raw
+        """What ``connection`` runs on its thread, for a transaction run there in one trip."""
         self._reader = reader or connection
         self._options = options
         # One connection serves one statement sequence at a time: a transaction or
@@ -222,7 +253,9 @@ class SQLiteExecutor:
             if not await parent.is_dir():
                 raise StoreError(f"sqlite: the directory {str(parent)!r} does not exist")
         timeout = options.busy_timeout_ms / 1000
-        connection = await _connect(options, read_only=read_only, timeout=timeout, create=create)
+        connection, raw = await _connect(
+            options, read_only=read_only, timeout=timeout, create=create
+        )
         reader: aiosqlite.Connection | None = None
         try:
             await _configure(connection, options)
@@ -231,7 +264,7 @@ class SQLiteExecutor:
                 if options.path != ":memory:":
                     # Opened once the file is in WAL mode: a reader of a WAL file
                     # never waits for a writer, nor a writer for it.
-                    reader = await _connect(options, read_only=True, timeout=timeout)
+                    reader, _ = await _connect(options, read_only=True, timeout=timeout)
                     await _configure(reader, options)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
@@ -241,7 +274,7 @@ class SQLiteExecutor:
             if isinstance(exc, sqlite3.Error):
                 raise _connect_error(exc, options.path) from exc
             raise
-        return cls(connection, options, reader)
+        return cls(connection, raw, options, reader)
 
     @contextmanager
     def _bound_to(self, connection: aiosqlite.Connection) -> Iterator[None]:
@@ -277,6 +310,48 @@ class SQLiteExecutor:
                         await self._rollback()
                     raise
 
+    async def run_transaction(self, work: Callable[[], Awaitable[T]]) -> T:
+        """``work()`` as one transaction, run on the connection's thread in one trip.
+
+        Each statement of a ``transaction()`` block is a trip to that thread and back,
+        and back means waiting for a turn of a busy event loop: a group commit's
+        batch spent most of its time so. Here the statements run back to back,
+        with SQLite's write lock held, as the Persister's batches need.
+        """
+        run_there: Callable[[Callable[[], T]], Awaitable[T]] = self._connection._execute
+        async with self._lock:
+            # Once on the thread the transaction commits or rolls back whatever the
+            # caller does: a cancel must not leave the caller without the outcome.
+            with anyio.CancelScope(shield=True):
+                done = await run_there(functools.partial(self._transaction_here, work))
+        return done
+
+    def _transaction_here(self, work: Callable[[], Awaitable[T]]) -> T:
+        """On the connection's thread: BEGIN, ``work`` driven to its end, COMMIT."""
+        _HERE.executor = self
+        try:
+            # IMMEDIATE takes the write lock up front (see transaction()).
+            self._run_here("BEGIN IMMEDIATE")
+            try:
+                done = _finish_here(work())
+                self._run_here("COMMIT")
+            except BaseException:
+                # SQLite may already have rolled back on its own (disk full, I/O error).
+                with contextlib.suppress(sqlite3.Error):
+                    self._raw.execute("ROLLBACK")
+                raise
+            return done
+        finally:
+            _HERE.executor = None
+
+    def _run_here(self, sql: str, params: Params | None = None) -> list[Any]:
+        try:
+            return list(self._raw.execute(sql, _bindable(params)).fetchall())
+        except _DATA_ERRORS as exc:
+            raise StoreError(_describe(exc), data_error=True) from exc
+        except sqlite3.Error as exc:
+            raise StoreError(_located(exc, self._options.path)) from exc
+
     async def _rollback(self) -> None:
         # SQLite may already have rolled back on its own (disk full, I/O error).
         with contextlib.suppress(sqlite3.Error):
@@ -302,6 +377,8 @@ class SQLiteExecutor:
                 yield
 
     async def _run(self, sql: str, params: Params | None = None) -> list[Any]:
+        if _HERE.executor is self:
+            return self._run_here(sql, params)
         connection = _BOUND.get().get(id(self), self._connection)
         # execute_fetchall is one trip to the connection's thread; a cursor costs
         # two more (fetch, close), and the Persister's batches are made of these.

@@ -36,7 +36,11 @@ from leaseward.runtime.messages import Message, ToolCall
 from leaseward.runtime.settlements import Settlement
 from leaseward.runtime.tools import BoundTool
 
-__all__ = ["MachineCore"]
+__all__ = ["CheckedArguments", "MachineCore"]
+
+CheckedArguments = tuple[str | None, str | None]
+"""A call's arguments as JSON text (None if they have none), and why they are refused
+(None if they are not)."""
 
 
 def _frozen(value: Any) -> Any:
@@ -145,13 +149,14 @@ class MachineCore(abc.ABC):
         """The call did not start: the run goes back to the queue (admission)."""
 
     @abc.abstractmethod
-    def _tool_step(self, gate: Gate | None) -> tuple[Command, ...]:
-        """Make the next call the model asked for, or answer it as decided (tool calls)."""
+    def _tool_step(
+        self, gate: Gate | None, checked: CheckedArguments | None
+    ) -> tuple[Command, ...]:
+        """Make the next call the model asked for, or answer it as decided; ``checked`` is
+        the check of its arguments if one was made already (tool calls)."""
 
     @abc.abstractmethod
-    def _check_arguments(
-        self, bound: BoundTool | None, call: ToolCall
-    ) -> tuple[str | None, str | None]:
+    def _check_arguments(self, bound: BoundTool | None, call: ToolCall) -> CheckedArguments:
         """The arguments' JSON text and why they are refused, if so (tool calls)."""
 
     @abc.abstractmethod

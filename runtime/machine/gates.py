@@ -10,7 +10,7 @@ from leaseward.runtime.encoding import arguments_digest, dump_json
 from leaseward.runtime.errors import StoreError
 from leaseward.runtime.human_requests import NewRequest, RequestKind
 from leaseward.runtime.machine.commands import Command
-from leaseward.runtime.machine.core import MachineCore
+from leaseward.runtime.machine.core import CheckedArguments, MachineCore
 from leaseward.runtime.settlements import Settlement
 
 __all__ = ["GateSteps"]
@@ -21,22 +21,25 @@ class GateSteps(MachineCore):
 
     __slots__ = ()
 
-    def _gate(self, pending: PendingCall) -> Gate | None:
+    def _gate(self, pending: PendingCall) -> tuple[Gate | None, CheckedArguments | None]:
         """What a person has to do with this call; None for a call nobody is asked about:
         one that cannot run (an unknown tool, refused arguments) or that an earlier
-        attempt left open (recovery decides it, from its intent)."""
+        attempt left open (recovery decides it, from its intent). With it, the check of
+        the call's arguments, when it was made, so that the call is not checked again."""
         call = pending.call
         bound = self.agent.tools.get(call.name)
         if pending.open_attempt is not None or bound is None:
-            return None
-        if self._check_arguments(bound, call)[1] is not None:
-            return None
-        return gate_call(
+            return None, None
+        checked = self._check_arguments(bound, call)
+        if checked[1] is not None:
+            return None, checked
+        gate = gate_call(
             call.arguments,
             asks_human=bound.asks_human,
             needs_approval=bound.needs_approval(call.arguments),
             request=self._request(pending),
         )
+        return gate, checked
 
     def _gate_turn(self, pending: Sequence[PendingCall]) -> tuple[Command, ...]:
         """Park the run if its next call must wait for a person, else make the call.
@@ -45,9 +48,9 @@ class GateSteps(MachineCore):
         kind of answer, so that a person sees them together and the run comes back
         once, when all are decided. Calls are still executed in the model's order.
         """
-        gate = self._gate(pending[0])
+        gate, checked = self._gate(pending[0])
         if gate is None or gate.action is not GateAction.PARK or gate.kind is None:
-            return self._tool_step(gate)
+            return self._tool_step(gate, checked)
         kind = gate.kind
         if pending[0].turn_seq in self.buffer.dropped_turns:
             # A request must stand on the turn that asked for it, as an intent must.
@@ -57,7 +60,7 @@ class GateSteps(MachineCore):
             )
         requests: list[NewRequest] = []
         for waiting in pending:
-            later = self._gate(waiting)
+            later, _ = self._gate(waiting)
             if later is None or later.action is not GateAction.PARK or later.kind is not kind:
                 continue
             if later.request is None:

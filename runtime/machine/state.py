@@ -42,7 +42,7 @@ class WriteBuffer:
         return attrs.evolve(self, pending=(*self.pending, step))
 
     def stored(self) -> WriteBuffer:
-        return attrs.evolve(self, pending=())
+        return attrs.evolve(self, pending=()) if self.pending else self
 
     def drop(self, steps: Sequence[StepWrite]) -> WriteBuffer:
         turns = {step.seq for step in steps if step.kind is StepKind.PROVIDER}

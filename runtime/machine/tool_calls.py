@@ -14,7 +14,7 @@ from leaseward.runtime.human_requests import Decision, HumanRequest
 from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, Reason, StepKind, StepStatus
 from leaseward.runtime.machine.commands import CheckAdmission, Command, CrashPoint, Log, Metric
-from leaseward.runtime.machine.core import MachineCore
+from leaseward.runtime.machine.core import CheckedArguments, MachineCore
 from leaseward.runtime.machine.events import (
     CutOff,
     LeaseLost,
@@ -40,7 +40,9 @@ class ToolCallSteps(MachineCore):
 
     __slots__ = ()
 
-    def _tool_step(self, gate: Gate | None) -> tuple[Command, ...]:
+    def _tool_step(
+        self, gate: Gate | None, checked: CheckedArguments | None
+    ) -> tuple[Command, ...]:
         """Make the next call the model asked for, or answer it as a person decided."""
         talk = self.conversation
         pending = talk.pending[0]
@@ -66,7 +68,9 @@ class ToolCallSteps(MachineCore):
             )
         bound = self.agent.tools.get(call.name)
         effect = self.agent.effects.effect_for(call.name)
-        arguments_json, rejection = self._check_arguments(bound, call)
+        arguments_json, rejection = (
+            checked if checked is not None else self._check_arguments(bound, call)
+        )
         base = StepWrite(
             seq=self._take_seq(),
             kind=StepKind.TOOL,
@@ -151,9 +155,7 @@ class ToolCallSteps(MachineCore):
         used = () if gate.request is None else self._decision_used(gate.request)
         return self._send(Soft(after=used), (step,))
 
-    def _check_arguments(
-        self, bound: BoundTool | None, call: ToolCall
-    ) -> tuple[str | None, str | None]:
+    def _check_arguments(self, bound: BoundTool | None, call: ToolCall) -> CheckedArguments:
         """The arguments' JSON text (None if they have none) and why they are refused, if so.
 
         Arguments the model sent as text that is not a JSON object are journaled

@@ -15,7 +15,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import attrs
@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 _Callback = Callable[[], Awaitable[None]]
+T = TypeVar("T")
 
 # The positions insert_steps reads its rows' fields from (see the journal's item writer).
 _RUN_ID, _SEQ, _KIND, _TOOL, _STATUS = 0, 1, 3, 4, 7
@@ -204,6 +205,11 @@ class FaultyExecutor:
             self._transaction.reset(token)
             with anyio.CancelScope(shield=True):
                 await current.over()
+
+    async def run_transaction(self, work: Callable[[], Awaitable[T]]) -> T:
+        # As a transaction() block, so that the faults still fall on single statements.
+        async with self.transaction():
+            return await work()
 
     def savepoint(self, name: str) -> Any:
         return self.inner.savepoint(name)

@@ -16,13 +16,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
+import anyio
+import anyio.lowlevel
 import pytest
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.lifecycle import RunState
 from leaseward.storage import SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.queries import load_queries
-from leaseward.storage.sqlite import BUSY_TIMEOUT_MS
+from leaseward.storage.sqlite import BUSY_TIMEOUT_MS, SQLiteExecutor, SQLiteOptions
 
 from leaseward import StoreError
 from tests.integration.test_store_conformance import new_run
@@ -394,3 +396,80 @@ def test_workers_opening_a_new_file_at_once_all_open_it(tmp_path: Path) -> None:
         for worker in workers:
             _, err = worker.communicate(timeout=60)
             assert worker.returncode == 0, err
+
+
+# -- a transaction run on the connection's thread ----------------------------------------
+
+
+@pytest.fixture
+async def executor(anyio_backend: str, db_url: str) -> AsyncIterator[SQLiteExecutor]:
+    opened = await SQLiteExecutor.connect(SQLiteOptions(str(path_of(db_url))))
+    try:
+        await opened.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT UNIQUE)")
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+async def names(executor: SQLiteExecutor) -> list[str]:
+    async with executor.reading():
+        return [row["name"] for row in await executor.fetch_all("SELECT name FROM items")]
+
+
+async def test_a_transaction_on_the_connection_thread_commits_all_or_nothing(
+    executor: SQLiteExecutor,
+) -> None:
+    insert = "INSERT INTO items (name) VALUES (:name)"
+
+    async def refused() -> None:
+        await executor.execute(insert, {"name": "a"})
+        await executor.execute(insert, {"name": "a"})
+
+    with pytest.raises(StoreError) as raised:
+        await executor.run_transaction(refused)
+    assert raised.value.data_error
+    assert await names(executor) == []
+
+    async def written() -> int:
+        await executor.execute(insert, {"name": "a"})
+        async with executor.savepoint("second"):
+            await executor.execute(insert, {"name": "b"})
+        rows = await executor.fetch_all("SELECT count(*) AS n FROM items")
+        return int(rows[0]["n"])
+
+    assert await executor.run_transaction(written) == 2
+    assert await names(executor) == ["a", "b"]
+
+
+async def test_a_transaction_on_the_thread_that_awaits_anything_else_is_rolled_back(
+    executor: SQLiteExecutor,
+) -> None:
+    async def waits() -> None:
+        await executor.execute("INSERT INTO items (name) VALUES ('a')")
+        await anyio.lowlevel.checkpoint()
+
+    with pytest.raises(RuntimeError):
+        await executor.run_transaction(waits)
+    assert await names(executor) == []
+
+
+async def test_a_cancel_waits_for_the_transaction_on_the_thread_to_end(
+    executor: SQLiteExecutor,
+) -> None:
+    async def slow() -> int:
+        await executor.execute("INSERT INTO items (name) VALUES ('a')")
+        # A few hundred milliseconds of work for SQLite, well past the cancel below.
+        rows = await executor.fetch_all(
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000)"
+            " SELECT count(*) AS n FROM c"
+        )
+        return int(rows[0]["n"])
+
+    counted = None
+    with anyio.move_on_after(0.01) as scope:
+        counted = await executor.run_transaction(slow)
+    # The cancel came while the thread ran the transaction: the caller still gets the
+    # answer of a transaction that committed, not a cancel that leaves it unknown.
+    assert scope.cancel_called
+    assert counted == 3000000
+    assert await names(executor) == ["a"]

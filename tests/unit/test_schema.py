@@ -8,6 +8,7 @@ import enum
 import functools
 import typing
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Annotated, Any, Literal, NotRequired
 
 import pytest
@@ -311,6 +312,25 @@ def test_a_lone_surrogate_reaches_the_tool_as_a_replacement_character() -> None:
     arguments = signature_arguments(one_parameter(dict[str, list[str]]))
     given = {"value": {"key \ud83d": ["a \ud83d\ude00 b \udc00"]}}
     assert arguments.parse(given) == {"value": {"key \ufffd": ["a \U0001f600 b \ufffd"]}}
+
+
+def test_text_that_spells_null_is_an_argument_like_any_other() -> None:
+    async def find(query: str, limit: int = 5) -> None: ...
+
+    arguments = signature_arguments(find)
+    assert arguments.parse({"query": "null"}) == {"query": "null"}
+    # Beside it, the null a strict model sends for the left-out limit is still dropped.
+    assert arguments.parse({"query": "null", "limit": None}) == {"query": "null"}
+    assert problem(arguments, {"query": "null", "limit": "null"}) == (
+        "limit: Input should be a valid integer"
+    )
+
+
+def test_arguments_of_any_mapping_are_checked_and_their_problems_located() -> None:
+    arguments = signature_arguments(one_parameter(dict[str, list[int]]))
+    given = MappingProxyType({"value": {"a": [1, "x"]}})
+    assert arguments.parse(MappingProxyType({"value": {"a": [1]}})) == {"value": {"a": [1]}}
+    assert problem(arguments, given) == "value.a[1]: Input should be a valid integer"
 
 
 # --- property: a derived schema takes exactly the JSON kinds of the annotation ----------------
