@@ -22,6 +22,7 @@ from leaseward.actors.tracing import TraceSettings
 from leaseward.client import Client, new_run
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock, SystemClock
+from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.errors import ConfigurationError
 from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.journal import StepInfo
@@ -285,10 +286,29 @@ class Runtime:
         state: RunState | None = None,
         agent: str | None = None,
         reason: Reason | None = None,
+        mode: RunMode | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        search: str | None = None,
+        after: RunCursor | None = None,
         limit: int = 100,
     ) -> list[RunInfo]:
-        """Runs, newest first (see ``Client.runs``)."""
-        return await self.client.runs(state=state, agent=agent, reason=reason, limit=limit)
+        """Runs, newest first, filtered and paged (see ``Client.runs``)."""
+        return await self.client.runs(
+            state=state,
+            agent=agent,
+            reason=reason,
+            mode=mode,
+            created_after=created_after,
+            created_before=created_before,
+            search=search,
+            after=after,
+            limit=limit,
+        )
+
+    async def run_counts(self) -> dict[RunState, int]:
+        """How many runs are in each state (see ``Client.run_counts``)."""
+        return await self.client.run_counts()
 
     async def dead_letters(
         self, *, reason: Reason | None = None, limit: int = 100
