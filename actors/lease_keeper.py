@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import anyio
 import attrs
 from anyio.abc import TaskStatus
+
 from leaseward.actors.metrics import Metrics
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored

@@ -12,6 +12,7 @@ import abc
 from typing import Generic, TypeVar
 
 import attrs
+
 from leaseward.actors.mailbox import Reply
 from leaseward.runtime.commits import CommitOutcome, Refused, Unanswered
 from leaseward.runtime.errors import LeasewardError

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.human_requests import Decision
 from leaseward.runtime.lifecycle import Reason, RunState, StepKind
 from leaseward.runtime.messages import Usage
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = [
     "BATCH_ITEMS_BUCKETS",

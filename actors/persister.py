@@ -9,6 +9,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 from anyio.abc import TaskStatus
+
 from leaseward.actors.mailbox import Mailbox, Reply
 from leaseward.actors.messages import (
     Cancel,

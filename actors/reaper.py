@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 import anyio
 import attrs
 from anyio.abc import TaskStatus
+
 from leaseward.actors.metrics import Metrics
 from leaseward.runtime.clock import Clock, SystemClock
 from leaseward.runtime.errors import LeasewardError

@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import attrs
+
 from leaseward.actors.lease_keeper import Lease, LeaseKeeper, default_margin
 from leaseward.actors.metrics import Metrics
 from leaseward.actors.tracing import RunTrace, TraceSettings

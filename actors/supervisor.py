@@ -11,6 +11,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 from anyio.abc import TaskGroup, TaskStatus
+
 from leaseward.actors.lease_keeper import LeaseKeeper
 from leaseward.actors.mailbox import Mailbox
 from leaseward.actors.messages import LeasesReaped, RunEnded, SupervisorMessage, Wake

@@ -19,6 +19,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
 from leaseward.runtime import machine as m
 from leaseward.runtime.agents import Agent
 from leaseward.runtime.human_requests import HumanRequest
@@ -26,9 +30,6 @@ from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.messages import ProviderReply, ProviderRequest
 from leaseward.runtime.runs import RunRecord
 from leaseward.runtime.settlements import Settlement
-from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 __all__ = [
     "SEMCONV_VERSION",

@@ -31,9 +31,10 @@ from pathlib import Path
 import anyio
 import asyncpg
 import attrs
+from pg_support import fresh_database
+
 from leaseward.runtime.clock import SystemClock
 from leaseward.storage import open_store
-from pg_support import fresh_database
 
 AGENT = "bench"
 LEASE_SECONDS = 300.0

@@ -34,14 +34,14 @@ from typing import Any
 import anyio
 import attrs
 import structlog
+from steps import RESULTS_DIR, environment, shown, without_password, write_results
+
+from leaseward import Client
 from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
 from leaseward.storage import open_store
 from leaseward.storage.queries import load_queries
 from leaseward.storage.reads import run_listing
-from steps import RESULTS_DIR, environment, shown, without_password, write_results
-
-from leaseward import Client
 
 DEFAULT_RUNS = (10_000, 1_000_000)
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"

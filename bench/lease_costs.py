@@ -63,11 +63,6 @@ from typing import Any
 
 import anyio
 import attrs
-from leaseward.actors.metrics import Metrics
-from leaseward.actors.reaper import LeaseReaper
-from leaseward.runtime.lifecycle import RecoveryPolicy
-from leaseward.storage import SQLStore, open_store
-from leaseward.storage.queries import load_queries
 from steps import RESULTS_DIR, describe, environment, shown, without_password, write_results
 
 from leaseward import (
@@ -81,6 +76,11 @@ from leaseward import (
     ToolContext,
     tool,
 )
+from leaseward.actors.metrics import Metrics
+from leaseward.actors.reaper import LeaseReaper
+from leaseward.runtime.lifecycle import RecoveryPolicy
+from leaseward.storage import SQLStore, open_store
+from leaseward.storage.queries import load_queries
 
 SECTIONS = ("history", "fleet")
 SQLITE = "sqlite"
@@ -453,6 +453,7 @@ class PostgresFiller:
 
     async def plans(self) -> dict[str, list[str]]:
         import asyncpg
+
         from leaseward.storage.postgres import translate_params
 
         queries = load_queries("postgresql")
@@ -478,6 +479,7 @@ class PostgresFiller:
         matches a parameter (``state = $1``) can serve only the plans made for values.
         """
         import asyncpg
+
         from leaseward.storage.postgres import translate_params
 
         queries = load_queries("postgresql")

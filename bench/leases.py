@@ -111,11 +111,6 @@ import anyio.abc
 import attrs
 import lease_costs
 from anyio.streams.buffered import BufferedByteReceiveStream
-from leaseward.actors.persister import Persister
-from leaseward.actors.reaper import LeaseReaper, Reaped
-from leaseward.runtime.runs import RunRecord
-from leaseward.storage import open_store
-from leaseward.storage.protocol import ClaimRequest
 from steps import (
     RESULTS_DIR,
     describe,
@@ -141,7 +136,12 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.actors.persister import Persister
+from leaseward.actors.reaper import LeaseReaper, Reaped
 from leaseward.app import LEASE_SECONDS, REAP_INTERVAL_SECONDS
+from leaseward.runtime.runs import RunRecord
+from leaseward.storage import open_store
+from leaseward.storage.protocol import ClaimRequest
 
 AGENT = "leased"
 TOOL = "call"

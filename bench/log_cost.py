@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
+
 from leaseward.runtime.logs import get_logger
 
 RUN_ID = "0b6d3f0e-3f7e-4a57-9d0f-5f2d4c1e8a90"

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+
 from leaseward.storage import open_store
 
 

@@ -46,10 +46,10 @@ from typing import Any
 import anyio
 import attrs
 import structlog
-from leaseward.storage import SQLStore, open_store
-from leaseward.storage.queries import load_queries
 
 from leaseward import Client
+from leaseward.storage import SQLStore, open_store
+from leaseward.storage.queries import load_queries
 
 AGENT = "bench"
 LEASE_SECONDS = 3600.0
@@ -239,6 +239,7 @@ class PostgresFiller:
 
     async def plans(self) -> dict[str, str]:
         import asyncpg
+
         from leaseward.storage.postgres import translate_params
 
         queries = load_queries("postgresql")

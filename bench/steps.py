@@ -81,9 +81,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import attrs
-from leaseward.runtime.commits import CommitOutcome
-from leaseward.storage import open_store
-from leaseward.storage.protocol import BatchItem
 
 import leaseward
 from leaseward import (
@@ -102,6 +99,9 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.runtime.commits import CommitOutcome
+from leaseward.storage import open_store
+from leaseward.storage.protocol import BatchItem
 
 AGENT = "bench"
 VARIANTS = ("read", "write")

@@ -17,16 +17,16 @@ import argparse
 import timeit
 from collections.abc import Sequence
 
-from leaseward.actors.tracing import RunTrace, TraceSettings
-from leaseward.runtime import machine as m
-from leaseward.runtime.lifecycle import RunMode, RunState
-from leaseward.runtime.messages import ProviderReply, ProviderRequest, ToolCall, Usage
-from leaseward.runtime.runs import RunRecord
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from leaseward import Agent, ScriptedProvider, ToolContext, ToolEffect, tool
+from leaseward.actors.tracing import RunTrace, TraceSettings
+from leaseward.runtime import machine as m
+from leaseward.runtime.lifecycle import RunMode, RunState
+from leaseward.runtime.messages import ProviderReply, ProviderRequest, ToolCall, Usage
+from leaseward.runtime.runs import RunRecord
 
 RUN = RunRecord(
     id="0b6d3f0e-3f7e-4a57-9d0f-5f2d4c1e8a90",

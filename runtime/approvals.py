@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+
 from leaseward.runtime.encoding import arguments_digest
 from leaseward.runtime.human_requests import EXPIRED_REASON, Decision, HumanRequest, RequestKind
 

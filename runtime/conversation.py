@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
+
 from leaseward.runtime.encoding import valid_text
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import StepKind, StepStatus

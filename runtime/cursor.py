@@ -10,6 +10,7 @@ import struct
 from typing import Any
 
 import attrs
+
 from leaseward.runtime.errors import InvalidInput
 from leaseward.runtime.runs import RunInfo
 

@@ -6,6 +6,7 @@ import enum
 from typing import Any
 
 import attrs
+
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.lifecycle import TRANSITIONS, Event, RunState
 

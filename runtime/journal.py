@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.encoding import load_json, valid_error
 from leaseward.runtime.lifecycle import StepKind, StepStatus

@@ -10,6 +10,7 @@ import enum
 import math
 
 import attrs
+
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import IllegalTransition
 from leaseward.runtime.failures import FailureClass

@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any, TypeGuard
 
 import attrs
+
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.errors import ConfigurationError, InvalidInput, ProviderError
 

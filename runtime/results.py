@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 import pydantic
 import pydantic_core
+
 from leaseward.runtime.encoding import MAX_RESULT_BYTES, dump_json
 from leaseward.runtime.errors import InvalidInput
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import attrs
+
 from leaseward.runtime.lifecycle import Reason, RunState
 
 __all__ = [

@@ -23,9 +23,6 @@ import pydantic
 import pydantic_core
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
-from leaseward.runtime.encoding import dump_json
-from leaseward.runtime.errors import InvalidInput, ToolDefinitionError
-from leaseward.runtime.strict import strict_schema, without_strict_nulls
 from pydantic.json_schema import (
     GenerateJsonSchema,
     JsonSchemaMode,
@@ -36,6 +33,10 @@ from pydantic_core import CoreSchema
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
+
+from leaseward.runtime.encoding import dump_json
+from leaseward.runtime.errors import InvalidInput, ToolDefinitionError
+from leaseward.runtime.strict import strict_schema, without_strict_nulls
 
 if TYPE_CHECKING:
     # A resolver is what a Registry hands out; referencing names its class only here.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import attrs
+
 from leaseward.runtime.encoding import valid_error
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.human_requests import NewRequest

@@ -13,10 +13,11 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from leaseward.runtime.errors import ToolDefinitionError
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
+
+from leaseward.runtime.errors import ToolDefinitionError
 
 if TYPE_CHECKING:
     # A resolver is what a Registry hands out; referencing names its class only here.

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
+
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.tools import DEFAULT_TOOL_TIMEOUT_SECONDS, ToolContext

@@ -9,6 +9,7 @@ from typing import Any, Protocol, overload, runtime_checkable
 
 import attrs
 import structlog
+
 from leaseward.runtime.effects import ToolEffect, declared_effect
 from leaseward.runtime.errors import ToolDefinitionError, ToolError
 from leaseward.runtime.results import EncodedResult, ResultEncoder, result_encoder

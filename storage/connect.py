@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import anyio
+
 from leaseward.runtime.clock import Clock, SystemClock
 from leaseward.runtime.errors import ConfigurationError, SchemaMismatch, StoreNotFound
 from leaseward.runtime.logs import get_logger

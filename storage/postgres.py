@@ -27,6 +27,7 @@ import anyio
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 from asyncpg.transaction import Transaction
+
 from leaseward.runtime.errors import CommitOutcomeUnknown, ConfigurationError, StoreError
 from leaseward.runtime.logs import get_logger
 from leaseward.storage.executor import Params, Row

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import Protocol, TypeVar
 
 import attrs
+
 from leaseward.runtime.commits import CommitOutcome
 from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.effects import ToolEffect

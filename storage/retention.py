@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import anyio
+
 from leaseward.runtime.errors import InvalidInput, StoreError
 from leaseward.runtime.lifecycle import RunState
 from leaseward.runtime.retention import ForgetKeysResult, PurgedRun, PurgeResult

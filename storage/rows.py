@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, Union
 
 import attrs
+
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.encoding import load_json
 from leaseward.runtime.human_requests import Decision, HumanRequest, RequestKind

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import aiosqlite
 import anyio
 import attrs
+
 from leaseward.runtime.errors import ConfigurationError, StoreError, StoreNotFound
 from leaseward.storage.executor import Params, Row
 

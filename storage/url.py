@@ -7,6 +7,7 @@ import os
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
+
 from leaseward.runtime.errors import ConfigurationError
 from leaseward.storage.sqlite import BUSY_TIMEOUT_MS, SYNCHRONOUS_MODES, SQLiteOptions
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import attrs
+
 from leaseward.runtime.lifecycle import Event
 from leaseward.runtime.machine.commands import AskProvider, CallTool, Command, Log
 from leaseward.runtime.machine.core import MachineCore

@@ -55,6 +55,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.messages import ProviderRequest

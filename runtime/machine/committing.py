@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
+
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered
 from leaseward.runtime.conversation import usage_from_json
 from leaseward.runtime.encoding import load_json

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 import attrs
+
 from leaseward.runtime.agents import Agent
 from leaseward.runtime.approvals import Gate
 from leaseward.runtime.commits import Refused, Unanswered

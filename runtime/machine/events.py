@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+
 from leaseward.runtime.commits import CommitOutcome
 from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.journal import StepInfo

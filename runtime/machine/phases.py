@@ -4,6 +4,7 @@ commit in flight is for."""
 from __future__ import annotations
 
 import attrs
+
 from leaseward.runtime.commits import CommitOutcome, Unanswered
 from leaseward.runtime.conversation import PendingCall
 from leaseward.runtime.effects import ToolEffect

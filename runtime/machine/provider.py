@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import attrs
+
 from leaseward.runtime.conversation import normalize_reply, pending_calls, reply_to_json
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.errors import InvalidInput, ProviderError

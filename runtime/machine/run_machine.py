@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import attrs
+
 from leaseward.runtime.agents import Agent
 from leaseward.runtime.conversation import rebuild
 from leaseward.runtime.encoding import dump_json

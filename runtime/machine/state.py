@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import attrs
+
 from leaseward.runtime.conversation import PendingCall
 from leaseward.runtime.errors import AuditPersistenceFailed, CallTimedOut, ProviderError
 from leaseward.runtime.failures import FailureClass, classify

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+
 from leaseward.runtime.approvals import Gate, GateAction
 from leaseward.runtime.conversation import tool_message
 from leaseward.runtime.effects import ToolEffect

@@ -22,13 +22,13 @@ from typing import Any, TypeVar
 
 import attrs
 import pytest
+
+from leaseward import ProviderReply, StepKind, StepStatus, ToolCall, ToolEffect
 from leaseward.runtime.commits import Stored
 from leaseward.runtime.conversation import reply_to_json
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.journal import StepWrite
 from leaseward.storage import BatchItem, open_store
-
-from leaseward import ProviderReply, StepKind, StepStatus, ToolCall, ToolEffect
 from tests.acceptance.demo_app import CHARGE_CALL_ID
 
 HERE = Path(__file__).resolve().parent

@@ -19,10 +19,10 @@ from pathlib import Path
 import anyio
 import attrs
 import pytest
+
 from leaseward.runtime.encoding import MAX_INPUT_BYTES
 from leaseward.storage import open_store
 from leaseward.storage.migrations import MIGRATIONS
-
 from tests.acceptance.acceptance_support import (
     HERE,
     DaemonPool,

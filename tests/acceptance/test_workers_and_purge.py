@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+
 from leaseward.runtime.clock import ManualClock, SystemClock
 from leaseward.runtime.commits import Stored
 from leaseward.runtime.lifecycle import Event, Reason, RunMode
@@ -15,7 +16,6 @@ from leaseward.runtime.runs import NewRun
 from leaseward.runtime.settlements import Settlement
 from leaseward.runtime.workers import WorkerRegistration
 from leaseward.storage import BatchItem, SQLStore, open_store
-
 from tests.acceptance.acceptance_support import (
     DaemonPool,
     assert_one_line_error,

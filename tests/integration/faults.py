@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import anyio
 import attrs
+
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.errors import CommitOutcomeUnknown, StoreError
 from leaseward.runtime.lifecycle import StepKind, StepStatus

@@ -10,13 +10,6 @@ from typing import Any, cast
 
 import anyio
 import structlog
-from leaseward.runtime.commits import Stored
-from leaseward.runtime.conversation import normalize_reply, reply_to_json
-from leaseward.runtime.encoding import dump_json
-from leaseward.runtime.journal import StepWrite
-from leaseward.runtime.lifecycle import RunMode, StepKind, StepStatus
-from leaseward.runtime.runs import NewRun
-from leaseward.storage import BatchItem, SQLStore
 
 from leaseward import (
     Agent,
@@ -29,6 +22,13 @@ from leaseward import (
     tool,
 )
 from leaseward.client import new_run_id
+from leaseward.runtime.commits import Stored
+from leaseward.runtime.conversation import normalize_reply, reply_to_json
+from leaseward.runtime.encoding import dump_json
+from leaseward.runtime.journal import StepWrite
+from leaseward.runtime.lifecycle import RunMode, StepKind, StepStatus
+from leaseward.runtime.runs import NewRun
+from leaseward.storage import BatchItem, SQLStore
 
 
 class Calls:

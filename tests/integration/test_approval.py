@@ -17,8 +17,6 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.actors.metrics import Metrics
-from leaseward.runtime.encoding import arguments_digest
 
 from leaseward import (
     Client,
@@ -36,6 +34,8 @@ from leaseward import (
     StepKind,
     StepStatus,
 )
+from leaseward.actors.metrics import Metrics
+from leaseward.runtime.encoding import arguments_digest
 from tests.integration.approval_worker import LOG_FILE, build_app, executions
 from tests.stores import created
 

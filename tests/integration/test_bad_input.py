@@ -10,9 +10,6 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.runtime.encoding import MAX_ARGUMENTS_BYTES, MAX_INPUT_BYTES, MAX_RESULT_BYTES
-from leaseward.storage import open_store
-from leaseward.storage.migrations import MIGRATIONS
 
 from leaseward import (
     Agent,
@@ -42,6 +39,9 @@ from leaseward import (
     UnknownAgent,
     tool,
 )
+from leaseward.runtime.encoding import MAX_ARGUMENTS_BYTES, MAX_INPUT_BYTES, MAX_RESULT_BYTES
+from leaseward.storage import open_store
+from leaseward.storage.migrations import MIGRATIONS
 from tests.file_modes import unwritable
 from tests.integration.support import Calls
 from tests.stores import created

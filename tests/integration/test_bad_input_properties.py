@@ -18,15 +18,6 @@ from typing import Any
 import anyio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from leaseward.runtime.conversation import normalize_reply, reply_to_json
-from leaseward.runtime.encoding import (
-    MAX_ARGUMENTS_BYTES,
-    MAX_INPUT_BYTES,
-    MAX_JSON_DEPTH,
-    MAX_RESULT_BYTES,
-    dump_json,
-    load_json,
-)
 from pydantic_core import to_jsonable_python
 
 from leaseward import (
@@ -48,6 +39,15 @@ from leaseward import (
     ToolContext,
     ToolEffect,
     tool,
+)
+from leaseward.runtime.conversation import normalize_reply, reply_to_json
+from leaseward.runtime.encoding import (
+    MAX_ARGUMENTS_BYTES,
+    MAX_INPUT_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_RESULT_BYTES,
+    dump_json,
+    load_json,
 )
 from tests.integration.support import capture_logs, events
 

@@ -22,13 +22,13 @@ from typing import Any
 
 import anyio
 import pytest
+
+from leaseward import App, RunState, Runtime, ToolContext, ToolEffect
 from leaseward.actors import LeaseReaper
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.commits import Stored
 from leaseward.runtime.lifecycle import RecoveryPolicy
 from leaseward.storage import BatchItem, open_store
-
-from leaseward import App, RunState, Runtime, ToolContext, ToolEffect
 from tests.integration.crash_worker import read_lines
 from tests.integration.paused_worker import CALLS_FILE, LEASE_SECONDS, build_app
 from tests.integration.support import Calls, capture_logs, events, one_call_agent

@@ -9,16 +9,16 @@ import re
 import anyio
 import httpx
 import pytest
+
+from leaseward import ProviderReply, ToolCall, ToolEffect
+from leaseward.client import new_run_id
+from leaseward.console.listing import PAGE_SIZE
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
 from leaseward.runtime.runs import NewRun
 from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, open_store
-
-from leaseward import ProviderReply, ToolCall, ToolEffect
-from leaseward.client import new_run_id
-from leaseward.console.listing import PAGE_SIZE
 from tests.integration.console_support import TOKEN, console, forms_of, logged_in
 from tests.integration.support import ghost_claims, provider_step
 from tests.stores import created

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from leaseward.runtime.lifecycle import StepStatus
-from leaseward.storage import open_store
 
 from leaseward import Decision, Reason, RunState
+from leaseward.runtime.lifecycle import StepStatus
+from leaseward.storage import open_store
 from tests.integration.approval_worker import executions
 from tests.integration.console_support import console, forms_of, logged_in
 from tests.integration.test_approval import parked, runtime

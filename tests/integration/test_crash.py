@@ -21,9 +21,6 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.runtime.commits import Stored
-from leaseward.runtime.runs import NewRun
-from leaseward.storage import BatchItem, open_store
 
 from leaseward import (
     App,
@@ -37,6 +34,9 @@ from leaseward import (
     StepStatus,
 )
 from leaseward.client import new_run_id
+from leaseward.runtime.commits import Stored
+from leaseward.runtime.runs import NewRun
+from leaseward.storage import BatchItem, open_store
 from tests.integration.crash_worker import (
     AGENT,
     CALL_ID,

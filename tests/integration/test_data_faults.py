@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from leaseward.runtime.errors import StoreError
 
 from leaseward import (
     Agent,
@@ -25,6 +24,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.runtime.errors import StoreError
 from tests.integration.faults import (
     Action,
     Statement,

@@ -12,9 +12,9 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.actors.messages import LeasesReaped
 
 from leaseward import App, Reason, RunState, Runtime, StepStatus, ToolContext, ToolEffect
+from leaseward.actors.messages import LeasesReaped
 from tests.integration.support import Calls, capture_logs, events, one_call_agent
 
 pytestmark = pytest.mark.anyio

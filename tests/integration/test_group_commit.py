@@ -13,6 +13,25 @@ from typing import Any
 
 import anyio
 import pytest
+
+from leaseward import (
+    Agent,
+    App,
+    Client,
+    InvalidInput,
+    ProviderReply,
+    ProviderRequest,
+    Role,
+    RunNotFound,
+    RunState,
+    Runtime,
+    ScriptedProvider,
+    StepKind,
+    StepStatus,
+    ToolCall,
+    ToolContext,
+    tool,
+)
 from leaseward.actors import Persister, Reply
 from leaseward.actors.messages import (
     Cancel,
@@ -38,25 +57,6 @@ from leaseward.storage import (
     WriteBatch,
     WriteResults,
     open_store,
-)
-
-from leaseward import (
-    Agent,
-    App,
-    Client,
-    InvalidInput,
-    ProviderReply,
-    ProviderRequest,
-    Role,
-    RunNotFound,
-    RunState,
-    Runtime,
-    ScriptedProvider,
-    StepKind,
-    StepStatus,
-    ToolCall,
-    ToolContext,
-    tool,
 )
 from tests.integration.faults import Injection, faulty_store, query
 from tests.stores import created

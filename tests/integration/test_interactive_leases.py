@@ -11,11 +11,6 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.actors import LeaseReaper, LeasesReaped
-from leaseward.runtime.clock import ManualClock
-from leaseward.runtime.lifecycle import RecoveryPolicy
-from leaseward.runtime.runs import RunInfo
-from leaseward.storage import open_store
 
 from leaseward import (
     App,
@@ -27,6 +22,11 @@ from leaseward import (
     ToolContext,
     ToolEffect,
 )
+from leaseward.actors import LeaseReaper, LeasesReaped
+from leaseward.runtime.clock import ManualClock
+from leaseward.runtime.lifecycle import RecoveryPolicy
+from leaseward.runtime.runs import RunInfo
+from leaseward.storage import open_store
 from tests.integration.support import Calls, capture_logs, events, one_call_agent
 
 pytestmark = pytest.mark.anyio

@@ -18,8 +18,6 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.actors.reaper import LeaseReaper
-from leaseward.runtime.lifecycle import RecoveryPolicy, StepStatus
 
 from leaseward import (
     Client,
@@ -29,6 +27,8 @@ from leaseward import (
     RequestExpired,
     RunState,
 )
+from leaseward.actors.reaper import LeaseReaper
+from leaseward.runtime.lifecycle import RecoveryPolicy, StepStatus
 from tests.integration.approval_worker import EXPIRY_SECONDS, executions
 from tests.integration.test_approval import WA, WAIT_SECONDS, WI, parked, runtime, until_state
 from tests.integration.test_store_conformance import StoreClock

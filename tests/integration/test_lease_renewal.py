@@ -21,11 +21,11 @@ from typing import Any
 
 import anyio
 import pytest
+
+from leaseward import App, Reason, RunState, Runtime, StepInfo, ToolContext, ToolEffect
 from leaseward.actors import Lease, LeaseKeeper, Persister
 from leaseward.actors.lease_keeper import GUARD_TICK_SECONDS
 from leaseward.runtime.clock import ManualClock
-
-from leaseward import App, Reason, RunState, Runtime, StepInfo, ToolContext, ToolEffect
 from tests.integration.crash_worker import read_lines
 from tests.integration.faults import FaultyExecutor, Statement, fail, faulty_store, query
 from tests.integration.paused_worker import CALLS_FILE, LEASE_SECONDS, LOG_FILE, build_app

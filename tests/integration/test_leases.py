@@ -7,12 +7,6 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from leaseward.runtime.commits import Fenced
-from leaseward.runtime.conversation import idempotency_key
-from leaseward.runtime.journal import StepWrite
-from leaseward.runtime.lifecycle import Event, StepKind
-from leaseward.runtime.settlements import Settlement
-from leaseward.storage import BatchItem, open_store
 
 from leaseward import (
     Agent,
@@ -28,6 +22,12 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.runtime.commits import Fenced
+from leaseward.runtime.conversation import idempotency_key
+from leaseward.runtime.journal import StepWrite
+from leaseward.runtime.lifecycle import Event, StepKind
+from leaseward.runtime.settlements import Settlement
+from leaseward.storage import BatchItem, open_store
 from tests.integration.faults import FaultyExecutor, Statement, faulty_store, query
 from tests.integration.support import (
     Calls,

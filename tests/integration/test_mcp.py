@@ -18,10 +18,6 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.runtime.journal import StepWrite
-from leaseward.runtime.lifecycle import StepKind
-from leaseward.runtime.tool_sources import DecidedBy
-from leaseward.storage import open_store
 
 from leaseward import (
     Agent,
@@ -39,6 +35,10 @@ from leaseward import (
     ToolEffect,
 )
 from leaseward.mcp import FENCING_TOKEN_META, IDEMPOTENCY_KEY_META, MCPServer
+from leaseward.runtime.journal import StepWrite
+from leaseward.runtime.lifecycle import StepKind
+from leaseward.runtime.tool_sources import DecidedBy
+from leaseward.storage import open_store
 from tests.integration.mcp_server import ledger_lines
 from tests.integration.support import ghost_claims, provider_step, until
 

@@ -9,17 +9,17 @@ from collections.abc import Mapping
 import anyio
 import anyio.to_thread
 import pytest
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.parser import text_string_to_metric_families
+
+from leaseward import RunState, ToolEffect
 from leaseward.actors import LeaseKeeper, LeaseReaper, Metrics, Persister, RunActor, RunSettings
+from leaseward.client import new_run_id
 from leaseward.runtime.clock import SystemClock
 from leaseward.runtime.lifecycle import RecoveryPolicy, RunMode
 from leaseward.runtime.runs import NewRun, RunRecord
 from leaseward.runtime.settlements import Settlement
 from leaseward.storage import SQLStore, open_store
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.parser import text_string_to_metric_families
-
-from leaseward import RunState, ToolEffect
-from leaseward.client import new_run_id
 from tests.integration.faults import fail, faulty_store, settles_tool
 from tests.integration.support import Calls, one_call_agent
 

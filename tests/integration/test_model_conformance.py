@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 import pytest
+
 from leaseward.actors.reaper import plan_reap
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered
 from leaseward.runtime.effects import ToolEffect

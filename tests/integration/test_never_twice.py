@@ -16,9 +16,6 @@ from typing import Any
 import anyio
 import asyncpg
 import pytest
-from leaseward.actors.reaper import LeaseReaper
-from leaseward.runtime.clock import ManualClock, SystemClock
-from leaseward.storage import open_store
 
 from leaseward import (
     Agent,
@@ -37,6 +34,9 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.actors.reaper import LeaseReaper
+from leaseward.runtime.clock import ManualClock, SystemClock
+from leaseward.storage import open_store
 from tests.integration.faults import FaultyExecutor, Statement, faulty_store, records_tool
 from tests.integration.support import (
     Calls,

@@ -6,18 +6,6 @@ import itertools
 
 import attrs
 import pytest
-from leaseward.runtime.commits import Stored
-from leaseward.runtime.failures import FailureClass
-from leaseward.runtime.journal import StepWrite
-from leaseward.runtime.lifecycle import (
-    Event,
-    RecoveryAction,
-    RecoveryPolicy,
-    RunMode,
-    decide_recovery,
-)
-from leaseward.runtime.settlements import Settlement
-from leaseward.storage import BatchItem, SQLStore, open_store
 
 from leaseward import (
     Agent,
@@ -35,6 +23,18 @@ from leaseward import (
     StepStatus,
     ToolEffect,
 )
+from leaseward.runtime.commits import Stored
+from leaseward.runtime.failures import FailureClass
+from leaseward.runtime.journal import StepWrite
+from leaseward.runtime.lifecycle import (
+    Event,
+    RecoveryAction,
+    RecoveryPolicy,
+    RunMode,
+    decide_recovery,
+)
+from leaseward.runtime.settlements import Settlement
+from leaseward.storage import BatchItem, SQLStore, open_store
 from tests.integration.support import Calls, ghost_claims, intent, one_call_agent, provider_step
 from tests.integration.test_leases import CHARGE, FAST
 

@@ -22,13 +22,6 @@ from typing import Any
 import anyio
 import asyncpg
 import pytest
-from leaseward.runtime.clock import ManualClock
-from leaseward.runtime.commits import Stored
-from leaseward.runtime.lifecycle import Event
-from leaseward.runtime.settlements import Settlement
-from leaseward.storage import BatchItem, SQLStore, open_store, parse_store_url, pool_size_for
-from leaseward.storage.migrations import MIGRATIONS
-from leaseward.storage.postgres import translate_params
 
 from leaseward import (
     Agent,
@@ -48,6 +41,13 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.runtime.clock import ManualClock
+from leaseward.runtime.commits import Stored
+from leaseward.runtime.lifecycle import Event
+from leaseward.runtime.settlements import Settlement
+from leaseward.storage import BatchItem, SQLStore, open_store, parse_store_url, pool_size_for
+from leaseward.storage.migrations import MIGRATIONS
+from leaseward.storage.postgres import translate_params
 from tests.integration.support import Calls, capture_logs, events
 from tests.integration.test_store_conformance import new_run
 

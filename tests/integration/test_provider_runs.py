@@ -11,7 +11,6 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.storage import open_store
 
 from leaseward import (
     Agent,
@@ -30,6 +29,7 @@ from leaseward import (
     tool,
 )
 from leaseward.providers import OpenAIChat
+from leaseward.storage import open_store
 from tests.integration.support import capture_logs
 from tests.model_server import Reply, model_server, openai_completion, openai_error
 

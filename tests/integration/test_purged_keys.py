@@ -16,11 +16,6 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.runtime.encoding import request_digest
-from leaseward.runtime.lifecycle import RunMode
-from leaseward.storage import SQLStore, open_store
-from leaseward.storage.migrations import MIGRATIONS
-from leaseward.storage.queries import load_queries
 
 from leaseward import (
     App,
@@ -34,6 +29,11 @@ from leaseward import (
     Runtime,
     ToolEffect,
 )
+from leaseward.runtime.encoding import request_digest
+from leaseward.runtime.lifecycle import RunMode
+from leaseward.storage import SQLStore, open_store
+from leaseward.storage.migrations import MIGRATIONS
+from leaseward.storage.queries import load_queries
 from tests.integration.support import Calls, one_call_agent
 from tests.stores import created
 

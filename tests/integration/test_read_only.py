@@ -19,13 +19,13 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
+
+from leaseward import StoreError, StoreNotFound
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.lifecycle import RunMode
 from leaseward.runtime.runs import NewRun
 from leaseward.storage import open_store
 from leaseward.storage.migrations import MIGRATIONS
-
-from leaseward import StoreError, StoreNotFound
 from tests.file_modes import unwritable
 
 pytestmark = pytest.mark.anyio

@@ -27,7 +27,6 @@ from urllib.parse import urlsplit
 import anyio
 import asyncpg
 import pytest
-from leaseward.storage import Store
 
 from leaseward import (
     Agent,
@@ -48,6 +47,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.storage import Store
 from tests.file_modes import unwritable
 from tests.integration.faults import (
     FaultyExecutor,

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import anyio
 import pytest
+
+from leaseward import Client
 from leaseward.runtime.commits import Stored
 from leaseward.runtime.lifecycle import Event, Reason, RunState
 from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
-
-from leaseward import Client
 from tests.integration.test_purged_keys import dialect_name, empty_url  # noqa: F401
 from tests.integration.test_run_listing import (
     DEAD,

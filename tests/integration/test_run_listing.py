@@ -12,6 +12,8 @@ import sqlite3
 
 import attrs
 import pytest
+
+from leaseward import Client, InvalidInput
 from leaseward.runtime.commits import Stored
 from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState
@@ -21,8 +23,6 @@ from leaseward.storage import BatchItem, CancelOutcome, SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.queries import load_queries
 from leaseward.storage.reads import run_listing
-
-from leaseward import Client, InvalidInput
 from tests.integration.test_purged_keys import dialect_name, empty_url  # noqa: F401
 from tests.integration.test_store_conformance import (  # noqa: F401
     COMPLETE,
@@ -384,6 +384,7 @@ async def plan_of(store_url: str, filters: dict[str, object]) -> str:
             connection.close()
         return "\n".join(row[-1] for row in rows)
     import asyncpg
+
     from leaseward.storage.postgres import translate_params
 
     text, names = translate_params(sql)

@@ -7,9 +7,9 @@ import time
 
 import attrs
 import pytest
-from leaseward.storage import open_store
 
 from leaseward import Client, RunState
+from leaseward.storage import open_store
 from tests.stores import created
 
 pytestmark = pytest.mark.anyio

@@ -19,14 +19,14 @@ from typing import Any, cast
 import anyio
 import anyio.lowlevel
 import pytest
+
+from leaseward import StoreError
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.lifecycle import RunState
 from leaseward.storage import SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.queries import load_queries
 from leaseward.storage.sqlite import BUSY_TIMEOUT_MS, SQLiteExecutor, SQLiteOptions
-
-from leaseward import StoreError
 from tests.integration.test_store_conformance import new_run
 
 pytestmark = pytest.mark.anyio

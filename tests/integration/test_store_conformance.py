@@ -16,6 +16,15 @@ from typing import Any
 import anyio
 import attrs
 import pytest
+
+from leaseward import (
+    InvalidInput,
+    ProviderReply,
+    RunNotFound,
+    RunPurged,
+    StoreError,
+    ToolCall,
+)
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.commits import Fenced, Refused, Stored
 from leaseward.runtime.effects import ToolEffect
@@ -27,15 +36,6 @@ from leaseward.runtime.settlements import Settlement
 from leaseward.runtime.workers import WorkerRegistration
 from leaseward.storage import BatchItem, CancelOutcome, LeaseMark, SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
-
-from leaseward import (
-    InvalidInput,
-    ProviderReply,
-    RunNotFound,
-    RunPurged,
-    StoreError,
-    ToolCall,
-)
 from tests.integration.support import provider_step
 
 pytestmark = pytest.mark.anyio

@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator
 
 import attrs
 import pytest
+
+from leaseward import ProviderReply, StoreError, ToolCall
 from leaseward.runtime.commits import Refused, Stored
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.journal import StepWrite
@@ -15,8 +17,6 @@ from leaseward.runtime.lifecycle import Event, Reason, RunMode, StepKind, StepSt
 from leaseward.runtime.runs import NewRun, RunRecord
 from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, SQLStore, open_store
-
-from leaseward import ProviderReply, StoreError, ToolCall
 from tests.integration.support import provider_step
 
 pytestmark = pytest.mark.anyio

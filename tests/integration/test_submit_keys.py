@@ -15,7 +15,6 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.runtime.runs import MAX_IDEMPOTENCY_KEY_CHARS
 
 from leaseward import (
     App,
@@ -28,6 +27,7 @@ from leaseward import (
     ToolContext,
     ToolEffect,
 )
+from leaseward.runtime.runs import MAX_IDEMPOTENCY_KEY_CHARS
 from tests.integration.faults import FaultyExecutor, Statement, faulty_store, query
 from tests.integration.support import Calls, one_call_agent
 from tests.stores import created

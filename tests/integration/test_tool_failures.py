@@ -9,7 +9,6 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.storage import open_store
 
 from leaseward import (
     Agent,
@@ -29,6 +28,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.storage import open_store
 from tests.integration.support import Calls, until
 
 pytestmark = pytest.mark.anyio

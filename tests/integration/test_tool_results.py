@@ -12,8 +12,6 @@ import uuid
 from typing import Any
 
 import pytest
-from leaseward.runtime.encoding import MAX_RESULT_BYTES
-from leaseward.runtime.results import MAX_SUMMARY_REPR_CHARS
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
@@ -33,6 +31,8 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.runtime.encoding import MAX_RESULT_BYTES
+from leaseward.runtime.results import MAX_SUMMARY_REPR_CHARS
 from tests.integration.support import Calls
 
 pytestmark = pytest.mark.anyio

@@ -6,8 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from leaseward.actors.metrics import Metrics
-from leaseward.runtime.messages import Usage
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 
@@ -26,6 +24,8 @@ from leaseward import (
     ToolError,
     tool,
 )
+from leaseward.actors.metrics import Metrics
+from leaseward.runtime.messages import Usage
 from tests.integration.support import until
 from tests.integration.tracing_support import every_text, in_memory_spans
 

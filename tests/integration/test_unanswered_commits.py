@@ -13,7 +13,6 @@ from urllib.parse import urlsplit
 
 import anyio
 import pytest
-from leaseward.runtime.errors import StoreError
 
 from leaseward import (
     Agent,
@@ -30,6 +29,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.runtime.errors import StoreError
 from tests.integration.faults import (
     FaultyExecutor,
     Statement,

@@ -14,9 +14,6 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.actors import WORKER_GONE_AFTER_BEATS, WORKER_GONE_AFTER_MIN_SECONDS
-from leaseward.runtime.commits import Stored
-from leaseward.storage import BatchItem, SQLStore, open_store
 
 from leaseward import (
     Agent,
@@ -30,6 +27,9 @@ from leaseward import (
     UnknownAgent,
     WorkerInfo,
 )
+from leaseward.actors import WORKER_GONE_AFTER_BEATS, WORKER_GONE_AFTER_MIN_SECONDS
+from leaseward.runtime.commits import Stored
+from leaseward.storage import BatchItem, SQLStore, open_store
 from tests.integration.faults import FaultyExecutor, Statement, fail, faulty_store, query
 from tests.integration.support import capture_logs, events
 from tests.integration.test_leases import FAST

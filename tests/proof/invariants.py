@@ -22,11 +22,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
+
+from leaseward import RunState, StepKind, StepStatus
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.runs import RunRecord
 from leaseward.storage import open_store
-
-from leaseward import RunState, StepKind, StepStatus
 from tests.proof.proof_app import BAD_CALL_ID
 
 TERMINAL = {RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED, RunState.DEAD_LETTERED}

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from leaseward.storage.crash_points import ARMED, crash_point
 
 from leaseward import (
     Agent,
@@ -32,6 +31,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.storage.crash_points import ARMED, crash_point
 
 EFFECTS: dict[str, ToolEffect] = {
     "read_only": ToolEffect.READ_ONLY,

@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 import anyio
-from leaseward.runtime.errors import StoreError
-from leaseward.storage import open_store
 
 from leaseward import RecoveryPolicy, Runtime
+from leaseward.runtime.errors import StoreError
+from leaseward.storage import open_store
 from tests.integration.faults import Statement, faulty_store
 from tests.proof.proof_app import build_app, read_lines
 

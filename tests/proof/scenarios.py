@@ -22,9 +22,9 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import attrs
-from leaseward.storage import open_store
 
 from leaseward import Client, Reason, RunState, Runtime
+from leaseward.storage import open_store
 from tests.proof.invariants import ProcessLife, count, read_journal
 from tests.proof.proof_app import build_app, order, read_lines
 from tests.proof.proof_worker import DEADLINE_MARGIN_SECONDS, LEASE_SECONDS, POLICY

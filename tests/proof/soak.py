@@ -32,11 +32,11 @@ from typing import Any
 
 import anyio
 import attrs
+
+from leaseward import Client, RunState
 from leaseward.runtime.errors import LeasewardError
 from leaseward.storage import open_store
 from leaseward.storage.crash_points import POINTS
-
-from leaseward import Client, RunState
 from tests.proof.invariants import NAMES, ProcessLife, count, read_journal
 from tests.proof.proof_app import EFFECTS, order, read_lines
 from tests.proof.scenarios import start_worker, worker_env

@@ -13,9 +13,9 @@ from typing import Any
 
 import anyio
 import pytest
-from leaseward.storage.crash_points import POINTS
 
 from leaseward import Reason, RunState
+from leaseward.storage.crash_points import POINTS
 from tests.proof.invariants import NAMES
 from tests.proof.scenarios import Outcome, crash_at
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from leaseward import RunMode, RunState, StepKind, StepStatus, ToolEffect
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.runs import RunRecord
-
-from leaseward import RunMode, RunState, StepKind, StepStatus, ToolEffect
 from tests.proof.invariants import Journal, ProcessLife, count
 from tests.proof.proof_app import CALL_ID
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from leaseward.storage.crash_points import POINTS
 
+from leaseward.storage.crash_points import POINTS
 from tests.proof.test_crash_sweep import sqlite_urls, sweep
 
 # Real worker processes killed and waited for: make test-fast skips these.

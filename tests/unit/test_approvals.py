@@ -7,10 +7,6 @@ from typing import Any
 
 import attrs
 import pytest
-from leaseward.runtime.approvals import GateAction, gate_call
-from leaseward.runtime.encoding import arguments_digest
-from leaseward.runtime.human_requests import EXPIRED_REASON
-from leaseward.runtime.tools import bind_tool
 
 from leaseward import (
     Agent,
@@ -25,6 +21,10 @@ from leaseward import (
     ask_human,
     tool,
 )
+from leaseward.runtime.approvals import GateAction, gate_call
+from leaseward.runtime.encoding import arguments_digest
+from leaseward.runtime.human_requests import EXPIRED_REASON
+from leaseward.runtime.tools import bind_tool
 
 
 def request(decision: Decision | None = None, **changes: Any) -> HumanRequest:

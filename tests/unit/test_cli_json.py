@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from leaseward.cli.json_output import request_json, run_json, step_json, worker_json
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.human_requests import Decision, HumanRequest, RequestKind
@@ -11,8 +12,6 @@ from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState, StepKind, StepStatus
 from leaseward.runtime.runs import RunInfo
 from leaseward.runtime.workers import WorkerInfo
-
-from leaseward.cli.json_output import request_json, run_json, step_json, worker_json
 
 
 def test_a_run_is_its_fields_less_what_only_the_timeline_shows() -> None:

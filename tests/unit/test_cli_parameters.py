@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 import pytest
-from leaseward.runtime.lifecycle import RunState
 
 from leaseward.cli import EXIT_USAGE, commands
 from leaseward.cli.commands import leaseward
@@ -25,6 +24,7 @@ from leaseward.cli.types import (
     POSITIVE_INT,
     RUN_STATE,
 )
+from leaseward.runtime.lifecycle import RunState
 
 
 @pytest.fixture(autouse=True)

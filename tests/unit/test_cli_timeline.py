@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+
+from leaseward.cli.timeline import print_timeline
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState, StepKind, StepStatus
 from leaseward.runtime.runs import RunInfo
-
-from leaseward.cli.timeline import print_timeline
 
 
 def test_control_and_bidi_characters_of_a_tool_are_printed_as_escapes(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from leaseward.runtime.decisions import kind_decided, request_to_decide
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import (

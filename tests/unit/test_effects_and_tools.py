@@ -13,6 +13,10 @@ from typing import Any
 import attrs
 import pytest
 import structlog
+from pydantic import BaseModel
+
+import leaseward
+from leaseward.app import Runtime
 from leaseward.runtime.agents import Agent, App, ScriptedProvider
 from leaseward.runtime.effects import ToolEffect, ToolEffectResolver, declared_effect
 from leaseward.runtime.errors import InvalidInput, ToolDefinitionError
@@ -27,10 +31,6 @@ from leaseward.runtime.tools import (
     bind_tool,
     tool,
 )
-from pydantic import BaseModel
-
-import leaseward
-from leaseward.app import Runtime
 
 NO_ARGS_SCHEMA = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
 

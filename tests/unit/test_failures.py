@@ -5,6 +5,7 @@ from __future__ import annotations
 import ssl
 
 import pytest
+
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
     CallTimedOut,

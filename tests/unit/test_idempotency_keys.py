@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from leaseward.runtime.encoding import request_digest
-from leaseward.runtime.runs import MAX_IDEMPOTENCY_KEY_CHARS, check_idempotency_key
 
 from leaseward import InvalidInput
+from leaseward.runtime.encoding import request_digest
+from leaseward.runtime.runs import MAX_IDEMPOTENCY_KEY_CHARS, check_idempotency_key
 
 
 def test_a_retry_that_builds_its_objects_in_another_order_has_the_same_digest() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from leaseward.runtime.errors import IllegalTransition, LeasewardError
 from leaseward.runtime.lifecycle import (
     BACKOFF_BASE_SECONDS,

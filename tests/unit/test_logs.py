@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 import structlog
+
 from leaseward.runtime.logs import LeasewardLogger, get_logger
 
 

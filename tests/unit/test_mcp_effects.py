@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from leaseward.runtime.tool_sources import DecidedBy
 
 from leaseward import ConfigurationError, ToolEffect
 from leaseward.mcp import MCPServer, annotated_effect, decide_effect, is_destructive
+from leaseward.runtime.tool_sources import DecidedBy
 
 
 @pytest.mark.parametrize(

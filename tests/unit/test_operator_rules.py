@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from leaseward.runtime.errors import NotAwaitingResolution, NothingToResolve, NotRedrivable
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
 from leaseward.runtime.operator_rules import check_redrive, check_resolve

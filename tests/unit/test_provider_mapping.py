@@ -8,7 +8,6 @@ from email.utils import format_datetime
 from typing import Any
 
 import pytest
-from leaseward.runtime.failures import FailureClass
 
 from leaseward import (
     Agent,
@@ -40,6 +39,7 @@ from leaseward.providers.endpoint import (
     retry_after_seconds,
 )
 from leaseward.providers.openai import chat_reply, chat_request
+from leaseward.runtime.failures import FailureClass
 
 KEY = "sk-test-4f9a7c1e0b2d"
 SCHEMA = {

@@ -6,14 +6,14 @@ import inspect
 from pathlib import Path
 from types import ModuleType
 
-import leaseward.actors
-import leaseward.runtime
-import leaseward.storage
 import pytest
-from leaseward.runtime.errors import LeasewardError
 
 import leaseward
+import leaseward.actors
 import leaseward.providers
+import leaseward.runtime
+import leaseward.storage
+from leaseward.runtime.errors import LeasewardError
 
 PACKAGES = [
     leaseward,

@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 import pytest
+
 from leaseward.actors.reaper import plan_reap
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.failures import FailureClass

@@ -9,10 +9,10 @@ import struct
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from leaseward.runtime.cursor import MAX_CURSOR_CHARS, RunCursor
-from leaseward.runtime.lifecycle import RunMode, RunState
 
 from leaseward import InvalidInput, RunInfo
+from leaseward.runtime.cursor import MAX_CURSOR_CHARS, RunCursor
+from leaseward.runtime.lifecycle import RunMode, RunState
 
 run_ids = st.text(min_size=1).filter(lambda text: "\x00" not in text and text.isprintable())
 instants = st.floats(allow_nan=False, allow_infinity=False)

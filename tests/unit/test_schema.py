@@ -14,10 +14,11 @@ from typing import Annotated, Any, Literal, NotRequired
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from leaseward.runtime.errors import InvalidInput, ToolDefinitionError
-from leaseward.runtime.schema import ToolArguments, schema_arguments, signature_arguments
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
+
+from leaseward.runtime.errors import InvalidInput, ToolDefinitionError
+from leaseward.runtime.schema import ToolArguments, schema_arguments, signature_arguments
 
 
 class Color(enum.Enum):

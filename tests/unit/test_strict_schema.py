@@ -10,10 +10,11 @@ from typing import Annotated, Any
 
 import pytest
 from jsonschema import Draft202012Validator
+from pydantic import BaseModel, Field
+
 from leaseward.runtime.errors import InvalidInput, ToolDefinitionError
 from leaseward.runtime.schema import schema_arguments, signature_arguments, strict_schema
 from leaseward.runtime.strict import without_strict_nulls
-from pydantic import BaseModel, Field
 
 
 class Size(enum.Enum):

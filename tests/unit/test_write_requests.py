@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from leaseward.actors import Reply
 from leaseward.actors.messages import (
     Cancel,

@@ -12,6 +12,7 @@ import functools
 from typing import Any
 
 import attrs
+
 from leaseward.runtime.agents import Agent, ScriptedProvider
 from leaseward.runtime.commits import Stored, Unanswered
 from leaseward.runtime.human_requests import HumanRequest

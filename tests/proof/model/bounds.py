@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import attrs
+
 from leaseward.runtime.effects import ToolEffect
 
 from .scenario import Budget, Call, Holes, Scenario

@@ -4,6 +4,7 @@ operator actions a path may take, and which known holes are put back."""
 from __future__ import annotations
 
 import attrs
+
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.lifecycle import RecoveryPolicy, RunState

@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 import attrs
+
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.encoding import load_json

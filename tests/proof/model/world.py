@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import attrs
+
 from leaseward.actors.reaper import plan_reap
 from leaseward.runtime.agents import Agent
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered
