@@ -20,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 from leaseward.mcp.servers import MCPServer, Stdio
 from leaseward.runtime.errors import CallNotStarted, ToolError
 
-__all__ = ["ServerConnection", "SessionLost"]
+__all__ = ["REFUSALS", "AnswerLost", "ServerConnection"]
 
 
 def _first_cause(error: BaseException) -> str:
@@ -30,8 +30,19 @@ def _first_cause(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-class SessionLost(ConnectionError):
-    """The session ended after a call's request was sent: the call may have run."""
+class AnswerLost(ConnectionError):
+    """A call's request was sent and no answer says whether it ran: the session ended,
+    or the server, its transport or a proxy failed with an error that is not a refusal.
+    The call may have run; a write is settled as interrupted, never as not applied."""
+
+
+REFUSALS = frozenset(
+    {mcp_types.METHOD_NOT_FOUND, mcp_types.INVALID_PARAMS, mcp_types.INVALID_REQUEST}
+)
+"""JSON-RPC errors a server answers before it runs anything: the request named no
+method it has, or arguments or a shape it refused. Only these prove a call did not run.
+An internal error, a parse error of the answer, a timeout or a gateway's 502 may come
+after the tool applied its effect."""
 
 
 @attrs.define
@@ -75,24 +86,24 @@ class ServerConnection:
     async def call(
         self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]
     ) -> mcp_types.CallToolResult:
-        """Call ``name``; CallNotStarted if no live session could carry the request,
-        SessionLost if the session ended after it was sent, ToolError if the server
-        answered with a protocol error (unknown tool, arguments it refused)."""
+        """Call ``name``. CallNotStarted if no live session could carry the request;
+        ToolError if the server refused it before running anything (REFUSALS); AnswerLost
+        for any other failure after it was sent, since the call may have run."""
         session = await self._live_session()
         try:
             return await session.call_tool(
                 name, dict(arguments), meta=cast(mcp_types.RequestParamsMeta, dict(meta))
             )
         except MCPError as exc:
-            if exc.code == mcp_types.CONNECTION_CLOSED:
-                self._forget(session)
-                raise SessionLost(
-                    f"the session with MCP server {self.server.name!r} ended during the call "
-                    f"of {name}: {exc.message}"
+            if exc.code in REFUSALS:
+                raise ToolError(
+                    f"MCP server {self.server.name!r} refused the call of {name}: {exc.message}"
                 ) from exc
-            raise ToolError(
-                f"MCP server {self.server.name!r} answered the call of {name} with an error: "
-                f"{exc.message}"
+            # The session may be the broken part; the next call proves a new one first.
+            self._forget(session)
+            raise AnswerLost(
+                f"the call of {name} to MCP server {self.server.name!r} was sent, and its "
+                f"answer was lost (error {exc.code}: {exc.message}); it may have run"
             ) from exc
 
     def close(self) -> None:

@@ -18,7 +18,8 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp.types import INTERNAL_ERROR, ToolAnnotations
 
 __all__ = ["ANNOTATED", "ledger_lines", "server"]
 
@@ -34,6 +35,7 @@ ANNOTATED: dict[str, ToolAnnotations | None] = {
     "create_invoice": ToolAnnotations(idempotent_hint=True) if CHANGED else None,
     "slow_write": None,
     "refuse": ToolAnnotations(read_only_hint=True),
+    "charge_then_fail": None,
 }
 
 server = MCPServer("leaseward-test")
@@ -113,6 +115,16 @@ if offered("refuse"):
         """Always fails, reporting why to the model."""
         record("refuse", {"reason": reason}, ctx)
         raise ToolError(f"refused: {reason}")
+
+
+if offered("charge_then_fail"):
+
+    @server.tool(annotations=ANNOTATED["charge_then_fail"])
+    async def charge_then_fail(amount: int, ctx: Context[Any, Any]) -> str:
+        """Applies its charge, then fails the way a crashing handler or a gateway does:
+        a JSON-RPC internal error, which does not say whether the charge happened."""
+        record("charge_then_fail", {"amount": amount}, ctx)
+        raise MCPError(INTERNAL_ERROR, "the handler failed after charging")
 
 
 if __name__ == "__main__":

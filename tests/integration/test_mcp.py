@@ -229,6 +229,27 @@ async def test_a_server_killed_during_a_non_idempotent_call_dead_letters_the_run
     assert [line["tool"] for line in ledger_lines(str(ledger))] == ["slow_write"]
 
 
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_an_error_answer_that_is_not_a_refusal_dead_letters_a_write(
+    store_url: str, tmp_path: Path, transport: str
+) -> None:
+    """An internal error may come after the tool applied its effect: the write is
+    interrupted, not told to the model as not applied, and never called again."""
+    ledger = tmp_path / "ledger"
+    with contextlib_for(transport, ledger) as server:
+        agent = Agent(
+            "clerk", calling(ToolCall("charge_then_fail", {"amount": 5}, "call-1")), tools=[server]
+        )
+        async with Runtime.open(store_url, App([agent]), **FAST) as rt:
+            run_id = await rt.submit("clerk", "bill them")
+            run = await rt.wait(run_id, timeout=WAIT_SECONDS)
+            journal = await rt.steps(run_id)
+
+    assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.INTERRUPTED_WRITE)
+    assert tool_rows(journal)["charge_then_fail"].status is StepStatus.STARTED
+    assert [line["tool"] for line in ledger_lines(str(ledger))] == ["charge_then_fail"]
+
+
 async def test_a_call_whose_server_is_gone_before_it_is_sent_is_withdrawn_and_retried(
     store_url: str, tmp_path: Path
 ) -> None:
