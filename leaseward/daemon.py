@@ -24,6 +24,7 @@ from leaseward.otlp import TraceExport, export_traces
 from leaseward.runtime.agents import App
 from leaseward.runtime.errors import ConfigurationError, LeasewardError
 from leaseward.runtime.logs import LogFormat, configure_logging, get_logger
+from leaseward.storage.url import store_location
 
 __all__ = ["DaemonSettings", "load_app", "serve"]
 
@@ -183,7 +184,7 @@ async def _serve(
                         )
                     log.info(
                         "daemon.started",
-                        store=settings.store_url,
+                        store=store_location(settings.store_url),
                         agents=[agent.name for agent in app.agents],
                         concurrency=settings.concurrency,
                         # Where spans go, or why they go nowhere.

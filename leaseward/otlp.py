@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 
@@ -50,8 +51,8 @@ def export_traces(environ: Mapping[str, str]) -> TraceExport:
         return TraceExport(False, "the otel extra is not installed (pip install 'leaseward[otel]')")
     # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES are read by Resource.create; a name
     # given here would override them.
-    named = "OTEL_SERVICE_NAME" in environ or SERVICE_NAME in environ.get(
-        "OTEL_RESOURCE_ATTRIBUTES", ""
+    named = "OTEL_SERVICE_NAME" in environ or SERVICE_NAME in _resource_keys(
+        environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
     )
     resource = Resource.create({} if named else {SERVICE_NAME: _DEFAULT_SERVICE_NAME})
     provider = TracerProvider(resource=resource)
@@ -59,4 +60,18 @@ def export_traces(environ: Mapping[str, str]) -> TraceExport:
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
     capture = environ.get(CAPTURE_CONTENT_VARIABLE, "").strip().lower() == "true"
-    return TraceExport(True, endpoint, capture_content=capture, shutdown=provider.shutdown)
+    return TraceExport(
+        True, _without_credentials(endpoint), capture_content=capture, shutdown=provider.shutdown
+    )
+
+
+def _resource_keys(attributes: str) -> set[str]:
+    """The keys of OTEL_RESOURCE_ATTRIBUTES (``key=value,key=value``)."""
+    return {pair.partition("=")[0].strip() for pair in attributes.split(",") if "=" in pair}
+
+
+def _without_credentials(endpoint: str) -> str:
+    """The endpoint as the daemon's log may show it: no user or password in it."""
+    parts = urlsplit(endpoint)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))

@@ -21,7 +21,8 @@ class Stdio:
 
     command: str
     args: tuple[str, ...] = ()
-    env: Mapping[str, str] | None = None
+    # Environments and headers carry API keys: never in a repr, a log or an error.
+    env: Mapping[str, str] | None = attrs.field(default=None, repr=False)
     """Added to the environment the SDK gives the subprocess."""
     cwd: str | None = None
 
@@ -31,7 +32,7 @@ class StreamableHTTP:
     """A server already running, reached over Streamable HTTP at ``url``."""
 
     url: str
-    headers: Mapping[str, str] | None = None
+    headers: Mapping[str, str] | None = attrs.field(default=None, repr=False)
 
 
 def _effects(value: Mapping[str, ToolEffect]) -> Mapping[str, ToolEffect]:
