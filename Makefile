@@ -109,7 +109,7 @@ docs: $(DOCS_STAMP)
 # delayed answers, refusals, clock steps, a stop and operator actions, to a depth. Its last
 # line: model check: N states, M transitions, 0 violations. make test runs a small bound.
 check-model: $(STAMP)
-	$(BIN)/python tests/proof/check_model.py $(CHECK_MODEL_FLAGS)
+	$(BIN)/python -m tests.proof.check_model $(CHECK_MODEL_FLAGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/steps.py
@@ -169,7 +169,7 @@ SOAK_FLAGS ?= --kills 1000 --faults 10000 --minutes 20
 # invariants counted from the tools' ledger and the journal (tests/proof/soak.py).
 # The workers run the source tree, crash points included.
 soak: $(STAMP)
-	PYTHONPATH=$(CURDIR) $(BIN)/python tests/proof/soak.py $(SOAK_FLAGS)
+	$(BIN)/python -m tests.proof.soak $(SOAK_FLAGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache site

@@ -1,6 +1,6 @@
 """The soak: many worker processes on one store, killed, frozen and fed faults at random.
 
-``python tests/proof/soak.py --kills 1000 --faults 10000 --minutes 20`` runs, on
+``python -m tests.proof.soak --kills 1000 --faults 10000 --minutes 20`` runs, on
 each store in turn (SQLite, then PostgreSQL unless ``--stores sqlite``), a pool
 of ``proof_worker.py`` processes working a queue the driver keeps stocked with
 runs of every effect (some with bad tool arguments). Meanwhile it SIGKILLs
