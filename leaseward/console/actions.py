@@ -67,6 +67,7 @@ async def logout(request: Request) -> Response:
     session = console.sessions.load(request)
     if not session.csrf_matches(form.get("csrf")):
         return console.refuse(request, 403, "the form's CSRF token is missing or wrong")
+    console.sessions.end(session)
     return _redirect(console, request, Session(flash="logged out"), "/runs")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import secrets
+import time
 import unicodedata
 from typing import Any
 
@@ -94,10 +95,21 @@ class Session:
 
 class Sessions:
     """Sessions in a signed cookie; the key is made per process, so a restart logs every
-    operator out."""
+    operator out.
+
+    A logged-out session is remembered as ended until a cookie of it would have expired
+    anyway: a copy of the cookie taken before the logout opens nothing after it. Being
+    per process like the key, the memory is as wide as the sessions it ends.
+    """
 
     def __init__(self) -> None:
         self._serializer = URLSafeTimedSerializer(secrets.token_bytes(32), salt="console")
+        self._ended: dict[str, float] = {}
+
+    def end(self, session: Session) -> None:
+        now = time.monotonic()
+        self._ended = {csrf: until for csrf, until in self._ended.items() if until > now}
+        self._ended[session.csrf] = now + SESSION_SECONDS
 
     def load(self, request: Request) -> Session:
         cookie = request.cookies.get(SESSION_COOKIE)
@@ -108,6 +120,8 @@ class Sessions:
         except BadSignature:
             return Session()
         if not isinstance(data, dict) or not isinstance(data.get("csrf"), str):
+            return Session()
+        if data["csrf"] in self._ended:
             return Session()
         operator, flash = data.get("operator"), data.get("flash")
         return Session(

@@ -251,6 +251,26 @@ async def test_login_sets_a_strict_http_only_cookie_and_never_shows_the_token(ur
         assert "operator <strong>alice</strong>" in (await page.http.get("/runs")).text
 
 
+async def test_a_cookie_copied_before_a_logout_opens_nothing_after_it(url: str) -> None:
+    async with console(url) as page:
+        run_id = await page.client.submit("chat", "hi")
+        path = f"/runs/{run_id}/cancel"
+        alice = await logged_in(page)
+        form = forms_of((await alice.http.get(f"/runs/{run_id}")).text, path)[0]
+        copied = dict(alice.http.cookies)
+        logout = forms_of((await alice.http.get("/runs")).text, "/logout")[0]
+        assert (await alice.http.post("/logout", data=logout.fields)).status_code == 303
+
+        transport = page.http._transport
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://127.0.0.1", cookies=copied
+        ) as thief:
+            assert "operator <strong>alice</strong>" not in (await thief.get("/runs")).text
+            refused = await thief.post(path, data=form.fields)
+            assert refused.status_code == 403
+        assert (await page.client.get(run_id)).state is RunState.QUEUED
+
+
 async def test_over_https_the_session_cookie_is_secure(url: str) -> None:
     async with console(url) as page:
         transport = page.http._transport
