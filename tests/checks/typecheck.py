@@ -4,13 +4,14 @@ mypy names a module after its folder and cannot follow the package-dir mapping
 (or an editable install's import hook), so it is handed every file with the
 module name the wheel gives it. Its messages name the files as they are in the
 checkout. The options come from ``[tool.mypy]`` in ``pyproject.toml``: strict for
-the package, the overrides there for ``tests.*`` and ``bench.*``.
+all of it, the peers' untyped libraries aside.
 
     python -m tests.checks.typecheck
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 from mypy import build
@@ -27,10 +28,7 @@ def main() -> int:
         ["--config-file", str(REPOSITORY / "pyproject.toml"), "-c", "pass"]
     )
     modules = [*package_modules(), *test_modules(), *script_modules("bench")]
-    sources = [
-        BuildSource(str(module.path.relative_to(REPOSITORY)), module.name, None)
-        for module in modules
-    ]
+    sources = [BuildSource(os.path.relpath(module.path), module.name, None) for module in modules]
     try:
         result = build.build(sources, options)
         messages = result.errors
