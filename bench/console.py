@@ -37,8 +37,8 @@ import structlog
 from steps import RESULTS_DIR, environment, shown, without_password, write_results
 
 from leaseward import Client
-from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
+from leaseward.runtime.listing import RunCursor, RunListing
 from leaseward.storage import open_store
 from leaseward.storage.queries import load_queries
 from leaseward.storage.reads import run_listing
@@ -291,20 +291,7 @@ async def measure(
                     rows, seconds = await timed(client.run_counts, args.samples)
                 else:
                     sql, params = run_listing(
-                        queries,
-                        **{
-                            "state": None,
-                            "agent": None,
-                            "reason": None,
-                            "mode": None,
-                            "created_after": None,
-                            "created_before": None,
-                            "search": None,
-                            "after": None,
-                            **shape.filters,
-                        },
-                        limit=PAGE,
-                        now=time.time(),
+                        queries, RunListing(limit=PAGE, **shape.filters), time.time()
                     )
                     plan = await raw.plan(sql, params)
 

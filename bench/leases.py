@@ -139,6 +139,7 @@ from leaseward import (
 from leaseward.actors.persister import Persister
 from leaseward.actors.reaper import LeaseReaper, Reaped
 from leaseward.app import LEASE_SECONDS, REAP_INTERVAL_SECONDS
+from leaseward.runtime.listing import RunListing
 from leaseward.runtime.runs import RunRecord
 from leaseward.storage import open_store
 from leaseward.storage.protocol import ClaimRequest
@@ -1049,7 +1050,9 @@ async def measure_many_workers(
                     victim = slots[slot]
                     at = await victim.kill()
                     killed_at[victim.pid] = at
-                    running = await client.store.list_runs(state=RunState.RUNNING, limit=10_000)
+                    running = await client.store.list_runs(
+                        RunListing(state=RunState.RUNNING, limit=10_000)
+                    )
                     held = {
                         r.id: r.epoch for r in running if r.lease_owner == victim.config.worker_id
                     }
@@ -1073,7 +1076,7 @@ async def measure_many_workers(
                 counts = await client.store.count_runs()
                 return all(state.terminal or not n for state, n in counts.items())
 
-            running = await client.store.list_runs(state=RunState.RUNNING, limit=10_000)
+            running = await client.store.list_runs(RunListing(state=RunState.RUNNING, limit=10_000))
             expiries = [r.lease_expires_at or 0.0 for r in running]
             # Runs a killed worker held come back once their lease ran out and a reaper passed.
             longest = max([time.time(), *expiries])

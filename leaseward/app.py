@@ -22,11 +22,11 @@ from leaseward.actors.tracing import TraceSettings
 from leaseward.client import Client, new_run
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock, SystemClock
-from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.errors import ConfigurationError
 from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunMode, RunState
+from leaseward.runtime.listing import RunCursor
 from leaseward.runtime.messages import Usage
 from leaseward.runtime.retention import ForgetKeysResult, PurgeResult
 from leaseward.runtime.runs import RunInfo

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import getpass
-import math
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -16,7 +15,6 @@ from leaseward.actors.tracing import current_traceparent
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.conversation import run_usage
-from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.encoding import MAX_INPUT_BYTES, MAX_RESULT_BYTES, dump_json, request_digest
 from leaseward.runtime.errors import (
     InvalidInput,
@@ -30,6 +28,7 @@ from leaseward.runtime.errors import (
 from leaseward.runtime.human_requests import Decision, HumanRequest
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
+from leaseward.runtime.listing import RunCursor, RunListing
 from leaseward.runtime.messages import Usage
 from leaseward.runtime.retention import ForgetKeysResult, PurgeResult
 from leaseward.runtime.runs import NewRun, RunInfo, RunRecord, check_idempotency_key
@@ -57,10 +56,6 @@ async def open_existing_store(
             exc.location,
             f"no leaseward store at {exc.location}; a daemon or `leaseward migrate` creates one",
         ) from None
-
-
-def _is_finite_number(value: object) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
 def new_run_id() -> str:
@@ -209,26 +204,13 @@ class Client:
         after: RunCursor | None = None,
         limit: int = 100,
     ) -> list[RunInfo]:
-        """Runs newest first (by ``created_at``, then ``id``), up to ``limit`` of them,
-        matching every filter given.
-
-        ``created_after`` and ``created_before`` (store clock seconds) bound a half-open
-        range: created at or after the one, before the other. ``search`` is a run id or
-        an idempotency key, matched exactly. ``after`` is ``RunCursor.of`` the last run
-        of the previous page: the next page starts strictly after it, so paging neither
-        skips nor repeats a run, even among runs created at the same instant or while
-        paging. Raises InvalidInput for a limit, time or search of the wrong kind.
+        """Runs newest first, up to ``limit``, matching every filter given: see
+        ``RunListing``. ``after`` is ``RunCursor.of`` the last run of the previous page;
+        the next page starts strictly after it, so paging neither skips nor repeats a
+        run, even among runs created at the same instant or while paging. Raises
+        InvalidInput for a limit, time, search or cursor of the wrong kind.
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise InvalidInput(f"limit must be a positive integer, not {limit!r}")
-        for name, bound in (("created_after", created_after), ("created_before", created_before)):
-            if bound is not None and not _is_finite_number(bound):
-                raise InvalidInput(f"{name} must be a finite number of seconds, not {bound!r}")
-        if search is not None and (not isinstance(search, str) or not search):
-            raise InvalidInput(f"search must be a non-empty string, not {search!r}")
-        if after is not None and not isinstance(after, RunCursor):
-            raise InvalidInput(f"after must be a RunCursor, not {after!r}")
-        found = await self._store.list_runs(
+        listing = RunListing(
             state=state,
             agent=agent,
             reason=reason,
@@ -239,6 +221,7 @@ class Client:
             after=after,
             limit=limit,
         )
+        found = await self._store.list_runs(listing)
         return [r.info() for r in found]
 
     async def run_counts(self) -> dict[RunState, int]:

@@ -12,7 +12,6 @@ from leaseward.runtime.agents import (
     ScriptedProvider,
 )
 from leaseward.runtime.clock import Clock, ManualClock, SystemClock
-from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.effects import ToolEffect, ToolEffectResolver
 from leaseward.runtime.errors import (
     AuditPersistenceFailed,
@@ -48,6 +47,7 @@ from leaseward.runtime.lifecycle import (
     StepKind,
     StepStatus,
 )
+from leaseward.runtime.listing import RunCursor, RunListing
 from leaseward.runtime.messages import (
     Message,
     ModelSettings,
@@ -109,6 +109,7 @@ __all__ = [
     "Role",
     "RunCursor",
     "RunInfo",
+    "RunListing",
     "RunMode",
     "RunNotFound",
     "RunPurged",

@@ -9,12 +9,12 @@ from typing import Protocol, TypeVar
 import attrs
 
 from leaseward.runtime.commits import CommitOutcome
-from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.human_requests import Decision, HumanRequest
 from leaseward.runtime.journal import StepInfo, StepWrite
-from leaseward.runtime.lifecycle import Reason, RunMode, RunState, StepStatus
+from leaseward.runtime.lifecycle import RunState, StepStatus
+from leaseward.runtime.listing import RunListing
 from leaseward.runtime.retention import ForgetKeysResult, PurgedRun, PurgeResult
 from leaseward.runtime.runs import NewRun, RunRecord
 from leaseward.runtime.settlements import Settlement
@@ -266,21 +266,8 @@ class Store(Protocol):
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...
 
-    async def list_runs(
-        self,
-        *,
-        state: RunState | None = None,
-        agent: str | None = None,
-        reason: Reason | None = None,
-        mode: RunMode | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-        search: str | None = None,
-        after: RunCursor | None = None,
-        limit: int = 100,
-    ) -> list[RunRecord]:
-        """Runs newest first (by ``created_at``, then ``id``), past ``after``, matching
-        every filter given (see ``Client.runs``)."""
+    async def list_runs(self, listing: RunListing | None = None) -> list[RunRecord]:
+        """The page of runs ``listing`` names (all, newest first, up to 100, when None)."""
         ...
 
     async def list_steps(self, run_id: str) -> list[StepInfo]: ...

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.journal import StepInfo
-from leaseward.runtime.lifecycle import Reason, RunMode, RunState, StepStatus
+from leaseward.runtime.lifecycle import RunState, StepStatus
+from leaseward.runtime.listing import RunListing
 from leaseward.runtime.runs import RunRecord
 from leaseward.storage.concern import StoreConcern
 from leaseward.storage.protocol import ExpiredRun, LeaseMark
@@ -18,43 +18,29 @@ from leaseward.storage.rows import optional, run_from_row, step_from_row
 __all__ = ["RunReads", "run_listing"]
 
 
-def run_listing(
-    queries: Queries,
-    *,
-    state: RunState | None,
-    agent: str | None,
-    reason: Reason | None,
-    mode: RunMode | None,
-    created_after: float | None,
-    created_before: float | None,
-    search: str | None,
-    after: RunCursor | None,
-    limit: int,
-    now: float,
-) -> tuple[str, dict[str, Any]]:
-    """The query of one page of runs, newest first, past ``after``, matching every filter
-    given, and its parameters: created at or after ``created_after`` and before
-    ``created_before``, with ``search`` as its id or its idempotency key.
+def run_listing(queries: Queries, listing: RunListing, now: float) -> tuple[str, dict[str, Any]]:
+    """The query of the page of runs ``listing`` names, and its parameters.
 
     Only the conditions of the filters given are in it, so that each shape of filters
     has a plan of its own (which ``EXPLAIN`` of this text shows)."""
     params: dict[str, Any] = {
-        "state": None if state is None else state.value,
-        "agent": agent,
-        "reason": None if reason is None else reason.value,
-        "mode": None if mode is None else mode.value,
-        "created_after": created_after,
-        "created_before": created_before,
-        "search": search,
+        "state": None if listing.state is None else listing.state.value,
+        "agent": listing.agent,
+        "reason": None if listing.reason is None else listing.reason.value,
+        "mode": None if listing.mode is None else listing.mode.value,
+        "created_after": listing.created_after,
+        "created_before": listing.created_before,
+        "search": listing.search,
     }
     conditions = [
         queries[f"run_where_{name}"] for name, value in params.items() if value is not None
     ]
+    after = listing.after
     if after is not None:
         conditions.append(queries["run_where_after_cursor"])
         params.update(after_created_at=after.created_at, after_id=after.id)
     where = "WHERE (" + ")\n  AND (".join(conditions) + ")" if conditions else ""
-    params.update(limit=limit, now=now)
+    params.update(limit=listing.limit, now=now)
     return queries["list_runs"].format(where=where), params
 
 
@@ -68,32 +54,8 @@ class RunReads(StoreConcern):
             )
         return None if row is None else run_from_row(row)
 
-    async def list_runs(
-        self,
-        *,
-        state: RunState | None = None,
-        agent: str | None = None,
-        reason: Reason | None = None,
-        mode: RunMode | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-        search: str | None = None,
-        after: RunCursor | None = None,
-        limit: int = 100,
-    ) -> list[RunRecord]:
-        sql, params = run_listing(
-            self._queries,
-            state=state,
-            agent=agent,
-            reason=reason,
-            mode=mode,
-            created_after=created_after,
-            created_before=created_before,
-            search=search,
-            after=after,
-            limit=limit,
-            now=self._now(),
-        )
+    async def list_runs(self, listing: RunListing | None = None) -> list[RunRecord]:
+        sql, params = run_listing(self._queries, listing or RunListing(), self._now())
         async with self._executor.reading():
             rows = await self._executor.fetch_all(sql, params)
         return [run_from_row(r) for r in rows]

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.commits import CommitOutcome
-from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.human_requests import Decision, HumanRequest
 from leaseward.runtime.journal import StepInfo
-from leaseward.runtime.lifecycle import Reason, RunMode, RunState
+from leaseward.runtime.lifecycle import RunState
+from leaseward.runtime.listing import RunListing
 from leaseward.runtime.retention import ForgetKeysResult, PurgedRun, PurgeResult
 from leaseward.runtime.runs import NewRun, RunRecord
 from leaseward.runtime.settlements import Settlement
@@ -102,30 +102,8 @@ class SQLStore:
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self._reads.get_run(run_id)
 
-    async def list_runs(
-        self,
-        *,
-        state: RunState | None = None,
-        agent: str | None = None,
-        reason: Reason | None = None,
-        mode: RunMode | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-        search: str | None = None,
-        after: RunCursor | None = None,
-        limit: int = 100,
-    ) -> list[RunRecord]:
-        return await self._reads.list_runs(
-            state=state,
-            agent=agent,
-            reason=reason,
-            mode=mode,
-            created_after=created_after,
-            created_before=created_before,
-            search=search,
-            after=after,
-            limit=limit,
-        )
+    async def list_runs(self, listing: RunListing | None = None) -> list[RunRecord]:
+        return await self._reads.list_runs(listing)
 
     async def count_runs(self) -> dict[RunState, int]:
         return await self._reads.count_runs()

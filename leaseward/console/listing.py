@@ -10,9 +10,9 @@ from typing import Any
 import attrs
 
 from leaseward.client import Client
-from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.errors import InvalidInput
 from leaseward.runtime.lifecycle import RunMode, RunState
+from leaseward.runtime.listing import RunCursor
 from leaseward.runtime.runs import RunInfo
 
 __all__ = ["PAGE_SIZE", "RunQuery", "fetch_runs"]

@@ -21,10 +21,10 @@ from leaseward.console.present import (
     time_to_expiry,
     usage_line,
 )
-from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.human_requests import HumanRequest, RequestKind
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
+from leaseward.runtime.listing import RunCursor
 from leaseward.runtime.runs import RunInfo
 
 __all__ = [

@@ -15,8 +15,8 @@ import pytest
 
 from leaseward import Client, InvalidInput
 from leaseward.runtime.commits import Stored
-from leaseward.runtime.cursor import RunCursor
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState
+from leaseward.runtime.listing import RunCursor, RunListing
 from leaseward.runtime.runs import NewRun, RunInfo
 from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, CancelOutcome, SQLStore, open_store
@@ -367,15 +367,7 @@ SHAPES = [
 
 async def plan_of(store_url: str, filters: dict[str, object]) -> str:
     dialect = "postgresql" if store_url.startswith("postgresql") else "sqlite"
-    arguments: dict[str, object] = dict.fromkeys(
-        ("state", "agent", "reason", "mode", "created_after", "created_before", "search", "after")
-    )
-    sql, params = run_listing(
-        load_queries(dialect),
-        **{**arguments, **filters},  # type: ignore[arg-type]
-        limit=100,
-        now=T,
-    )
+    sql, params = run_listing(load_queries(dialect), RunListing(**filters), T)  # type: ignore[arg-type]
     if dialect == "sqlite":
         connection = sqlite3.connect(store_url.removeprefix("sqlite:///"))
         try:

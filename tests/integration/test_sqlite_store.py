@@ -23,6 +23,7 @@ import pytest
 from leaseward import StoreError
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.lifecycle import RunState
+from leaseward.runtime.listing import RunListing
 from leaseward.storage import SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.queries import load_queries
@@ -360,7 +361,7 @@ async def test_claim_finds_the_few_queued_runs_among_many_finished(
     assert [r.id for r in got] == queued
     assert all(r.state is RunState.RUNNING and r.epoch == 1 for r in got)
     assert await store.claim_runs("w1", 10, 5.0, ["a"]) == []
-    assert len(await store.list_runs(state=RunState.COMPLETED, limit=10_000)) == 5000
+    assert len(await store.list_runs(RunListing(state=RunState.COMPLETED, limit=10_000))) == 5000
 
 
 OPEN_AT_ONCE = """

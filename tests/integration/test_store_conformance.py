@@ -31,6 +31,7 @@ from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
+from leaseward.runtime.listing import RunListing
 from leaseward.runtime.runs import NewRun, RunRecord
 from leaseward.runtime.settlements import Settlement
 from leaseward.runtime.workers import WorkerRegistration
@@ -235,7 +236,7 @@ async def test_two_stores_on_one_database_never_claim_the_same_run(store_url: st
                     for index in range(len(stores)):
                         tg.start_soon(claim, index)
         leftover = await stores[1].claim_runs("w1", 7, 30.0, ["a"])
-        runs = await stores[0].list_runs(limit=1000)
+        runs = await stores[0].list_runs(RunListing(limit=1000))
     finally:
         for opened in stores:
             await opened.aclose()

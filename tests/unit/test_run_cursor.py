@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leaseward import InvalidInput, RunInfo
-from leaseward.runtime.cursor import MAX_CURSOR_CHARS, RunCursor
 from leaseward.runtime.lifecycle import RunMode, RunState
+from leaseward.runtime.listing import MAX_CURSOR_CHARS, RunCursor
 
 run_ids = st.text(min_size=1).filter(lambda text: "\x00" not in text and text.isprintable())
 instants = st.floats(allow_nan=False, allow_infinity=False)

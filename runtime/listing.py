@@ -1,4 +1,5 @@
-"""Where a page of runs ends, so that the next page starts exactly after it."""
+"""A page of runs: which runs it lists, and where it ends, so that the next page
+starts exactly after it."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from typing import Any
 import attrs
 
 from leaseward.runtime.errors import InvalidInput
+from leaseward.runtime.lifecycle import Reason, RunMode, RunState
 from leaseward.runtime.runs import RunInfo
 
-__all__ = ["MAX_CURSOR_CHARS", "RunCursor"]
+__all__ = ["MAX_CURSOR_CHARS", "RunCursor", "RunListing"]
 
 # A token carries a run id, which a store caps nowhere; this bound only keeps a pasted
 # or forged query string from being decoded at any length.
@@ -76,3 +78,46 @@ class RunCursor:
         if cursor.token() != text:
             raise InvalidInput("not a cursor of a page of runs")
         return cursor
+
+
+def _positive(owner: Any, attribute: attrs.Attribute[int], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"{attribute.name} must be a positive integer, not {value!r}")
+
+
+def _moment(owner: Any, attribute: attrs.Attribute[float | None], value: Any) -> None:
+    finite = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    if value is not None and not finite:
+        raise InvalidInput(f"{attribute.name} must be a finite number of seconds, not {value!r}")
+
+
+def _search(owner: Any, attribute: attrs.Attribute[str | None], value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise InvalidInput(f"search must be a non-empty string, not {value!r}")
+
+
+def _cursor(owner: Any, attribute: attrs.Attribute[RunCursor | None], value: Any) -> None:
+    if value is not None and not isinstance(value, RunCursor):
+        raise InvalidInput(f"after must be a RunCursor, not {value!r}")
+
+
+@attrs.frozen
+class RunListing:
+    """Which runs a page lists: newest first (by ``created_at``, then ``id``), up to
+    ``limit``, matching every filter given (None leaves a filter out).
+
+    ``created_after`` and ``created_before`` (store clock seconds) bound a half-open
+    range: created at or after the one, before the other. ``search`` is a run id or an
+    idempotency key, matched exactly. ``after`` is ``RunCursor.of`` the last run of the
+    previous page. A value of the wrong kind raises InvalidInput.
+    """
+
+    state: RunState | None = None
+    agent: str | None = None
+    reason: Reason | None = None
+    mode: RunMode | None = None
+    created_after: float | None = attrs.field(default=None, validator=_moment)
+    created_before: float | None = attrs.field(default=None, validator=_moment)
+    search: str | None = attrs.field(default=None, validator=_search)
+    after: RunCursor | None = attrs.field(default=None, validator=_cursor)
+    limit: int = attrs.field(default=100, validator=_positive)
