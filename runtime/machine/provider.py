@@ -21,7 +21,7 @@ from leaseward.runtime.machine.events import (
     TimedOut,
     UnexpectedEvent,
 )
-from leaseward.runtime.machine.phases import Asking, Soft
+from leaseward.runtime.machine.phases import Asking
 from leaseward.runtime.machine.state import Failure
 from leaseward.runtime.messages import Message, ProviderReply, Role
 
@@ -89,4 +89,8 @@ class ProviderSteps(MachineCore):
             pending=tuple(pending_calls(self.run_id, seq, reply)),
             final=None if reply.tool_calls else reply,
         )
-        return (observed, *self._send(Soft(), (step,)))
+        # Fail-soft (G5), the turn waits for the next record the run makes (the read's
+        # result, the write's intent, the park or the settlement) and goes to the
+        # journal in that one commit: a crash before it costs the turn, asked again.
+        self.buffer = self.buffer.keep(step)
+        return (observed, *self._next())

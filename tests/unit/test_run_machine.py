@@ -190,8 +190,8 @@ def to_call(m: RunMachine) -> CallTool:
     """From the start to the tool call, every commit stored."""
     assert isinstance(action(m.start()), CheckAdmission)
     assert isinstance(admit(m), AskProvider)
-    assert isinstance(action(m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL])))), RecordSoft)
-    next_command = action(m.feed(stored()))
+    # The provider turn waits, pending, for the next commit the run makes.
+    next_command = action(m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL]))))
     if isinstance(next_command, RecordIntent):
         next_command = action(m.feed(stored()))
     assert isinstance(next_command, CheckAdmission)
@@ -203,8 +203,7 @@ def to_call(m: RunMachine) -> CallTool:
 def to_intent(m: RunMachine) -> RecordIntent:
     m.start()
     admit(m)
-    m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL])))
-    intent = action(m.feed(stored()))
+    intent = action(m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL]))))
     assert isinstance(intent, RecordIntent)
     return intent
 
