@@ -1,15 +1,17 @@
 """Typed mailboxes and one-shot reply channels.
 
 Both sit on every journal step's path (a request to the Persister and its
-answer), so they are a deque and a single event rather than memory streams.
+answer), so they are a deque and a bare asyncio future rather than memory
+streams or anyio events: the stores' drivers (aiosqlite, asyncpg) tie the
+runtime to asyncio already, and an anyio event costs a backend lookup and two
+objects per request. Awaiting a future is cancellable as any anyio checkpoint is.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from typing import Generic, TypeVar
-
-import anyio
 
 __all__ = ["Mailbox", "Reply"]
 
@@ -22,20 +24,25 @@ class Mailbox(Generic[T]):
 
     def __init__(self) -> None:
         self._messages: deque[T] = deque()
-        self._arrived = anyio.Event()
+        self._waiter: asyncio.Future[None] | None = None
 
     async def send(self, message: T) -> None:
         self.send_nowait(message)
 
     def send_nowait(self, message: T) -> None:
         self._messages.append(message)
-        self._arrived.set()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def receive(self) -> T:
         while not self._messages:
-            # A fresh event per wait: a set one would stay set after the mail is taken.
-            self._arrived = anyio.Event()
-            await self._arrived.wait()
+            # A fresh future per wait: a done one would stay done after the mail is taken.
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
         return self._messages.popleft()
 
     def receive_nowait(self) -> T | None:
@@ -45,18 +52,15 @@ class Mailbox(Generic[T]):
 class Reply(Generic[T]):
     """A one-shot channel for the answer to a request: the first answer is kept."""
 
-    __slots__ = ("_answered", "_value")
-    _value: T
+    __slots__ = ("_answer",)
 
     def __init__(self) -> None:
-        self._answered = anyio.Event()
+        self._answer: asyncio.Future[T] = asyncio.get_running_loop().create_future()
 
     def answer(self, value: T) -> None:
-        # An asker that is gone (cancelled) simply never reads it.
-        if not self._answered.is_set():
-            self._value = value
-            self._answered.set()
+        # An asker that is gone (cancelled, so its future is too) simply never reads it.
+        if not self._answer.done():
+            self._answer.set_result(value)
 
     async def wait(self) -> T:
-        await self._answered.wait()
-        return self._value
+        return await self._answer
