@@ -52,15 +52,24 @@ class Mailbox(Generic[T]):
 class Reply(Generic[T]):
     """A one-shot channel for the answer to a request: the first answer is kept."""
 
-    __slots__ = ("_answer",)
+    __slots__ = ("_answered", "_value", "_waiter")
+    _value: T
 
     def __init__(self) -> None:
-        self._answer: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._answered = False
+        self._waiter: asyncio.Future[None] | None = None
 
     def answer(self, value: T) -> None:
+        if self._answered:
+            return
+        self._answered, self._value = True, value
         # An asker that is gone (cancelled, so its future is too) simply never reads it.
-        if not self._answer.done():
-            self._answer.set_result(value)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def wait(self) -> T:
-        return await self._answer
+        if not self._answered:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        return self._value

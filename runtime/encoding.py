@@ -26,14 +26,17 @@ MAX_INPUT_BYTES = 256 * 1024
 MAX_ARGUMENTS_BYTES = 64 * 1024
 MAX_RESULT_BYTES = 256 * 1024
 MAX_JSON_DEPTH = 200
+_CONTAINERS = (dict, list, tuple)
 
 
 def _check_shape(value: Any, what: str) -> None:
     """Refuse what json.dumps would quietly change, or what a reader could not load back."""
+    if not isinstance(value, _CONTAINERS):
+        return
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if not isinstance(item, dict | list | tuple):
+        if not isinstance(item, _CONTAINERS):
             continue
         if depth > MAX_JSON_DEPTH:
             # json.loads recurses: a value that deep could be written here, yet not be
@@ -44,7 +47,7 @@ def _check_shape(value: Any, what: str) -> None:
             )
         if isinstance(item, dict):
             for key, inner in item.items():
-                if not isinstance(key, str):
+                if type(key) is not str and not isinstance(key, str):
                     # json.dumps would quietly turn 1, None or True keys into strings.
                     raise InvalidInput(
                         f"{what} is not a JSON value: the key {key!r} is not a string"

@@ -180,7 +180,12 @@ class CommittingSteps(MachineCore):
                 )
             )
             observed.append(Metric("step_recorded", (step.kind, step.effect)))
-            if step.kind is StepKind.PROVIDER and step.output_json is not None:
+            if (
+                step.kind is StepKind.PROVIDER
+                and step.output_json is not None
+                # A reply without usage never spells the key: it need not be read back.
+                and '"usage":' in step.output_json
+            ):
                 # Counted from the journal's row, once it is stored: a resumed run reads
                 # its earlier turns back and never records them, so never counts them, again.
                 reply = load_json(step.output_json)

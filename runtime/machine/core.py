@@ -116,14 +116,21 @@ class MachineCore(abc.ABC):
 
     # -- the state's own bookkeeping -------------------------------------------------
 
+    # These two run on every step: built field by field, as attrs.evolve costs a
+    # look-up of every field each time.
     def _take_seq(self) -> int:
-        seq = self.conversation.next_seq
-        self.conversation = attrs.evolve(self.conversation, next_seq=seq + 1)
+        talk = self.conversation
+        seq = talk.next_seq
+        self.conversation = Conversation(
+            talk.messages, seq + 1, talk.turns, talk.pending, talk.final
+        )
         return seq
 
     def _say(self, message: Message) -> None:
         talk = self.conversation
-        self.conversation = attrs.evolve(talk, messages=(*talk.messages, message))
+        self.conversation = Conversation(
+            (*talk.messages, message), talk.next_seq, talk.turns, talk.pending, talk.final
+        )
 
     def _request(self, pending: PendingCall) -> HumanRequest | None:
         for request in self.requests:

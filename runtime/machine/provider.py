@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import attrs
-
 from leaseward.runtime.conversation import normalize_reply, pending_calls, reply_to_json
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.errors import InvalidInput, ProviderError
@@ -22,7 +20,7 @@ from leaseward.runtime.machine.events import (
     UnexpectedEvent,
 )
 from leaseward.runtime.machine.phases import Asking
-from leaseward.runtime.machine.state import Failure
+from leaseward.runtime.machine.state import Conversation, Failure
 from leaseward.runtime.messages import Message, ProviderReply, Role
 
 __all__ = ["ProviderSteps"]
@@ -79,15 +77,12 @@ class ProviderSteps(MachineCore):
             started_at=phase.started_at,
         )
         talk = self.conversation
-        self.conversation = attrs.evolve(
-            talk,
-            messages=(
-                *talk.messages,
-                Message(Role.ASSISTANT, reply.text, tool_calls=reply.tool_calls),
-            ),
-            turns=talk.turns + 1,
-            pending=tuple(pending_calls(self.run_id, seq, reply)),
-            final=None if reply.tool_calls else reply,
+        self.conversation = Conversation(
+            (*talk.messages, Message(Role.ASSISTANT, reply.text, tool_calls=reply.tool_calls)),
+            talk.next_seq,
+            talk.turns + 1,
+            tuple(pending_calls(self.run_id, seq, reply)),
+            None if reply.tool_calls else reply,
         )
         # Fail-soft (G5), the turn waits for the next record the run makes (the read's
         # result, the write's intent, the park or the settlement) and goes to the

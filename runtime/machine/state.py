@@ -40,10 +40,10 @@ class WriteBuffer:
     turn to stand on there, so a resumed run would not know the call."""
 
     def keep(self, step: StepWrite) -> WriteBuffer:
-        return attrs.evolve(self, pending=(*self.pending, step))
+        return WriteBuffer((*self.pending, step), self.dropped_turns)
 
     def stored(self) -> WriteBuffer:
-        return attrs.evolve(self, pending=()) if self.pending else self
+        return WriteBuffer((), self.dropped_turns) if self.pending else self
 
     def drop(self, steps: Sequence[StepWrite]) -> WriteBuffer:
         turns = {step.seq for step in steps if step.kind is StepKind.PROVIDER}

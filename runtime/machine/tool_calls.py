@@ -28,7 +28,7 @@ from leaseward.runtime.machine.events import (
     UnexpectedEvent,
 )
 from leaseward.runtime.machine.phases import Admitting, Intent, Outcome, Raised, Soft, ToolTurn
-from leaseward.runtime.machine.state import Failure, describe
+from leaseward.runtime.machine.state import Conversation, Failure, describe
 from leaseward.runtime.messages import ToolCall
 from leaseward.runtime.settlements import Settlement
 from leaseward.runtime.tools import BoundTool
@@ -47,7 +47,9 @@ class ToolCallSteps(MachineCore):
         """Make the next call the model asked for, or answer it as a person decided."""
         talk = self.conversation
         pending = talk.pending[0]
-        self.conversation = attrs.evolve(talk, pending=talk.pending[1:])
+        self.conversation = Conversation(
+            talk.messages, talk.next_seq, talk.turns, talk.pending[1:], talk.final
+        )
         call = pending.call
         open_attempt = pending.open_attempt
         request = self._request(pending)
