@@ -73,6 +73,8 @@ def normalize_reply(reply: ProviderReply, turn_seq: int) -> ProviderReply:
     store holds (``valid_text``). The text and arguments go in as JSON, which
     holds any string. Either way the journal gives back exactly this reply.
     """
+    if _normal(reply.tool_calls):
+        return reply
     seen: set[str] = set()
     # Ids the model chose later in this reply must not be taken by a generated one.
     given = {valid_text(call.call_id) for call in reply.tool_calls if call.call_id}
@@ -93,6 +95,24 @@ def normalize_reply(reply: ProviderReply, turn_seq: int) -> ProviderReply:
             )
         )
     return attrs.evolve(reply, tool_calls=tuple(calls))
+
+
+def _normal(calls: Sequence[ToolCall]) -> bool:
+    """Whether ``normalize_reply`` would leave these calls as they are: what a provider
+    gives nearly always, so the reply is kept instead of copied call by call."""
+    ids = set()
+    for call in calls:
+        call_id = call.call_id
+        if (
+            not call_id
+            or call_id in ids
+            or valid_text(call_id) != call_id
+            or valid_text(call.name) != call.name
+            or type(call.arguments) is not dict
+        ):
+            return False
+        ids.add(call_id)
+    return True
 
 
 def _call_to_json(call: ToolCall) -> dict[str, Any]:
