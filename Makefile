@@ -118,8 +118,8 @@ PEERS_VENV := bench/.venv-peers
 PEERS_STAMP := $(PEERS_VENV)/.installed
 PEERS_FLAGS ?=
 
-# DBOS Transact and LangGraph (bench/peers/requirements.txt) in a venv of their
-# own, never in leaseward's: made anew when it is missing or the pins change.
+# DBOS Transact, LangGraph and procrastinate (bench/peers/requirements.txt) in a venv
+# of their own, never in leaseward's: made anew when it is missing or the pins change.
 $(PEERS_STAMP): bench/peers/requirements.txt
 	rm -rf $(PEERS_VENV)
 	$(PYTHON) -m venv $(PEERS_VENV)
@@ -133,9 +133,13 @@ $(PEERS_STAMP): bench/peers/requirements.txt
 		exit 1; }
 	touch $@
 
-# leaseward side by side with DBOS and LangGraph (bench/peers/compare.py, which
-# needs only the standard library). A peer that failed to install is reported as
-# not run; the others are still measured. PEERS_FLAGS=--sweep for N=1,10,100,1000.
+# leaseward side by side with DBOS, LangGraph, procrastinate and raw SQLite, in one
+# run (bench/peers/compare.py, standard library only): the SQLite matrix at
+# N=1,10,100,1000 with ratios and targets, durable-write latency, a submit loop,
+# PostgreSQL at N=100, bench/claims.py and bench/memory.py. About 10 minutes on
+# 2 cores. A peer that failed to install, or a PostgreSQL that cannot be reached,
+# is reported as not run; the rest is still measured. PEERS_FLAGS passes flags:
+# PEERS_FLAGS=--quick for a smoke test, PEERS_FLAGS="--no-pg --no-scaling --levels 100".
 bench-peers: $(STAMP)
 	@$(MAKE) --no-print-directory $(PEERS_STAMP) || \
 		echo "bench-peers: installing the peers into $(PEERS_VENV) failed (see above); running what can run"

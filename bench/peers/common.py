@@ -1,16 +1,18 @@
-"""What the three workloads share: their command line, the SQLite file, the JSON line.
+"""What the workloads share: their command line, the SQLite file, the waits, the JSON line.
 
 Each workload (``leaseward_workload.py``, ``dbos_workload.py``,
-``langgraph_workload.py``) runs in its own interpreter, started by
-``compare.py``, and imports only this module from here and the standard
-library besides its own system. It runs N concurrent runs of K durable tool
-steps each on a fresh SQLite file and prints one JSON line on stdout.
+``langgraph_workload.py``, ``procrastinate_workload.py``) runs in its own
+interpreter, started by ``compare.py``, and imports only this module from here
+and the standard library besides its own system. It runs N concurrent runs of K
+durable tool steps each on a fresh SQLite file (or a fresh PostgreSQL database,
+``--pg-url``, where the system has one) and prints one JSON line on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import sqlite3
 import sys
@@ -21,6 +23,7 @@ from typing import Any
 __all__ = [
     "STEPS_PER_RUN",
     "WAIT_TIMEOUT_SECONDS",
+    "add_pg_url",
     "build_parser",
     "check_args",
     "count_rows",
@@ -28,6 +31,7 @@ __all__ = [
     "journal_mode",
     "prepare_wal_file",
     "result",
+    "waits",
 ]
 
 STEPS_PER_RUN = 10
@@ -53,17 +57,47 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--db",
         type=Path,
-        required=True,
+        default=None,
         help="the SQLite file to create; it must not exist yet",
     )
     return parser
 
 
+def add_pg_url(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pg-url",
+        default=None,
+        metavar="postgresql://...",
+        help="instead of --db: a PostgreSQL server and maintenance database; the workload "
+        "creates a fresh database there and drops it afterwards",
+    )
+
+
 def check_args(args: argparse.Namespace) -> None:
     if args.concurrency < 1 or args.steps < 1:
         raise SystemExit("--concurrency and --steps must be >= 1")
-    if args.db.exists():
+    if (args.db is None) == (getattr(args, "pg_url", None) is None):
+        raise SystemExit("give one of --db (a fresh SQLite file) and --pg-url")
+    if args.db is not None and args.db.exists():
         raise SystemExit(f"{args.db} exists already: every measurement takes a fresh file")
+
+
+def waits(seconds: Sequence[float], what: str) -> dict[str, Any]:
+    """Nearest-rank p50 and p99 (and the max) of the waits for durable writes, in ms."""
+    ordered = sorted(seconds)
+
+    def rank(q: float) -> float:
+        if not ordered:
+            return 0.0
+        return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1] * 1000
+
+    return {
+        "count": len(ordered),
+        "p50_ms": rank(50),
+        "p99_ms": rank(99),
+        "max_ms": ordered[-1] * 1000 if ordered else 0.0,
+        "what": what,
+    }
 
 
 def prepare_wal_file(path: Path) -> str:

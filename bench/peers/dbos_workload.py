@@ -5,27 +5,47 @@ The system database is a fresh SQLite file (``system_database_url``
 ``busy_timeout`` and IMMEDIATE transactions on its connections but neither the
 journal mode nor ``synchronous``; a SQLAlchemy ``connect`` listener reads the
 ``synchronous`` each new connection starts with (reported as
-``synchronous_default``) and sets it to FULL.
+``synchronous_default``) and sets it to FULL. With ``--pg-url`` it is instead a
+fresh PostgreSQL database (``system_database_url`` ``postgresql://...``, which
+DBOS reaches through psycopg), created here and dropped afterwards.
 
 Untimed: ``DBOS(config=...)`` and ``DBOS.launch()`` (schema migrations, the
 background threads). Timed, from before the first start until every workflow
 has returned: N ``DBOS.start_workflow_async`` calls at once with
 ``asyncio.gather``, then every handle's ``get_result()``. Each workflow awaits
 K ``@DBOS.step()`` calls of an async read that does no work; DBOS records each
-step's output in ``operation_outputs`` before the workflow goes on.
+step's output in ``operation_outputs`` before the workflow goes on. The wait
+for a durable write is the time of each ``await lookup(...)`` inside the
+workflow, as the workflow sees it: the step's (empty) body and its recorded
+output.
 
 Run with the peers' venv (``bench/.venv-peers/bin/python``); prints one JSON line.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import version
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 import sqlalchemy as sa
-from common import build_parser, check_args, count_rows, emit, journal_mode, prepare_wal_file
+from common import (
+    add_pg_url,
+    build_parser,
+    check_args,
+    count_rows,
+    emit,
+    journal_mode,
+    prepare_wal_file,
+    waits,
+)
 from common import result as make_result
 from dbos import DBOS, DBOSConfig
 
@@ -36,10 +56,14 @@ TABLES = ("workflow_status", "workflow_input", "workflow_output", "operation_out
 # and after; filled in by full_sync below.
 seen_default: set[int] = set()
 seen_after: set[int] = set()
+# Seconds each awaited step took, as its workflow saw it.
+step_waits: list[float] = []
 
 
 @sa.event.listens_for(sa.engine.Engine, "connect")
 def full_sync(dbapi_connection: Any, connection_record: Any) -> None:
+    if not hasattr(dbapi_connection, "create_function"):
+        return  # PostgreSQL: durable on commit already (synchronous_commit=on)
     cursor = dbapi_connection.cursor()
     try:
         seen_default.add(int(cursor.execute("PRAGMA synchronous").fetchone()[0]))
@@ -58,8 +82,33 @@ async def lookup(key: str) -> str:
 @DBOS.workflow()
 async def agent_run(index: int, steps: int) -> int:
     for turn in range(steps):
+        started = time.perf_counter()
         await lookup(f"k{turn}")
+        step_waits.append(time.perf_counter() - started)
     return index
+
+
+@contextmanager
+def fresh_database(admin_url: str) -> Iterator[str]:
+    """The URL of a new, empty database on ``admin_url``'s server; dropped on exit."""
+    name = f"dbos_peers_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_url, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    parts = urlsplit(admin_url)
+    try:
+        yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, ""))
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def count_pg_rows(url: str, tables: tuple[str, ...]) -> dict[str, int]:
+    with psycopg.connect(url) as connection:
+        counts: dict[str, int] = {}
+        for table in tables:
+            row = connection.execute(f'SELECT count(*) FROM dbos."{table}"').fetchone()
+            counts[table] = int(row[0]) if row else 0
+        return counts
 
 
 def names(values: set[int]) -> str:
@@ -67,12 +116,22 @@ def names(values: set[int]) -> str:
 
 
 async def main() -> None:
-    args = build_parser(__doc__.splitlines()[0]).parse_args()
+    parser = build_parser(__doc__.splitlines()[0])
+    add_pg_url(parser)
+    args = parser.parse_args()
     check_args(args)
-    prepare_wal_file(args.db)
+    if args.pg_url is None:
+        prepare_wal_file(args.db)
+        await measure(args, f"sqlite:///{args.db.resolve()}")
+        return
+    with fresh_database(args.pg_url) as url:
+        await measure(args, url)
+
+
+async def measure(args: argparse.Namespace, url: str) -> None:
     config: DBOSConfig = {
         "name": "leaseward-peers-bench",
-        "system_database_url": f"sqlite:///{args.db.resolve()}",
+        "system_database_url": url,
         "log_level": "WARNING",
     }
     DBOS(config=config)
@@ -90,12 +149,12 @@ async def main() -> None:
     finally:
         DBOS.destroy()
 
-    counts = count_rows(args.db, TABLES)
+    counts = count_pg_rows(url, TABLES) if args.pg_url else count_rows(args.db, TABLES)
     steps = counts["operation_outputs"]
     rows = sum(counts.values())
     emit(
         make_result(
-            system="dbos",
+            system="dbos-pg" if args.pg_url else "dbos",
             args=args,
             completed=sum(1 for i, r in enumerate(results) if r == i),
             steps=steps,
@@ -103,14 +162,21 @@ async def main() -> None:
             seconds=seconds,
             config={
                 "version": version("dbos"),
-                "store": "SQLite system database (system_database_url sqlite:///...)",
-                "journal_mode": journal_mode(args.db),
-                "synchronous_default": names(seen_default),
-                "synchronous": names(seen_after),
+                "store": "PostgreSQL system database, a fresh database (postgresql://...)"
+                if args.pg_url
+                else "SQLite system database (system_database_url sqlite:///...)",
+                "journal_mode": "-" if args.pg_url else journal_mode(args.db),
+                "synchronous_default": "-" if args.pg_url else names(seen_default),
+                "synchronous": "-" if args.pg_url else names(seen_after),
                 "durable": "operation_outputs (one row per step); workflow_status "
                 "(inserted at start, updated at the end), workflow_input, workflow_output",
             },
-            extra={"open_seconds": open_seconds, "submit_seconds": submitted, "tables": counts},
+            extra={
+                "open_seconds": open_seconds,
+                "submit_seconds": submitted,
+                "tables": counts,
+                "wait": waits(step_waits, "each await of a @DBOS.step() inside the workflow"),
+            },
         )
     )
 

@@ -11,6 +11,12 @@ set on that connection (the saver sets WAL itself but not ``synchronous``).
 Every ``ainvoke`` passes ``durability="sync"``: each super-step's checkpoint
 and writes are committed before the next step starts.
 
+The wait for a durable write is timed inside the checkpointer (a subclass of
+``AsyncSqliteSaver``): each ``aput`` (a super-step's checkpoint, which with
+``durability="sync"`` the graph awaits before it starts the next super-step)
+and each ``aput_writes`` (a task's channel writes), from the call until its
+commit returned, waiting for the saver's connection lock included.
+
 Untimed: the connection, ``saver.setup()`` (the schema) and compiling the
 graph. Timed, from before the first ``ainvoke`` until every thread has
 returned: N ``ainvoke`` calls at once with ``asyncio.gather``, each with its
@@ -27,9 +33,18 @@ from importlib.metadata import version
 from typing import Any, Literal
 
 import aiosqlite
-from common import build_parser, check_args, count_rows, emit, journal_mode, prepare_wal_file
+from common import (
+    build_parser,
+    check_args,
+    count_rows,
+    emit,
+    journal_mode,
+    prepare_wal_file,
+    waits,
+)
 from common import result as make_result
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -39,13 +54,34 @@ SYNCHRONOUS_NAMES = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 TABLES = ("checkpoints", "writes")
 
 
+class TimedSaver(AsyncSqliteSaver):
+    """The saver, timing each durable write the graph hands it."""
+
+    seconds: list[float]
+
+    async def aput(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> RunnableConfig:
+        started = time.perf_counter()
+        try:
+            saved: RunnableConfig = await super().aput(config, *args, **kwargs)
+            return saved
+        finally:
+            self.seconds.append(time.perf_counter() - started)
+
+    async def aput_writes(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> None:
+        started = time.perf_counter()
+        try:
+            await super().aput_writes(config, *args, **kwargs)
+        finally:
+            self.seconds.append(time.perf_counter() - started)
+
+
 @tool
 async def lookup(key: str) -> str:
     """A read-only lookup that does no work, so the checkpoints are what is measured."""
     return key
 
 
-def build_graph(steps: int, saver: AsyncSqliteSaver) -> Any:
+def build_graph(steps: int, saver: TimedSaver) -> Any:
     async def model(state: MessagesState) -> dict[str, list[AIMessage]]:
         turn = sum(1 for message in state["messages"] if isinstance(message, AIMessage))
         if turn < steps:
@@ -79,7 +115,8 @@ async def main() -> None:
         default = SYNCHRONOUS_NAMES.get(await pragma(connection, "synchronous"), "unknown")
         await connection.execute("PRAGMA synchronous=FULL")
         synchronous = SYNCHRONOUS_NAMES.get(await pragma(connection, "synchronous"), "unknown")
-        saver = AsyncSqliteSaver(connection)
+        saver = TimedSaver(connection)
+        saver.seconds = []
         opened = time.perf_counter()
         await saver.setup()
         app = build_graph(args.steps, saver)
@@ -128,6 +165,9 @@ async def main() -> None:
                 "open_seconds": open_seconds,
                 "tables": counts,
                 "checkpoints_per_second": counts["checkpoints"] / seconds if seconds else 0.0,
+                "wait": waits(
+                    saver.seconds, "each AsyncSqliteSaver.aput and .aput_writes, lock included"
+                ),
             },
         )
     )

@@ -3,8 +3,11 @@
     bench/.venv-peers/bin/python bench/peers/plot.py bench/results/peers-latest.json \
         bench/results/peers.png
 
-One line per system (median over the repetitions, bars from min to max),
-concurrency on a log-scale x axis. Needs matplotlib (in the peers' venv).
+One line per SQLite system (median over the repetitions, bars from min to
+max), both axes on a log scale, and the raw SQLite limits of the same run as
+horizontal lines (rows/s with one commit per row and with 100 rows per
+commit: a journal row is not a step, so they are ceilings to read against,
+not points on the same measure). Needs matplotlib (in the peers' venv).
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import ScalarFormatter
 
 STYLE = {
-    "leaseward": ("leaseward (group commit)", "tab:blue", "o", "-"),
-    "leaseward-no-group-commit": ("leaseward, no group commit", "tab:blue", "o", "--"),
+    "leaseward-read": ("leaseward, read tool (group commit)", "tab:blue", "o", "-"),
+    "leaseward-write": ("leaseward, write tool (group commit)", "tab:purple", "D", "-"),
+    "leaseward-no-group-commit": ("leaseward, read, no group commit", "tab:blue", "o", "--"),
     "dbos": ("DBOS Transact", "tab:orange", "s", "-"),
     "langgraph": ("LangGraph (durability=sync)", "tab:green", "^", "-"),
 }
@@ -33,7 +37,7 @@ def draw(data: dict[str, Any], out: Path) -> None:
     systems: list[str] = data["arguments"]["systems"]
     for system in systems:
         entries = sorted(
-            (e for e in data["summary"] if e["system"] == system and e.get("samples")),
+            (e for e in data["matrix"] if e["system"] == system and e.get("samples")),
             key=lambda e: e["concurrency"],
         )
         if not entries:
@@ -53,15 +57,27 @@ def draw(data: dict[str, Any], out: Path) -> None:
             linestyle=line,
             capsize=3,
         )
+    raw = data.get("raw")
+    if raw:
+        for mode, style in (("single", ":"), ("batched", "-.")):
+            rate = raw[mode]["rows_per_second"]["median"]
+            axes.axhline(
+                rate,
+                color="grey",
+                linestyle=style,
+                label=f"raw SQLite, {raw[mode]['rows_per_commit']} row(s) per commit "
+                f"({rate:.0f} rows/s)",
+            )
     axes.set_xscale("log")
+    axes.set_yscale("log")
     axes.xaxis.set_major_formatter(ScalarFormatter())
-    levels = sorted({int(level) for level in data["arguments"]["concurrency"]})
+    axes.yaxis.set_major_formatter(ScalarFormatter())
+    levels = sorted({int(level) for level in data["arguments"]["levels"]})
     axes.set_xticks(levels)
     if len(levels) == 1:
         axes.set_xlim(levels[0] / 2, levels[0] * 2)
-    axes.set_ylim(bottom=0)
     axes.set_xlabel("concurrent runs (N)")
-    axes.set_ylabel("durable tool steps per second")
+    axes.set_ylabel("durable tool steps per second (lines: rows per second)")
     machine = data["machine"]
     peers = data["peers"]["packages"]
     axes.set_title(
@@ -73,7 +89,7 @@ def draw(data: dict[str, Any], out: Path) -> None:
         fontsize=9,
     )
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize=9)
+    axes.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(out)
 

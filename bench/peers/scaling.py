@@ -1,0 +1,137 @@
+"""Scaling with worker processes and memory per parked run, from the benchmarks that measure them.
+
+``bench/claims.py --workers 1,2,4`` (claim throughput on PostgreSQL with 1, 2
+and 4 worker processes) and ``bench/memory.py --quick`` (RSS per run parked in
+a long tool call) are run as they are, as subprocesses with leaseward's
+interpreter; compare.py prints their summary figures beside its own. claims.py
+prints a table and no JSON, so its lines are parsed; memory.py writes JSON to
+``--results-dir``, which is a temporary directory here. A call that fails
+yields why, and the report goes on. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from systems import REPO, last_line
+
+__all__ = ["claims", "memory", "print_scaling"]
+
+# claims.py's table: P batch runs claimed claims wall-s runs/s claims/s vs-P=1 double per-worker
+CLAIMS_LINE = re.compile(
+    r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+([\d.]+)x\s+(\d+)"
+)
+
+
+def run(
+    argv: list[str], timeout: float
+) -> tuple[subprocess.CompletedProcess[str] | None, str | None, float]:
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(
+            argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        return done, f"exit {done.returncode}: {last_line(done.stderr or done.stdout)}", seconds
+    return done, None, seconds
+
+
+def claims(python: Path, pg_url: str, timeout: float) -> dict[str, Any]:
+    argv = [str(python), "bench/claims.py", "--workers", "1,2,4", "--store", pg_url]
+    done, error, seconds = run(argv, timeout)
+    found: dict[str, Any] = {"command": " ".join(argv[1:]), "seconds": seconds, "error": error}
+    rows = []
+    for line in done.stdout.splitlines() if done else []:
+        match = CLAIMS_LINE.match(line)
+        if match:
+            g = match.groups()
+            rows.append(
+                {
+                    "workers": int(g[0]),
+                    "batch": int(g[1]),
+                    "runs": int(g[2]),
+                    "claimed": int(g[3]),
+                    "claims": int(g[4]),
+                    "seconds": float(g[5]),
+                    "runs_per_second": int(g[6]),
+                    "claims_per_second": int(g[7]),
+                    "vs_one_worker": float(g[8]),
+                    "double": int(g[9]),
+                }
+            )
+    if error is None and not rows:
+        found["error"] = "no result lines found in its output"
+    found["rows"] = rows
+    return found
+
+
+def memory(python: Path, timeout: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="leaseward-peers-memory-") as tmp:
+        argv = [str(python), "bench/memory.py", "--quick", "--results-dir", tmp]
+        _, error, seconds = run(argv, timeout)
+        found: dict[str, Any] = {"command": "bench/memory.py --quick", "seconds": seconds}
+        latest = Path(tmp) / "memory-latest.json"
+        measurements: list[dict[str, Any]] = []
+        if error is None:
+            try:
+                measurements = json.loads(latest.read_text())["measurements"]
+            except (OSError, ValueError, KeyError) as exc:
+                error = f"could not read {latest.name}: {exc}"
+    found["error"] = error
+    found["measurements"] = [
+        {
+            key: m.get(key)
+            for key in (
+                "runs",
+                "parked",
+                "kb_per_run_current",
+                "kb_per_run_peak",
+                "park_seconds",
+                "release_seconds",
+                "completed",
+                "failed",
+            )
+        }
+        for m in measurements
+    ]
+    return found
+
+
+def print_scaling(found: dict[str, Any]) -> None:
+    print("scaling and parked runs (bench/claims.py, bench/memory.py, run as they are)")
+    result = found.get("claims")
+    if result is None:
+        print(f"  claims: not run ({found.get('claims_skipped', 'not asked')})")
+    elif result["error"]:
+        print(f"  claims: FAILED: {result['error']}")
+    if result:
+        for row in result["rows"]:
+            print(
+                f"  claims, {row['workers']} worker(s), batch {row['batch']:>2}: "
+                f"{row['runs_per_second']:>7} runs/s, {row['claims_per_second']:>6} claims/s, "
+                f"{row['vs_one_worker']:.2f}x one worker, double claims {row['double']}"
+            )
+    result = found.get("memory")
+    if result is None:
+        print("  memory: not run")
+    elif result["error"]:
+        print(f"  memory: FAILED: {result['error']}")
+    for m in result["measurements"] if result else []:
+        if m.get("failed") or m.get("kb_per_run_current") is None:
+            print(f"  memory, N={m.get('runs')}: no figure (failed or not all parked)")
+            continue
+        print(
+            f"  memory, N={m['runs']} parked runs: {m['kb_per_run_current']:.1f} KB/run "
+            f"(current RSS), {m['kb_per_run_peak']:.1f} KB/run (peak); parked in "
+            f"{m['park_seconds']:.2f} s, released and finished in {m['release_seconds']:.2f} s"
+        )
+    print()

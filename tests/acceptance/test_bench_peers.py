@@ -1,0 +1,136 @@
+"""bench/peers/compare.py runs end to end in its quick mode, so that the comparison cannot rot.
+
+The run uses what leaseward's own venv has (leaseward read and write, and the raw
+SQLite limits; the peers live in a venv of their own), into a temporary results
+directory, and the test reads the JSON: its sections are there, and each ratio and
+summary figure is the one computed from the measurements beside it. The targets
+are checked on figures made up here, through the same function the script uses.
+It compares no figure with a time: a benchmark on a shared machine may be slow,
+never wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PEERS = ROOT / "bench" / "peers"
+sys.path.insert(0, str(PEERS))
+
+import tables  # noqa: E402
+
+TIMEOUT_SECONDS = 300
+
+
+def run_quick(results: Path) -> tuple[dict[str, Any], str]:
+    command = [
+        sys.executable,
+        str(PEERS / "compare.py"),
+        "--quick",
+        "--no-pg",
+        "--no-scaling",
+        "--no-plot",
+        "--systems",
+        "raw,leaseward-read,leaseward-write",
+        "--window",
+        "0.5",
+        "--leaseward-python",
+        sys.executable,
+        "--results-dir",
+        str(results),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
+    assert done.returncode == 0, done.stdout + done.stderr
+    document: dict[str, Any] = json.loads((results / "peers-latest.json").read_text())
+    return document, done.stdout
+
+
+@pytest.mark.slow
+def test_quick_run_reports_ratios_computed_from_its_own_measurements(tmp_path: Path) -> None:
+    document, printed = run_quick(tmp_path)
+
+    assert document["arguments"]["levels"] == [10]
+    assert document["arguments"]["pg"] is False and document["scaling"] == {}
+    assert document["not_run"] == {}
+    assert document["leaseward"]["commit"]
+    measurements = document["measurements"]
+    assert [m["system"] for m in measurements] == ["raw", "leaseward-read", "leaseward-write"]
+    assert all(m["error"] is None for m in measurements)
+
+    by_system = {m["system"]: m["result"] for m in measurements}
+    for name in ("leaseward-read", "leaseward-write"):
+        result = by_system[name]
+        assert result["completed"] == 10 and result["steps"] == 100
+        assert result["rows"] == 10 * 21
+        wait = result["wait"]
+        assert wait["count"] >= result["rows"] // 2
+        assert 0 < wait["p50_ms"] <= wait["p99_ms"] <= wait["max_ms"]
+        [entry] = [e for e in document["matrix"] if e["system"] == name]
+        assert entry["samples"] == 1
+        assert entry["steps_per_second"]["median"] == result["steps_per_second"]
+        assert entry["wait_p99_ms"]["median"] == wait["p99_ms"]
+
+    raw = document["raw"]
+    assert raw["batched"]["rows_per_commit"] == 100 and raw["single"]["rows_per_commit"] == 1
+    raw_result = by_system["raw"]
+    batched = raw_result["batched"]["rows_per_second"]
+    assert raw["batched"]["rows_per_second"]["median"] == batched
+    assert 200 < raw["batched"]["row_bytes"] < 1000
+
+    ratios = {(r["ratio"], r["concurrency"]): r for r in document["ratios"]}
+    journal = ratios[("leaseward-write journal/raw batched", 10)]
+    assert journal["value"] == pytest.approx(
+        by_system["leaseward-write"]["rows_per_second"] / batched
+    )
+    assert journal["target"] is None and journal["holds"] is None  # N=10 has no target
+    single = ratios[("leaseward-read journal/raw single", 10)]
+    expected = (
+        by_system["leaseward-read"]["rows_per_second"] / raw_result["single"]["rows_per_second"]
+    )
+    assert single["value"] == pytest.approx(expected)
+    assert ratios[("leaseward-read/dbos", 10)]["value"] is None  # DBOS was not measured
+    assert f"{journal['value']:.0%}" in printed
+
+
+def entry(system: str, level: int, steps: float, rows: float) -> dict[str, Any]:
+    return {
+        "system": system,
+        "concurrency": level,
+        "samples": 3,
+        "steps_per_second": {"median": steps, "min": steps, "max": steps},
+        "rows_per_second": {"median": rows, "min": rows, "max": rows},
+    }
+
+
+def test_targets_hold_only_at_their_levels_and_only_when_met() -> None:
+    summary = [
+        entry("leaseward-read", 100, 3000.0, 6300.0),
+        entry("leaseward-write", 100, 2000.0, 4200.0),
+        entry("dbos", 100, 250.0, 325.0),
+        entry("langgraph", 100, 150.0, 990.0),
+        entry("leaseward-read", 10, 1500.0, 3150.0),
+        entry("dbos", 10, 500.0, 650.0),
+    ]
+    raw = {
+        "batched": {"rows_per_second": {"median": 30000.0}},
+        "single": {"rows_per_second": {"median": 5000.0}},
+    }
+    found = {(r["ratio"], r["concurrency"]): r for r in tables.ratios(summary, raw, [10, 100])}
+
+    assert found[("leaseward-read/dbos", 100)]["value"] == pytest.approx(12.0)
+    assert found[("leaseward-read/dbos", 100)]["holds"] is True
+    assert found[("leaseward-write/dbos", 100)]["value"] == pytest.approx(8.0)
+    assert found[("leaseward-write/dbos", 100)]["holds"] is False
+    assert found[("leaseward-read/langgraph", 100)]["holds"] is True
+    assert found[("leaseward-read journal/raw batched", 100)]["value"] == pytest.approx(0.21)
+    assert found[("leaseward-read journal/raw batched", 100)]["holds"] is True
+    assert found[("leaseward-write journal/raw batched", 100)]["holds"] is False
+    assert found[("leaseward-read/dbos", 10)]["value"] == pytest.approx(3.0)
+    assert found[("leaseward-read/dbos", 10)]["holds"] is None
+    assert found[("leaseward-write/dbos", 10)]["value"] is None
