@@ -73,8 +73,11 @@ def test_modules(repository: Path = REPOSITORY) -> list[SourceModule]:
 def script_modules(folder: str, repository: Path = REPOSITORY) -> list[SourceModule]:
     """Scripts run by path (``python bench/steps.py``): each one imports the modules
     beside it by their bare names, so that is what they are called here."""
+    root = repository / folder
     return [
         SourceModule(path.stem, path)
-        for path in sorted((repository / folder).rglob("*.py"))
+        for path in sorted(root.rglob("*.py"))
+        # Hidden folders are tools' own, such as the peers' virtual environment.
         if path.stem != "__init__"
+        and not any(part.startswith(".") for part in path.relative_to(root).parts)
     ]
