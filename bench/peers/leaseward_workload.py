@@ -38,7 +38,6 @@ from leaseward import (
     App,
     ProviderReply,
     ProviderRequest,
-    Role,
     RunState,
     Runtime,
     ScriptedProvider,
@@ -76,7 +75,10 @@ async def record(ctx: ToolContext, key: str) -> str:
 
 def make_app(used: Tool, steps_per_run: int) -> App:
     def reply(request: ProviderRequest) -> ProviderReply:
-        turn = sum(1 for message in request.messages if message.role is Role.ASSISTANT)
+        # The input, then per turn the model's message and the call's result: counted
+        # so rather than by reading every message, so the script's own cost stays flat
+        # as the conversation grows (DBOS's and LangGraph's workloads have no model).
+        turn = (len(request.messages) - 1) // 2
         if turn < steps_per_run:
             return ProviderReply(
                 tool_calls=(ToolCall(used.name, {"key": f"k{turn}"}, f"call-{turn}"),)
