@@ -10,8 +10,8 @@ where the scenario says, for the parent to kill it:
 
 * ``non_idempotent``, ``idempotent``, ``read_only``: inside the tool call, whose
   effect is ``NON_IDEMPOTENT_WRITE``, ``IDEMPOTENT_WRITE`` or ``READ_ONLY``;
-* ``after_tool``: the non-idempotent tool completes, and the worker hangs inside
-  the second provider turn.
+* ``after_tool``, ``after_read``: the non-idempotent (or read-only) tool completes,
+  and the worker hangs inside the second provider turn.
 
 The test process builds the same agents with :func:`build_app` and ``crash=False``:
 the same names, effects and timeouts, but nothing hangs.
@@ -60,7 +60,9 @@ SCENARIOS: dict[str, tuple[str, ToolEffect]] = {
     "idempotent": ("charge", ToolEffect.IDEMPOTENT_WRITE),
     "read_only": ("lookup", ToolEffect.READ_ONLY),
     "after_tool": ("charge", ToolEffect.NON_IDEMPOTENT_WRITE),
+    "after_read": ("lookup", ToolEffect.READ_ONLY),
 }
+AFTER_TOOL = ("after_tool", "after_read")
 
 
 def append_line(path: Path, record: dict[str, Any]) -> None:
@@ -109,7 +111,7 @@ def build_app(scenario: str, marker_dir: Path, *, crash: bool, tool_seconds: flo
     """
     tool_name, effect = SCENARIOS[scenario]
     calls_path = marker_dir / CALLS_FILE
-    hang_in_tool = crash and scenario != "after_tool"
+    hang_in_tool = crash and scenario not in AFTER_TOOL
 
     @tool(name=tool_name, effect=effect, timeout_seconds=TOOL_TIMEOUT_SECONDS)
     async def act(ctx: ToolContext, amount: int) -> dict[str, int]:
@@ -130,7 +132,7 @@ def build_app(scenario: str, marker_dir: Path, *, crash: bool, tool_seconds: flo
         return {"applied": amount}
 
     script = ScriptedProvider([first_reply(scenario), ProviderReply(text="done")])
-    hang_on_turn = 1 if crash and scenario == "after_tool" else None
+    hang_on_turn = 1 if crash and scenario in AFTER_TOOL else None
     provider = LoggingProvider(script, marker_dir / PROVIDER_FILE, hang_on_turn)
     return App([Agent(AGENT, provider, tools=[act])])
 

@@ -203,7 +203,7 @@ async def test_killed_mid_idempotent_write_is_rerun_with_the_same_key(
     assert turns_of(tmp_path, run_id) == [(0, worker), (1, os.getpid())]
 
 
-async def test_killed_mid_read_reruns_the_read_but_not_the_recorded_turn(
+async def test_killed_mid_read_reruns_the_read_and_the_turn_that_waited_for_it(
     db_url: str, tmp_path: Path
 ) -> None:
     run_id, worker = kill_worker_when(db_url, "read_only", tmp_path, tool_started)
@@ -214,13 +214,32 @@ async def test_killed_mid_read_reruns_the_read_but_not_the_recorded_turn(
     calls = calls_of(tmp_path, run_id)
     assert [(c["pid"], c["epoch"]) for c in calls] == [(worker, 1), (os.getpid(), 2)]
     assert len({c["idempotency_key"] for c in calls}) == 1
-    turns = turns_of(tmp_path, run_id)
-    assert [turn for turn, _ in turns].count(0) == 1
-    assert turns == [(0, worker), (1, os.getpid())]
-    # A read needs no intent: only its outcome, recorded by the second attempt.
+    # The turn rides with the read's result (G5): killed before that commit, it is
+    # lost with the read and asked again, once.
+    assert turns_of(tmp_path, run_id) == [(0, worker), (0, os.getpid()), (1, os.getpid())]
+    # A read needs no intent: the turn and the outcome, recorded by the second attempt.
+    assert rows(journal) == [
+        (0, 2, PROVIDER, None, SUCCEEDED),
+        (1, 2, TOOL, CALL_ID, SUCCEEDED),
+        (2, 2, PROVIDER, None, SUCCEEDED),
+    ]
+
+
+async def test_killed_after_a_read_reruns_neither_the_read_nor_its_turn(
+    db_url: str, tmp_path: Path
+) -> None:
+    run_id, worker = kill_worker_when(db_url, "after_read", tmp_path, second_turn_asked)
+    run, journal = await recover(db_url, "after_read", tmp_path, run_id)
+
+    assert (run.state, run.reason, run.result) == (RunState.COMPLETED, Reason.COMPLETED, "done")
+    assert run.requeues == 1
+    calls = calls_of(tmp_path, run_id)
+    assert [(c["pid"], c["epoch"]) for c in calls] == [(worker, 1)]
+    # The first turn went in with the read's result; only the cut-off second is asked again.
+    assert turns_of(tmp_path, run_id) == [(0, worker), (1, worker), (1, os.getpid())]
     assert rows(journal) == [
         (0, 1, PROVIDER, None, SUCCEEDED),
-        (1, 2, TOOL, CALL_ID, SUCCEEDED),
+        (1, 1, TOOL, CALL_ID, SUCCEEDED),
         (2, 2, PROVIDER, None, SUCCEEDED),
     ]
 

@@ -70,9 +70,10 @@ async def test_a_read_record_refused_for_its_data_is_dropped_not_sent_again(
 
     assert (run.state, run.result, run.requeues) == (RunState.COMPLETED, "done", 0)
     assert len(calls) == 1
-    # Sent once, refused in its batch and again alone, and never sent again behind the
-    # next record or the settle.
-    assert refusals.fired == 2
+    # Sent with the turn that rides with it, refused in its batch and again alone; sent
+    # again without the turn, refused twice again; never sent behind the settle, which
+    # stores the turn.
+    assert refusals.fired == 4
     assert [s.kind for s in journal] == [StepKind.PROVIDER, StepKind.PROVIDER]
     dropped = [entry for entry in logs if entry["event"] == "step.dropped"]
     assert [(entry["seqs"], entry["error"]) for entry in dropped] == [([1], "refused text")]

@@ -27,7 +27,6 @@ from leaseward import (
     RunState,
     Runtime,
     ScriptedProvider,
-    StepKind,
     StepStatus,
     ToolCall,
     ToolContext,
@@ -37,7 +36,7 @@ from leaseward import (
 from leaseward.actors.reaper import LeaseReaper
 from leaseward.runtime.clock import ManualClock, SystemClock
 from leaseward.storage import open_store
-from tests.integration.faults import FaultyExecutor, Statement, faulty_store, records_tool
+from tests.integration.faults import FaultyExecutor, Statement, faulty_store, query, records_tool
 from tests.integration.support import (
     Calls,
     ghost_claims,
@@ -64,9 +63,10 @@ def _sqlite_lease_left(db_path: Path, run_id: str) -> float:
 class LockedBeforeIntent:
     """Another process holds SQLite's write lock when the intent's batch arrives.
 
-    The lock is taken by a real second connection in a thread, once the run's first
-    provider turn has committed and before the worker hears so: the next write of
-    the run, its intent, waits for the lock on the busy timeout for ``hold_seconds``.
+    The lock is taken by a real second connection in a thread, once the run's claim
+    has committed and before the worker hears so: the next write of the run, its
+    intent (which carries the provider turn that asked for the call), waits for the
+    lock on the busy timeout for ``hold_seconds``.
     """
 
     def __init__(self, executor: FaultyExecutor, db_path: Path, hold_seconds: float) -> None:
@@ -75,12 +75,8 @@ class LockedBeforeIntent:
         self.held = 0
         self.released = threading.Event()
         self.intent_after_release: list[bool] = []
-        executor.inject(self._provider_turn, self._lock_after_commit, times=1)
+        executor.inject(query("claim_runs"), self._lock_after_commit, times=1)
         executor.inject(records_tool("charge", StepStatus.STARTED), self._intent)
-
-    @staticmethod
-    def _provider_turn(statement: Statement) -> bool:
-        return any(step.kind is StepKind.PROVIDER for step in statement.steps())
 
     async def _lock_after_commit(self, statement: Statement) -> None:
         assert statement.transaction is not None

@@ -134,9 +134,9 @@ async def test_persister_crash_is_restarted_and_fails_the_write_closed(store_url
     assert crashed.fired == 1
     assert "actor.crashed" in events(logs)
     assert "actor.restarted" in events(logs)
-    # The crashed batch (the lease extension before the first call) was answered
-    # "not persisted": the call did not start, the run went back to the queue
-    # without spending a retry, and the write ran exactly once.
-    assert (first.state, first.requeues) == (RunState.COMPLETED, 0)
+    # The crashed batch (the first run's intent, which carries its provider turn) was
+    # answered "not persisted": the call did not start (G3), the run went back to the
+    # queue as after a store fault, and the write ran exactly once.
+    assert (first.state, first.requeues) == (RunState.COMPLETED, 1)
     assert (second.state, second.requeues) == (RunState.COMPLETED, 0)
     assert [c["run_id"] for c in calls.seen] == [first.id, second.id]

@@ -234,21 +234,14 @@ def test_a_read_is_called_with_no_intent_and_its_outcome_recorded_fail_soft() ->
     assert ask.timeout_seconds == m.agent.provider_timeout_seconds
     assert [msg.content for msg in ask.request.messages] == ["go"]
     replied = m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL]), latency_ms=3.0))
-    assert names(replied) == ["provider.replied", "RecordSoft"]
-    turn = action(replied)
-    assert isinstance(turn, RecordSoft)
-    assert [s.kind for s in turn.steps] == [StepKind.PROVIDER]
-    assert turn.steps[0].started_at == 1000.0
-    assert turn.lease_seconds == LEASE_SECONDS and turn.settlement is None
-    assert names(m.feed(stored())) == [
-        "step.recorded",
-        "Metric",
-        "lease.renewed",
-        "Metric",
-        "CrashPoint",
-        "CrashPoint",
-        "CheckAdmission",
+    # No commit of its own: the turn waits for the read's result.
+    assert names(replied) == ["provider.replied", "CrashPoint", "CrashPoint", "CheckAdmission"]
+    assert [c.name for c in replied if isinstance(c, CrashPoint)] == [
+        "before_intent",
+        "after_intent",
     ]
+    [turn] = m.buffer.pending
+    assert turn.kind is StepKind.PROVIDER and turn.started_at == 1000.0
     call = admit(m)
     assert isinstance(call, CallTool)
     assert call == CallTool(
@@ -264,16 +257,29 @@ def test_a_read_is_called_with_no_intent_and_its_outcome_recorded_fail_soft() ->
     assert names(returned)[0] == "CrashPoint"
     outcome = action(returned)
     assert isinstance(outcome, RecordSoft)
-    [row] = outcome.steps
+    assert outcome.lease_seconds == LEASE_SECONDS and outcome.settlement is None
+    # The turn rides with the read's result, ahead of it: one commit for the step.
+    assert outcome.steps[0] == turn
+    [row] = outcome.steps[1:]
     assert row.status is StepStatus.SUCCEEDED and not row.settles
     assert row.started_at == 1000.0
     assert load_json(row.output_json) == {"applied": 5}
-    assert isinstance(action(m.feed(stored())), CheckAdmission)
+    assert names(m.feed(stored())) == [
+        "step.recorded",
+        "Metric",
+        "step.recorded",
+        "Metric",
+        "lease.renewed",
+        "Metric",
+        "CheckAdmission",
+    ]
+    assert m.buffer.pending == ()
     assert isinstance(admit(m), AskProvider)
-    m.feed(ProviderReplied(done()))
-    end = settled(m.feed(stored()))
+    end = settled(m.feed(ProviderReplied(done())))
     assert end.settlement is not None and end.settlement.event is Event.COMPLETE
-    assert names(m.feed(stored())) == ["Metric", "run.settled", "Stop"]
+    # The final turn goes with the settlement.
+    assert [s.kind for s in end.steps] == [StepKind.PROVIDER]
+    assert names(m.feed(stored())) == ["step.recorded", "Metric", "Metric", "run.settled", "Stop"]
     assert m.stopped
 
 
@@ -281,7 +287,9 @@ def test_a_read_is_called_with_no_intent_and_its_outcome_recorded_fail_soft() ->
 def test_a_write_is_called_only_after_its_intent_is_stored(effect: ToolEffect) -> None:
     m = machine(effect)
     intent = to_intent(m)
-    [row] = intent.steps
+    # The turn that asked for the call rides with its intent, ahead of it.
+    turn, row = intent.steps
+    assert turn.kind is StepKind.PROVIDER and turn.seq < row.seq
     assert row.status is StepStatus.STARTED and row.effect is effect
     assert m.unstarted_intent == row
     after = m.feed(stored())
@@ -302,9 +310,8 @@ def test_the_crash_points_come_in_protocol_order() -> None:
     m = machine(ToolEffect.NON_IDEMPOTENT_WRITE)
     m.start()
     admit(m)
-    m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL])))
     points: list[str] = []
-    commands = m.feed(stored())
+    commands = m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL])))
     for event in (stored(), None, ToolReturned(1), stored(), None, ProviderReplied(done())):
         points += [c.name for c in commands if isinstance(c, CrashPoint)]
         commands = m.feed(event) if event is not None else (admit(m),)
@@ -332,19 +339,24 @@ def test_a_fence_at_any_commit_stops_the_attempt_with_nothing_more(
     commands = m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL])))
     if point == "intent" and not effect.is_write:
         return
-    if point != "provider_turn":
-        commands = m.feed(stored())
-        if point != "intent":
-            if effect.is_write:
-                m.feed(stored())
+    # A turn has no commit of its own: a write's rides with the intent, sent at once; a
+    # read's with the renewal its call needs first, here, or else with its result.
+    if point == "provider_turn" and not effect.is_write:
+        commands = m.feed(AdmissionCheck(now=20.0, wall=0.0))
+        assert isinstance(action(commands), Renew)
+    elif point in ("outcome", "settle"):
+        if effect.is_write:
+            m.feed(stored())
+        admit(m)
+        commands = m.feed(ToolReturned(1))
+        if point == "settle":
+            m.feed(stored())
             admit(m)
-            commands = m.feed(ToolReturned(1))
-            if point == "settle":
-                m.feed(stored())
-                admit(m)
-                m.feed(ProviderReplied(done()))
-                commands = m.feed(stored())
-    assert isinstance(action(commands), Commit)
+            commands = m.feed(ProviderReplied(done()))
+    sent = action(commands)
+    assert isinstance(sent, Commit)
+    carries_turn = not (point == "outcome" and effect.is_write)
+    assert (StepKind.PROVIDER in [s.kind for s in sent.steps]) is carries_turn
     fenced = m.feed(Committed(Fenced("taken"), sent_at=0.0))
     assert action(fenced) == Stop(None)
     assert "lease.lost" in events(fenced)
@@ -363,7 +375,10 @@ def test_a_refused_intent_fails_closed_and_withdraws_nothing(
     commands = m.feed(Committed(Refused("locked", data_error=data_error), sent_at=0.0))
     assert "run.attempt_failed" in events(commands)
     end = settled(commands)
-    assert end.steps == ()
+    # Surely not stored, so nothing to withdraw: the settlement carries only the turn,
+    # refused with the intent, pending still.
+    assert [(s.kind, s.withdraws) for s in end.steps] == [(StepKind.PROVIDER, False)]
+    assert m.unstarted_intent is None
     assert end.settlement is not None
     assert end.settlement.event is Event.REQUEUE
     assert end.settlement.failure_class is FailureClass.CONNECTION
@@ -414,7 +429,9 @@ def test_an_unanswered_intent_read_back_as_missing_fails_closed(effect: ToolEffe
     m.feed(Committed(Unanswered("lost"), sent_at=0.0))
     commands = m.feed(JournalRead(()))
     assert events(commands)[:2] == ["commit.not_stored", "run.attempt_failed"]
-    assert settled(commands).steps == ()
+    assert not any(isinstance(c, CallTool) for c in commands)
+    # Nothing of the intent to withdraw; the turn read back as missing is sent again.
+    assert [(s.kind, s.withdraws) for s in settled(commands).steps] == [(StepKind.PROVIDER, False)]
 
 
 @pytest.mark.parametrize("effect", WRITES)
@@ -425,8 +442,12 @@ def test_an_undecided_intent_is_withdrawn_with_the_settlement(effect: ToolEffect
     commands = m.feed(ReadFailed("the read failed too"))
     assert events(commands)[:2] == ["commit.undecided", "run.attempt_failed"]
     end = settled(commands)
-    assert [s.withdraws for s in end.steps] == [True]
-    assert end.steps[0].seq == intent.steps[0].seq
+    # The turn, maybe stored with the intent, is sent again; the intent is withdrawn.
+    assert [(s.kind, s.withdraws) for s in end.steps] == [
+        (StepKind.PROVIDER, False),
+        (StepKind.TOOL, True),
+    ]
+    assert [s.seq for s in end.steps] == [s.seq for s in intent.steps]
 
 
 @pytest.mark.parametrize("effect", WRITES)
@@ -455,45 +476,53 @@ def test_a_read_outcome_not_stored_stays_pending_and_goes_with_the_next_commit()
     m = machine(ToolEffect.READ_ONLY)
     to_call(m)
     outcome = action(m.feed(ToolReturned(1)))
-    assert isinstance(outcome, Commit)
+    assert isinstance(outcome, RecordSoft)
+    turn, read = outcome.steps
+    # Not stored, it is sent again without the turn that rode with it, then given up on.
+    deferred = m.feed(Committed(Refused("locked"), sent_at=0.0))
+    assert events(deferred) == ["step.deferred"]
+    alone = action(deferred)
+    assert isinstance(alone, RecordSoft) and alone.steps == (read,)
     commands = m.feed(Committed(Refused("locked"), sent_at=0.0))
     assert "step.record_failed" in events(commands)
-    assert m.buffer.pending == outcome.steps
+    assert m.buffer.pending == (turn, read)
+    assert isinstance(action(commands), CheckAdmission)
     admit(m)
-    turn = action(m.feed(ProviderReplied(done())))
-    assert isinstance(turn, RecordSoft)
-    # Sent behind the pending record.
-    assert turn.steps[0] == outcome.steps[0] and len(turn.steps) == 2
-    settled(m.feed(stored()))
-    assert m.buffer.pending == ()
+    end = settled(m.feed(ProviderReplied(done())))
+    # Sent behind the pending records, with the final turn.
+    assert end.steps[:2] == (turn, read) and len(end.steps) == 3
+    assert end.steps[2].kind is StepKind.PROVIDER
+    m.feed(stored())
+    assert not m.buffer.pending
 
 
 def test_a_pending_record_refused_for_its_data_is_dropped_after_the_rest_goes_in_alone() -> None:
     m = machine(ToolEffect.READ_ONLY)
     to_call(m)
-    outcome = action(m.feed(ToolReturned(1)))
-    assert isinstance(outcome, Commit)
-    m.feed(Committed(Refused("locked"), sent_at=0.0))
-    admit(m)
-    both = action(m.feed(ProviderReplied(done())))
-    assert isinstance(both, RecordSoft) and len(both.steps) == 2
+    both = action(m.feed(ToolReturned(1)))
+    # The pending record is the turn that asked for the read, riding with its result.
+    assert isinstance(both, RecordSoft)
+    assert [s.kind for s in both.steps] == [StepKind.PROVIDER, StepKind.TOOL]
     deferred = m.feed(Committed(Refused("bad bytes", data_error=True), sent_at=0.0))
     assert events(deferred) == ["step.deferred"]
     alone = action(deferred)
     assert isinstance(alone, RecordSoft) and alone.steps == both.steps[1:]
     commands = m.feed(stored())
     [dropped] = [c for c in commands if isinstance(c, Log) and c.event == "step.dropped"]
-    assert dict(dropped.fields)["seqs"] == [outcome.steps[0].seq]
+    assert dict(dropped.fields)["seqs"] == [both.steps[0].seq]
     assert m.buffer.pending == ()
-    settled(commands)
+    assert m.buffer.dropped_turns == {both.steps[0].seq}
+    assert isinstance(action(commands), CheckAdmission)
+    admit(m)
+    end = settled(m.feed(ProviderReplied(done())))
+    assert [s.kind for s in end.steps] == [StepKind.PROVIDER]
 
 
 def test_a_settle_that_parks_never_leaves_the_asking_turn_behind() -> None:
     m = machine(ToolEffect.READ_ONLY, approval=True)
     m.start()
     admit(m)
-    m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL])))
-    park = action(m.feed(Committed(Refused("locked"), sent_at=0.0)))
+    park = action(m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL]))))
     assert isinstance(park, Park) and [s.kind for s in park.steps] == [StepKind.PROVIDER]
     commands = m.feed(Committed(Refused("locked"), sent_at=0.0))
     assert "step.deferred" not in events(commands)
@@ -502,15 +531,174 @@ def test_a_settle_that_parks_never_leaves_the_asking_turn_behind() -> None:
 
 def test_a_provider_turn_refused_for_its_data_is_dropped_and_its_writes_refused() -> None:
     m = machine(ToolEffect.NON_IDEMPOTENT_WRITE)
+    intent = to_intent(m)
+    assert [s.kind for s in intent.steps] == [StepKind.PROVIDER, StepKind.TOOL]
+    # The intent is refused with the turn it rides with (G3): the run fails closed.
+    commands = m.feed(Committed(Refused("too big", data_error=True), sent_at=0.0))
+    assert "run.attempt_failed" in events(commands)
+    assert not any(isinstance(c, CallTool) for c in commands)
+    end = settled(commands)
+    assert [s.kind for s in end.steps] == [StepKind.PROVIDER]
+    assert end.settlement is not None and end.settlement.event is Event.REQUEUE
+    # The settlement goes in without the turn, which is then dropped.
+    alone = settled(m.feed(Committed(Refused("too big", data_error=True), sent_at=0.0)))
+    assert alone.steps == ()
+    stop = m.feed(stored())
+    assert "step.dropped" in events(stop)
+    assert 0 in m.buffer.dropped_turns
+    assert action(stop) == Stop(alone.settlement)
+
+
+# -- a provider turn rides with the next commit ------------------------------------------
+
+
+def reply_for(case: str) -> ProviderReply:
+    return done() if case == "settlement" else ProviderReply(tool_calls=[CALL])
+
+
+def carrier_of(m: RunMachine, case: str) -> Commit:
+    """The first commit after the reply: the one that carries the turn."""
+    commands = m.feed(ProviderReplied(reply_for(case)))
+    assert "provider.replied" in events(commands)
+    if case == "read_result":
+        assert isinstance(action(commands), CheckAdmission)
+        assert isinstance(admit(m), CallTool)
+        commands = m.feed(ToolReturned(1))
+    elif case == "renewal":
+        assert isinstance(action(commands), CheckAdmission)
+        commands = m.feed(AdmissionCheck(now=20.0, wall=0.0))
+    sent = action(commands)
+    assert isinstance(sent, Commit)
+    return sent
+
+
+# The tool's effect, whether its calls need an approval, and the commit the turn rides with.
+CARRIERS: dict[str, tuple[ToolEffect, bool, type[Commit]]] = {
+    "read_result": (ToolEffect.READ_ONLY, False, RecordSoft),
+    "renewal": (ToolEffect.READ_ONLY, False, Renew),
+    "intent": (ToolEffect.NON_IDEMPOTENT_WRITE, False, RecordIntent),
+    "settlement": (ToolEffect.READ_ONLY, False, Settle),
+    "park": (ToolEffect.NON_IDEMPOTENT_WRITE, True, Park),
+}
+
+
+@pytest.mark.parametrize("case", list(CARRIERS))
+def test_a_provider_turn_rides_with_the_next_commit_the_run_makes(case: str) -> None:
+    effect, approval, carrier = CARRIERS[case]
+    m = machine(effect, approval=approval)
     m.start()
     admit(m)
-    m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL])))
-    commands = m.feed(Committed(Refused("too big", data_error=True), sent_at=0.0))
+    sent = carrier_of(m, case)
+    assert type(sent) is carrier
+    turn = sent.steps[0]
+    assert turn.kind is StepKind.PROVIDER and turn.seq == 0
+    assert m.buffer.pending == (turn,)
+    # Stored only with what the run itself needs stored: the turn goes in or not with it.
+    assert [s.kind for s in sent.steps[1:]] == (
+        [StepKind.TOOL] if case in ("read_result", "intent") else []
+    )
+    answered = m.feed(stored())
+    recorded = next(c for c in answered if isinstance(c, Log) and c.event == "step.recorded")
+    assert dict(recorded.fields)["seq"] == 0 and dict(recorded.fields)["kind"] == "provider"
+    assert not m.buffer.pending
+
+
+@pytest.mark.parametrize("case", ["read_result", "renewal", "settlement"])
+def test_a_commit_the_turn_rides_with_is_sent_again_without_it(case: str) -> None:
+    effect, approval, _ = CARRIERS[case]
+    m = machine(effect, approval=approval)
+    m.start()
+    admit(m)
+    sent = carrier_of(m, case)
+    deferred = m.feed(Committed(Refused("locked"), sent_at=0.0))
+    assert events(deferred) == ["step.deferred"]
+    again = action(deferred)
+    assert type(again) is type(sent) and again.steps == sent.steps[1:]
+    answered = m.feed(stored())
+    if case == "settlement":
+        # The run is over without it: given up on, logged (G5).
+        assert "step.dropped" in events(answered)
+        assert m.buffer.pending == ()
+        return
+    # Fail-soft (G5): the run goes on, the turn still pending for its next commit.
+    assert [s.kind for s in m.buffer.pending] == [StepKind.PROVIDER]
+    assert "step.dropped" not in events(answered)
+
+
+@pytest.mark.parametrize("case", ["intent", "park"])
+def test_a_commit_that_must_carry_the_turn_is_never_sent_without_it(case: str) -> None:
+    effect, approval, _ = CARRIERS[case]
+    m = machine(effect, approval=approval)
+    m.start()
+    admit(m)
+    carrier_of(m, case)
+    commands = m.feed(Committed(Refused("locked"), sent_at=0.0))
+    assert "step.deferred" not in events(commands)
+    assert not any(isinstance(c, CallTool) for c in commands)
+    if case == "park":
+        assert names(commands)[-2:] == ["run.settle_failed", "Stop"]
+    else:
+        # The intent is not stored, so the write is not called (G3).
+        assert "run.attempt_failed" in events(commands)
+        assert [s.kind for s in settled(commands).steps] == [StepKind.PROVIDER]
+
+
+@pytest.mark.parametrize("how", ["lease_lost", "cut_off", "cancelled", "fenced"])
+def test_an_attempt_that_ends_before_the_turns_commit_never_stores_it_alone(how: str) -> None:
+    m = machine(ToolEffect.READ_ONLY)
+    to_call(m)
+    [turn] = m.buffer.pending
+    if how == "fenced":
+        riding = action(m.feed(ToolReturned(1)))
+        assert isinstance(riding, RecordSoft) and riding.steps[0] == turn
+        commands = m.feed(Committed(Fenced("taken"), sent_at=0.0))
+    else:
+        ending: dict[str, MachineEvent] = {
+            "lease_lost": LeaseLost(),
+            "cut_off": CutOff("lease"),
+            "cancelled": Cancelled(),
+        }
+        commands = m.feed(ending[how])
+    if how in ("lease_lost", "fenced"):
+        # This worker may write nothing more (G6): the turn is lost, the next attempt
+        # asks the provider again.
+        assert action(commands) == Stop(None)
+        assert not any(isinstance(c, Commit) for c in commands)
+        assert m.buffer.pending == (turn,)
+        return
+    # The attempt settles, and the turn still pending goes with its settlement.
+    end = settled(commands)
+    assert end.steps == (turn,)
+    assert end.settlement is not None
+    expected = Event.RELEASE if how == "cancelled" else Event.REQUEUE
+    assert end.settlement.event is expected
+
+
+def test_a_turn_dropped_with_a_reads_result_refuses_the_writes_it_asked_for() -> None:
+    m = RunMachine.for_run(
+        record(),
+        three_tool_agent(),
+        lease_seconds=LEASE_SECONDS,
+        admission_seconds=ADMISSION_SECONDS,
+        lease_deadline=LEASE_SECONDS,
+        policy=RecoveryPolicy(max_requeues=3),
+    )
+    m.start()
+    admit(m)
+    m.feed(ProviderReplied(ProviderReply(tool_calls=CALLS)))
+    call = admit(m)
+    assert isinstance(call, CallTool) and call.tool == "read"
+    both = action(m.feed(ToolReturned(1)))
+    assert isinstance(both, RecordSoft)
+    assert [s.kind for s in both.steps] == [StepKind.PROVIDER, StepKind.TOOL]
+    m.feed(Committed(Refused("too big", data_error=True), sent_at=0.0))
+    commands = m.feed(stored())
     assert "step.dropped" in events(commands)
-    assert 0 in m.buffer.dropped_turns
+    # G2: the write's intent would stand on no turn in the journal; it is never sent.
     assert not any(isinstance(c, RecordIntent | CallTool) for c in commands)
-    settlement = settled(commands).settlement
-    assert settlement is not None and settlement.event is Event.REQUEUE
+    assert CrashPoint("before_intent") in commands
+    assert "run.attempt_failed" in events(commands)
+    assert settled(commands).steps == ()
 
 
 # -- a call that does not return ---------------------------------------------------------
@@ -522,7 +710,9 @@ def test_a_tool_error_is_the_models_to_see(effect: ToolEffect) -> None:
     to_call(m)
     outcome = action(m.feed(ToolFailed("no such account")))
     assert isinstance(outcome, RecordOutcome if effect.is_write else RecordSoft)
-    [row] = outcome.steps
+    # A read's turn rides with its result; a write's went with its intent.
+    *turn, row = outcome.steps
+    assert [s.kind for s in turn] == ([] if effect.is_write else [StepKind.PROVIDER])
     assert row.status is StepStatus.FAILED and row.error == "no such account"
     assert isinstance(action(m.feed(stored())), CheckAdmission)
 
@@ -541,7 +731,8 @@ def test_a_call_that_raises_or_times_out_leaves_a_writes_intent_open(
     assert logged.traceback is (how == "raised")
     record_command = action(commands)
     assert isinstance(record_command, RecordOutcome if effect.is_write else RecordSoft)
-    [row] = record_command.steps
+    *turn, row = record_command.steps
+    assert [s.kind for s in turn] == ([] if effect.is_write else [StepKind.PROVIDER])
     if effect.is_write:
         assert row.status is StepStatus.STARTED and row.settles
     else:
@@ -570,9 +761,10 @@ def test_a_call_that_never_started_withdraws_its_intent_and_is_retried(
     commands = m.feed(ToolNotStarted(CallNotStarted("the server could not be reached")))
     assert "run.attempt_failed" in events(commands)
     end = settled(commands)
-    # A read wrote nothing before its call; a write's intent is taken back.
+    # A read wrote nothing before its call, and its turn, pending, goes with the
+    # settlement; a write's intent is taken back.
     assert [(s.withdraws, s.status) for s in end.steps] == (
-        [(True, StepStatus.STARTED)] if effect.is_write else []
+        [(True, StepStatus.STARTED)] if effect.is_write else [(False, StepStatus.SUCCEEDED)]
     )
     assert end.settlement is not None and end.settlement.event is Event.REQUEUE
     assert m.protecting is None
@@ -638,8 +830,12 @@ def test_a_cancel_while_the_intent_is_in_flight_withdraws_it(effect: ToolEffect)
     intent = to_intent(m)
     end = settled(m.feed(Cancelled()))
     assert end.settlement is not None and end.settlement.event is Event.RELEASE
-    assert [s.withdraws for s in end.steps] == [True]
-    assert end.steps[0].seq == intent.steps[0].seq
+    # The turn in flight with the intent is sent again; the intent is withdrawn.
+    assert [(s.kind, s.withdraws) for s in end.steps] == [
+        (StepKind.PROVIDER, False),
+        (StepKind.TOOL, True),
+    ]
+    assert [s.seq for s in end.steps] == [s.seq for s in intent.steps]
 
 
 @pytest.mark.parametrize("effect", WRITES)
@@ -657,7 +853,8 @@ def test_a_cancel_that_reaches_a_call_settles_as_interrupted(effect: ToolEffect)
     m = machine(effect)
     to_call(m)
     end = settled(m.feed(Cancelled()))
-    assert end.steps == ()
+    # Nothing withdrawn; a read's turn, still pending, goes with the settlement.
+    assert [s.kind for s in end.steps] == ([] if effect.is_write else [StepKind.PROVIDER])
     settlement = end.settlement
     assert settlement is not None
     if effect.is_write:
@@ -671,8 +868,7 @@ def test_a_cancel_during_the_settle_abandons_it() -> None:
     m = machine()
     m.start()
     admit(m)
-    m.feed(ProviderReplied(done()))
-    settled(m.feed(stored()))
+    settled(m.feed(ProviderReplied(done())))
     assert m.feed(Cancelled()) == (Stop(None),)
 
 
@@ -840,10 +1036,11 @@ def test_a_call_that_needs_a_person_parks_the_run_with_its_request(kind: Request
     m = machine(ToolEffect.NON_IDEMPOTENT_WRITE, approval=approval, asks_human=not approval)
     m.start()
     admit(m)
-    m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL])))
-    commands = m.feed(stored())
+    commands = m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL])))
     park = action(commands)
     assert isinstance(park, Park)
+    # The turn that asked goes with the park, stored only with it.
+    assert [s.kind for s in park.steps] == [StepKind.PROVIDER]
     assert park.settlement is not None
     assert park.settlement.event is kind.park_event
     assert [r.call_id for r in park.settlement.requests] == ["call-1"]
@@ -1176,11 +1373,7 @@ def answers(pending: Command, now: float, sent: Commit | None) -> st.SearchStrat
 @pytest.mark.parametrize("effect", WRITES)
 def test_an_intent_goes_only_with_the_pending_turn_that_asked_for_it(effect: ToolEffect) -> None:
     m = machine(effect)
-    m.start()
-    admit(m)
-    m.feed(ProviderReplied(ProviderReply(tool_calls=[CALL])))
-    intent = action(m.feed(Committed(Refused("locked"), sent_at=0.0)))
-    assert isinstance(intent, RecordIntent)
+    intent = to_intent(m)
     assert [s.kind for s in intent.steps] == [StepKind.PROVIDER, StepKind.TOOL]
     commands = m.feed(Committed(Refused("locked"), sent_at=0.0))
     # Never sent again alone: stored without its turn, a resumed run would not know it.
@@ -1200,7 +1393,15 @@ def test_a_settle_not_stored_leaves_the_run_to_the_reaper(
 ) -> None:
     m = machine(effect)
     to_call(m)
-    assert settled(m.feed(CutOff("lease"))).steps == ()
+    end = settled(m.feed(CutOff("lease")))
+    if not effect.is_write:
+        # A read's turn, still pending, goes with the settlement; not stored, the
+        # settlement is sent again without it, as any commit without its resent rows.
+        assert [s.kind for s in end.steps] == [StepKind.PROVIDER]
+        deferred = m.feed(Committed(outcome, sent_at=0.0))
+        assert "step.deferred" in events(deferred)
+        end = settled(deferred)
+    assert end.steps == ()
     commands = m.feed(Committed(outcome, sent_at=0.0))
     # With nothing fresh in it, an unanswered settle cannot be read back.
     assert names(commands)[-2:] == ["run.settle_failed", "Stop"]
