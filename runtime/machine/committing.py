@@ -241,9 +241,10 @@ class CommittingSteps(MachineCore):
             if failed is None:
                 self.phase = Admitting(purpose.turn)
                 return (*purpose.after, CrashPoint("after_intent"), CheckAdmission())
-            if isinstance(failed, Refused):
-                # Surely not stored: there is nothing for the settlement to withdraw.
-                self.unstarted_intent = None
+            # The settlement withdraws the intent even when the store says it is not
+            # stored: withdrawing one that is not there changes nothing, while an
+            # intent a store committed but answered as refused would otherwise be
+            # left open for a call that never started, and dead-letter the next attempt.
             call = purpose.turn.pending.call
             # G3: without a durable intent the tool is not called.
             error = StoreError(

@@ -136,8 +136,10 @@ async def test_a_provider_turn_whose_commit_answer_was_lost_costs_the_next_write
 ) -> None:
     calls = Calls()
     store, executor = await faulty_store(store_url)
-    # The COMMIT goes through and its answer is lost on the way back: "not persisted".
-    lost = executor.inject(provider_records, lose_answer(StoreError("answer lost")), times=1)
+    # The commit that carries the turn (here the write's intent) goes through and its
+    # answer is lost on the way back, as a store reports it: the outcome is unknown,
+    # so the worker reads the journal back and finds both.
+    lost = executor.inject(provider_records, lose_answer(), times=1)
     app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")])
     with capture_logs() as logs:
         async with Runtime.open(store, app, **FAST) as rt:
@@ -153,7 +155,36 @@ async def test_a_provider_turn_whose_commit_answer_was_lost_costs_the_next_write
         (1, StepKind.TOOL, StepStatus.SUCCEEDED),
         (2, StepKind.PROVIDER, StepStatus.SUCCEEDED),
     ]
+    assert "commit.stored" in events(logs)
     assert "step.dropped" not in events(logs)
+
+
+async def test_an_intent_stored_but_answered_as_refused_is_withdrawn_not_left_open(
+    store_url: str,
+) -> None:
+    calls = Calls()
+    store, executor = await faulty_store(store_url)
+    # The COMMIT of the turn and the intent goes through, and the worker hears "not
+    # persisted": it does not call the write (G3), and its settlement withdraws the
+    # intent it cannot know is not there, so the next attempt makes the call once
+    # instead of taking it for an interrupted write.
+    lost = executor.inject(provider_records, lose_answer(StoreError("answer lost")), times=1)
+    app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")])
+    async with Runtime.open(
+        store, app, recovery=RecoveryPolicy(backoff_base_seconds=0.01), **FAST
+    ) as rt:
+        run = await rt.wait(await rt.submit("payer", None), timeout=10)
+        journal = await rt.steps(run.id)
+    await store.aclose()
+
+    assert lost.fired, "the fault never fired"
+    assert (run.state, run.result, run.requeues) == (RunState.COMPLETED, "done", 1)
+    assert len(calls) == 1
+    assert [(s.seq, s.kind, s.status, s.epoch) for s in journal] == [
+        (0, StepKind.PROVIDER, StepStatus.SUCCEEDED, 1),
+        (1, StepKind.TOOL, StepStatus.SUCCEEDED, 2),
+        (2, StepKind.PROVIDER, StepStatus.SUCCEEDED, 2),
+    ]
 
 
 async def test_lone_surrogates_in_a_reply_are_journaled_and_resume_to_the_same_keys(

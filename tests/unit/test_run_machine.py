@@ -367,7 +367,7 @@ def test_a_fence_at_any_commit_stops_the_attempt_with_nothing_more(
 
 @pytest.mark.parametrize("effect", WRITES)
 @pytest.mark.parametrize("data_error", [False, True])
-def test_a_refused_intent_fails_closed_and_withdraws_nothing(
+def test_a_refused_intent_fails_closed_and_is_withdrawn_all_the_same(
     effect: ToolEffect, data_error: bool
 ) -> None:
     m = machine(effect)
@@ -375,9 +375,13 @@ def test_a_refused_intent_fails_closed_and_withdraws_nothing(
     commands = m.feed(Committed(Refused("locked", data_error=data_error), sent_at=0.0))
     assert "run.attempt_failed" in events(commands)
     end = settled(commands)
-    # Surely not stored, so nothing to withdraw: the settlement carries only the turn,
-    # refused with the intent, pending still.
-    assert [(s.kind, s.withdraws) for s in end.steps] == [(StepKind.PROVIDER, False)]
+    # The turn, refused with the intent, pending still; and the intent's withdrawal: a
+    # store that committed it and answered "refused" must not leave it open, and
+    # withdrawing one that is not there changes nothing.
+    assert [(s.kind, s.withdraws) for s in end.steps] == [
+        (StepKind.PROVIDER, False),
+        (StepKind.TOOL, True),
+    ]
     assert m.unstarted_intent is None
     assert end.settlement is not None
     assert end.settlement.event is Event.REQUEUE
@@ -430,8 +434,12 @@ def test_an_unanswered_intent_read_back_as_missing_fails_closed(effect: ToolEffe
     commands = m.feed(JournalRead(()))
     assert events(commands)[:2] == ["commit.not_stored", "run.attempt_failed"]
     assert not any(isinstance(c, CallTool) for c in commands)
-    # Nothing of the intent to withdraw; the turn read back as missing is sent again.
-    assert [(s.kind, s.withdraws) for s in settled(commands).steps] == [(StepKind.PROVIDER, False)]
+    # The turn read back as missing is sent again, and the intent withdrawn: the read
+    # found none, and withdrawing one that is not there changes nothing.
+    assert [(s.kind, s.withdraws) for s in settled(commands).steps] == [
+        (StepKind.PROVIDER, False),
+        (StepKind.TOOL, True),
+    ]
 
 
 @pytest.mark.parametrize("effect", WRITES)
@@ -538,11 +546,14 @@ def test_a_provider_turn_refused_for_its_data_is_dropped_and_its_writes_refused(
     assert "run.attempt_failed" in events(commands)
     assert not any(isinstance(c, CallTool) for c in commands)
     end = settled(commands)
-    assert [s.kind for s in end.steps] == [StepKind.PROVIDER]
+    assert [(s.kind, s.withdraws) for s in end.steps] == [
+        (StepKind.PROVIDER, False),
+        (StepKind.TOOL, True),
+    ]
     assert end.settlement is not None and end.settlement.event is Event.REQUEUE
     # The settlement goes in without the turn, which is then dropped.
     alone = settled(m.feed(Committed(Refused("too big", data_error=True), sent_at=0.0)))
-    assert alone.steps == ()
+    assert [(s.kind, s.withdraws) for s in alone.steps] == [(StepKind.TOOL, True)]
     stop = m.feed(stored())
     assert "step.dropped" in events(stop)
     assert 0 in m.buffer.dropped_turns
@@ -638,9 +649,13 @@ def test_a_commit_that_must_carry_the_turn_is_never_sent_without_it(case: str) -
     if case == "park":
         assert names(commands)[-2:] == ["run.settle_failed", "Stop"]
     else:
-        # The intent is not stored, so the write is not called (G3).
+        # The intent is not stored, so the write is not called (G3); it is withdrawn
+        # all the same, in case the store committed it and answered otherwise.
         assert "run.attempt_failed" in events(commands)
-        assert [s.kind for s in settled(commands).steps] == [StepKind.PROVIDER]
+        assert [(s.kind, s.withdraws) for s in settled(commands).steps] == [
+            (StepKind.PROVIDER, False),
+            (StepKind.TOOL, True),
+        ]
 
 
 @pytest.mark.parametrize("how", ["lease_lost", "cut_off", "cancelled", "fenced"])
@@ -1379,7 +1394,10 @@ def test_an_intent_goes_only_with_the_pending_turn_that_asked_for_it(effect: Too
     # Never sent again alone: stored without its turn, a resumed run would not know it.
     assert "step.deferred" not in events(commands)
     assert not any(isinstance(c, CallTool) for c in commands)
-    assert [s.kind for s in settled(commands).steps] == [StepKind.PROVIDER]
+    assert [(s.kind, s.withdraws) for s in settled(commands).steps] == [
+        (StepKind.PROVIDER, False),
+        (StepKind.TOOL, True),
+    ]
 
 
 @pytest.mark.parametrize("effect", EFFECTS)
