@@ -69,11 +69,14 @@ def dump_json(value: Any, *, what: str = "value", limit: int | None = None) -> s
         text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{what} is not a JSON value: {exc}") from None
-    try:
-        size = len(text.encode())
-    except UnicodeEncodeError:
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    if text.isascii():
         size = len(text)
+    else:
+        try:
+            size = len(text.encode())
+        except UnicodeEncodeError:
+            text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+            size = len(text)
     if limit is not None and size > limit:
         raise InvalidInput(f"{what} is {size} bytes of JSON, over the {limit}-byte limit")
     return text
