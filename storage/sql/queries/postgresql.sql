@@ -222,7 +222,7 @@ SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq DESC LIMIT 1;
 
 -- name: running_leases
 -- Every lease a reaper watches. 'running' written out, as in claim_runs, so that
--- a generic plan can use the partial index of leased runs. A lease granted before
+-- a generic plan can use the index of runs by state. A lease granted before
 -- renewals were counted has no lease_seconds: it was granted what its expiry says.
 SELECT id, epoch, renewals,
        COALESCE(lease_seconds, lease_expires_at - updated_at) AS lease_seconds
