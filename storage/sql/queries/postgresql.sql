@@ -47,12 +47,14 @@ RETURNING *;
 -- watches (running_leases).
 -- The state is written out ('queued' is Event.CLAIM's source) where the runs are
 -- picked: a prepared statement's generic plan, made for any value of a parameter,
--- cannot use the partial index that holds only queued runs.
+-- cannot use the partial index that holds only queued runs. :exclude (the claimer's
+-- own runs, as many as it has in flight) is read once into a hashed subplan; "= ANY"
+-- of the array would compare each candidate with every one of them.
 WITH picked AS MATERIALIZED (
     SELECT id FROM runs
     WHERE state = 'queued' AND available_at <= leaseward_now()
       AND agent = ANY(:agents::text[])
-      AND NOT (id = ANY(:exclude::text[]))
+      AND id NOT IN (SELECT unnest(:exclude::text[]))
     ORDER BY available_at, created_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
