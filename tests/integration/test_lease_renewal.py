@@ -178,6 +178,61 @@ async def test_the_keeper_renews_on_its_clock_and_cuts_a_call_off_before_the_lea
     assert lease.cut_off is not None and "the lease could not be renewed" in lease.cut_off
 
 
+async def test_a_call_admitted_with_less_lease_left_than_the_others_is_cut_off_on_time(
+    db_url: str,
+) -> None:
+    """The guard looks through the calls only when one may be due: a call that joins
+    with a nearer deadline than those already held brings that time forward."""
+    clock = ManualClock()
+    start = clock.monotonic()
+    store, executor = await faulty_store(db_url, clock=clock)
+    for _ in range(2):
+        await store.create_run(queued_run("payer"))
+    records = await store.claim_runs("w", 2, 3.0, ["payer"])
+    persister = Persister(store)
+    keeper = LeaseKeeper(persister.renew, clock, lease_seconds=3.0, margin_seconds=0.5)
+    executor.inject(query("renew_leases"), fail())
+    far = Lease(records[0].id, records[0].epoch, deadline=start + 3.0)
+    near = Lease(records[1].id, records[1].epoch, deadline=start + 1.25)
+    cut_off_at: dict[str, float] = {}
+
+    async def call(lease: Lease) -> None:
+        with anyio.CancelScope() as scope, keeper.guarding(lease, scope):
+            await anyio.sleep_forever()
+        cut_off_at[lease.run_id] = clock.monotonic()
+
+    async def noticed(check: Any) -> None:
+        with anyio.fail_after(10):
+            while not check():  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(persister.run)
+        await tg.start(keeper.run)
+        tg.start_soon(call, far)
+        await noticed(lambda: keeper.calls_in_flight == 1)
+        # The keeper has seen the far lease, and sleeps its longest tick.
+        await anyio.sleep(2 * GUARD_TICK_SECONDS)
+        tg.start_soon(call, near)
+        await noticed(lambda: keeper.calls_in_flight == 2)
+
+        clock.advance(0.5)
+        await anyio.sleep(2 * GUARD_TICK_SECONDS)
+        assert cut_off_at == {}
+        clock.advance(0.25)
+        await noticed(lambda: near.run_id in cut_off_at)
+        assert keeper.calls_in_flight == 1
+
+        clock.advance(1.75)
+        await noticed(lambda: far.run_id in cut_off_at)
+        assert keeper.calls_in_flight == 0
+        tg.cancel_scope.cancel()
+    await store.aclose()
+
+    assert cut_off_at == {near.run_id: start + 0.75, far.run_id: start + 2.5}
+    assert keeper.stats.guard_cancels == 2
+
+
 def _hold_write_lock(db_path: Path, seconds: float, held: threading.Event) -> None:
     connection = sqlite3.connect(db_path, isolation_level=None)
     try:
