@@ -124,6 +124,47 @@ async def test_calls_far_longer_than_the_lease_are_renewed_together_and_never_re
     assert max(renewals_per_write) == 5
 
 
+@pytest.mark.slow
+async def test_a_thousand_calls_in_flight_on_postgresql_keep_their_short_leases(
+    pg_url: str,
+) -> None:
+    """bench/memory.py's reproduction, scaled down: 1,000 runs parked in a read-only
+    call under a 3 s lease for two leases. Every lease is renewed in time: no call is
+    cut off, none is found lost or reaped, and each run then finishes on its first
+    epoch."""
+    runs = 1_000
+    calls = Calls()
+    inside = anyio.Event()
+    release = anyio.Event()
+
+    async def park(ctx: ToolContext) -> None:
+        if len(calls) == runs:
+            inside.set()
+        await release.wait()
+
+    agent = one_call_agent("parker", ToolEffect.READ_ONLY, calls, timeout_seconds=600.0, body=park)
+    async with Runtime.open(
+        pg_url, App([agent]), concurrency=runs, lease_seconds=3.0, reap_interval_seconds=0.5
+    ) as rt:
+        run_ids = await rt.submit_many("parker", [None] * runs)
+        with anyio.fail_after(120):
+            await inside.wait()
+        keeper = rt.supervisor.keeper.stats
+        before = keeper.renewals
+        await anyio.sleep(6.0)
+        renewed = keeper.renewals - before
+        release.set()
+        finished = [await rt.wait(run_id, timeout=120) for run_id in run_ids]
+        reaped = rt.supervisor.metrics.leases_reaped._value.get()
+
+    assert (keeper.guard_cancels, keeper.leases_lost, keeper.renewals_failed) == (0, 0, 0)
+    assert reaped == 0
+    # A renewal a second: at least four rounds of every call went by while parked.
+    assert renewed >= 4 * runs
+    assert [(run.state, run.epoch) for run in finished] == [(RunState.COMPLETED, 1)] * runs
+    assert len(calls) == runs
+
+
 async def test_the_keeper_renews_on_its_clock_and_cuts_a_call_off_before_the_lease_ends(
     db_url: str,
 ) -> None:
