@@ -29,6 +29,7 @@ from leaseward.storage.protocol import BatchItem
 __all__ = [
     "GUARD_TICK_SECONDS",
     "RENEWALS_PER_LEASE",
+    "RENEW_CHUNK",
     "KeeperStats",
     "Lease",
     "LeaseKeeper",
@@ -38,6 +39,8 @@ __all__ = [
 
 RENEWALS_PER_LEASE = 3
 """Renewals a lease gets in its length: one may fail and the next still lands in time."""
+RENEW_CHUNK = 5_000
+"""Leases one renewal write carries at most; a round renews more chunk after chunk."""
 GUARD_TICK_SECONDS = 0.25
 """The guard looks at least this often, so that a clock that jumped (the process was
 paused) or was moved by a test is noticed promptly, not at the next planned wakeup."""
@@ -111,8 +114,10 @@ class LeaseKeeper:
         lease_seconds: float,
         margin_seconds: float,
         metrics: Metrics | None = None,
+        renew_chunk: int = RENEW_CHUNK,
     ) -> None:
         self._renew_writer = renew
+        self.renew_chunk = renew_chunk
         self._clock = clock
         self.lease_seconds = lease_seconds
         self.margin_seconds = margin_seconds
@@ -169,28 +174,39 @@ class LeaseKeeper:
     async def _renew_all(self) -> None:
         try:
             leases = list(self._held)
-            items = [
-                BatchItem(run_id=lease.run_id, epoch=lease.epoch, lease_seconds=self.lease_seconds)
-                for lease in leases
-            ]
-            sent_at = self._clock.monotonic()
-            try:
-                outcomes = await self._renew_writer(items)
-            except LeasewardError as exc:
-                outcomes = (Refused(exc.message),) * len(items)
-            self.stats.renewal_batches += 1
-            self.stats.longest_renewal_seconds = max(
-                self.stats.longest_renewal_seconds, self._clock.monotonic() - sent_at
-            )
-            failed: list[str | None] = []
-            for lease, outcome in zip(leases, outcomes, strict=True):
-                self._settle_renewal(lease, outcome, sent_at, failed)
-            self._last_error = failed[0] if failed else None
-            if failed:
-                self.stats.renewals_failed += len(failed)
-                log.warning("lease.renew_failed", runs=len(failed), error=failed[0])
+            # Chunk after chunk: each lease's new deadline counts from when its own chunk
+            # was sent, so a round of many leases that takes longer than one chunk's
+            # commit does not eat into their leases; and other writes get between them.
+            for start in range(0, len(leases), self.renew_chunk):
+                # Those whose call ended while earlier chunks were written are let go.
+                chunk = leases[start : start + self.renew_chunk]
+                await self._renew([lease for lease in chunk if lease in self._held])
         finally:
             self._renewing = False
+
+    async def _renew(self, leases: list[Lease]) -> None:
+        if not leases:
+            return
+        items = [
+            BatchItem(run_id=lease.run_id, epoch=lease.epoch, lease_seconds=self.lease_seconds)
+            for lease in leases
+        ]
+        sent_at = self._clock.monotonic()
+        try:
+            outcomes = await self._renew_writer(items)
+        except LeasewardError as exc:
+            outcomes = (Refused(exc.message),) * len(items)
+        self.stats.renewal_batches += 1
+        self.stats.longest_renewal_seconds = max(
+            self.stats.longest_renewal_seconds, self._clock.monotonic() - sent_at
+        )
+        failed: list[str | None] = []
+        for lease, outcome in zip(leases, outcomes, strict=True):
+            self._settle_renewal(lease, outcome, sent_at, failed)
+        self._last_error = failed[0] if failed else None
+        if failed:
+            self.stats.renewals_failed += len(failed)
+            log.warning("lease.renew_failed", runs=len(failed), error=failed[0])
 
     def _settle_renewal(
         self, lease: Lease, outcome: CommitOutcome, sent_at: float, failed: list[str | None]

@@ -274,6 +274,56 @@ async def test_a_call_admitted_with_less_lease_left_than_the_others_is_cut_off_o
     assert keeper.stats.guard_cancels == 2
 
 
+async def test_a_round_of_renewals_is_written_chunk_after_chunk_each_dated_from_its_own_send(
+    db_url: str,
+) -> None:
+    """Five calls, renewal chunks of two: a round is three writes, one after the other,
+    and each lease's new deadline counts from when its own chunk was sent."""
+    clock = ManualClock()
+    start = clock.monotonic()
+    store, executor = await faulty_store(db_url, clock=clock)
+    for _ in range(5):
+        await store.create_run(queued_run("payer"))
+    records = await store.claim_runs("w", 5, 3.0, ["payer"])
+    persister = Persister(store)
+    keeper = LeaseKeeper(
+        persister.renew, clock, lease_seconds=3.0, margin_seconds=0.5, renew_chunk=2
+    )
+    leases = [Lease(r.id, r.epoch, deadline=start + 3.0) for r in records]
+    sent: list[float] = []
+
+    async def dated(statement: Statement) -> None:
+        sent.append(clock.monotonic())
+        # The next chunk is sent later on the keeper's clock than this one.
+        clock.advance(0.125)
+
+    executor.inject(query("renew_leases"), dated)
+
+    async def call(lease: Lease) -> None:
+        with anyio.CancelScope() as scope, keeper.guarding(lease, scope):
+            await anyio.sleep_forever()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(persister.run)
+        await tg.start(keeper.run)
+        for lease in leases:
+            tg.start_soon(call, lease)
+        with anyio.fail_after(10):
+            while keeper.calls_in_flight < 5:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        clock.advance(1.0)
+        with anyio.fail_after(10):
+            while keeper.stats.renewals < 5:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    await store.aclose()
+
+    assert keeper.stats.renewal_batches == 3
+    assert sent == [start + 1.0, start + 1.125, start + 1.25]
+    deadlines = sorted(lease.deadline for lease in leases)
+    assert deadlines == [start + 4.0] * 2 + [start + 4.125] * 2 + [start + 4.25]
+
+
 def _hold_write_lock(db_path: Path, seconds: float, held: threading.Event) -> None:
     connection = sqlite3.connect(db_path, isolation_level=None)
     try:
