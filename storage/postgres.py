@@ -132,17 +132,6 @@ def _application_name(dsn: str) -> str:
     return dict(parse_qsl(urlsplit(dsn).query)).get("application_name") or APPLICATION_NAME
 
 
-async def _keep_session(connection: asyncpg.Connection[asyncpg.Record]) -> None:
-    """Nothing to undo when a connection goes back to the pool.
-
-    The pool's default reset (``RESET ALL``, ``UNLISTEN *``, ``CLOSE ALL``, advisory
-    unlocks) costs a round trip on every release, on the path of every commit. The
-    statements here leave none of that behind: no session setting is changed, nothing
-    is listened to on a pooled connection, no cursor is held, and the only advisory
-    lock is a transaction's. asyncpg still rolls back a transaction left open.
-    """
-
-
 def _adapt(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
@@ -187,7 +176,6 @@ class PostgresExecutor:
                 timeout=options.connect_timeout_seconds,
                 command_timeout=options.command_timeout_seconds,
                 server_settings=settings,
-                reset=_keep_session,
             )
         except _CONFIGURATION_ERRORS as exc:
             raise ConfigurationError(
