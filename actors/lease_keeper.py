@@ -11,6 +11,7 @@ store may hand its run to anybody else.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -28,6 +29,7 @@ from leaseward.storage.protocol import BatchItem
 __all__ = [
     "GUARD_TICK_SECONDS",
     "RENEWALS_PER_LEASE",
+    "RENEW_CHUNK",
     "KeeperStats",
     "Lease",
     "LeaseKeeper",
@@ -37,6 +39,8 @@ __all__ = [
 
 RENEWALS_PER_LEASE = 3
 """Renewals a lease gets in its length: one may fail and the next still lands in time."""
+RENEW_CHUNK = 5_000
+"""Leases one renewal write carries at most; a round renews more chunk after chunk."""
 GUARD_TICK_SECONDS = 0.25
 """The guard looks at least this often, so that a clock that jumped (the process was
 paused) or was moved by a test is noticed promptly, not at the next planned wakeup."""
@@ -86,6 +90,11 @@ class KeeperStats:
     renewals: int = 0
     renewals_failed: int = 0
     guard_cancels: int = 0
+    leases_lost: int = 0
+    """Leases a renewal found taken (reaped, or claimed again elsewhere)."""
+    longest_renewal_seconds: float = 0.0
+    """The longest a renewal took to be answered: a lease's headroom is what is left of
+    its length after the interval between renewals, the margin and this."""
 
 
 @attrs.define(eq=False)
@@ -105,14 +114,20 @@ class LeaseKeeper:
         lease_seconds: float,
         margin_seconds: float,
         metrics: Metrics | None = None,
+        renew_chunk: int = RENEW_CHUNK,
     ) -> None:
         self._renew_writer = renew
+        self.renew_chunk = renew_chunk
         self._clock = clock
         self.lease_seconds = lease_seconds
         self.margin_seconds = margin_seconds
         self.renew_interval = lease_seconds / RENEWALS_PER_LEASE
         self._metrics = metrics if metrics is not None else Metrics()
         self._held: dict[Lease, _Held] = {}
+        # No held lease is due for the guard before this: with many calls in flight the
+        # guard looks through them all only when one may be due, not at every tick.
+        # Deadlines only move later, so a value left from before a renewal is merely early.
+        self._next_due = math.inf
         self._renewing = False
         self._last_error: str | None = None
         self.stats = KeeperStats()
@@ -127,8 +142,8 @@ class LeaseKeeper:
     def guarding(self, lease: Lease, scope: anyio.CancelScope) -> Iterator[None]:
         """While inside, ``lease`` is renewed with the others, and ``scope`` is
         cancelled if the lease is lost or is about to run out unrenewed."""
-        held = _Held(lease, scope)
-        self._held[lease] = held
+        self._held[lease] = _Held(lease, scope)
+        self._next_due = min(self._next_due, lease.deadline - self.margin_seconds)
         try:
             yield
         finally:
@@ -151,34 +166,47 @@ class LeaseKeeper:
                         self._renewing = True
                         renewals.start_soon(self._renew_all)
                     next_renewal = now + self.renew_interval
-                self._guard(now)
-                wake = next_renewal
-                for held in self._held.values():
-                    wake = min(wake, held.lease.deadline - self.margin_seconds)
+                if now >= self._next_due:
+                    self._guard(now)
+                wake = min(next_renewal, self._next_due)
                 await anyio.sleep(min(max(wake - now, 0.0), GUARD_TICK_SECONDS))
 
     async def _renew_all(self) -> None:
         try:
             leases = list(self._held)
-            items = [
-                BatchItem(run_id=lease.run_id, epoch=lease.epoch, lease_seconds=self.lease_seconds)
-                for lease in leases
-            ]
-            sent_at = self._clock.monotonic()
-            try:
-                outcomes = await self._renew_writer(items)
-            except LeasewardError as exc:
-                outcomes = (Refused(exc.message),) * len(items)
-            self.stats.renewal_batches += 1
-            failed: list[str | None] = []
-            for lease, outcome in zip(leases, outcomes, strict=True):
-                self._settle_renewal(lease, outcome, sent_at, failed)
-            self._last_error = failed[0] if failed else None
-            if failed:
-                self.stats.renewals_failed += len(failed)
-                log.warning("lease.renew_failed", runs=len(failed), error=failed[0])
+            # Chunk after chunk: each lease's new deadline counts from when its own chunk
+            # was sent, so a round of many leases that takes longer than one chunk's
+            # commit does not eat into their leases; and other writes get between them.
+            for start in range(0, len(leases), self.renew_chunk):
+                # Those whose call ended while earlier chunks were written are let go.
+                chunk = leases[start : start + self.renew_chunk]
+                await self._renew([lease for lease in chunk if lease in self._held])
         finally:
             self._renewing = False
+
+    async def _renew(self, leases: list[Lease]) -> None:
+        if not leases:
+            return
+        items = [
+            BatchItem(run_id=lease.run_id, epoch=lease.epoch, lease_seconds=self.lease_seconds)
+            for lease in leases
+        ]
+        sent_at = self._clock.monotonic()
+        try:
+            outcomes = await self._renew_writer(items)
+        except LeasewardError as exc:
+            outcomes = (Refused(exc.message),) * len(items)
+        self.stats.renewal_batches += 1
+        self.stats.longest_renewal_seconds = max(
+            self.stats.longest_renewal_seconds, self._clock.monotonic() - sent_at
+        )
+        failed: list[str | None] = []
+        for lease, outcome in zip(leases, outcomes, strict=True):
+            self._settle_renewal(lease, outcome, sent_at, failed)
+        self._last_error = failed[0] if failed else None
+        if failed:
+            self.stats.renewals_failed += len(failed)
+            log.warning("lease.renew_failed", runs=len(failed), error=failed[0])
 
     def _settle_renewal(
         self, lease: Lease, outcome: CommitOutcome, sent_at: float, failed: list[str | None]
@@ -192,6 +220,7 @@ class LeaseKeeper:
             lease.lost = True
             held = self._held.pop(lease, None)
             if held is not None:
+                self.stats.leases_lost += 1
                 # Reaped or taken over: nothing this call does can be recorded any more.
                 log.warning("lease.lost", run_id=lease.run_id, epoch=lease.epoch, by="renewal")
                 held.scope.cancel()
@@ -199,8 +228,11 @@ class LeaseKeeper:
         failed.append(outcome.error)
 
     def _guard(self, now: float) -> None:
+        next_due = math.inf
         for lease, held in list(self._held.items()):
-            if now < lease.deadline - self.margin_seconds:
+            due = lease.deadline - self.margin_seconds
+            if now < due:
+                next_due = min(next_due, due)
                 continue
             del self._held[lease]
             lease.cut_off = (
@@ -217,3 +249,4 @@ class LeaseKeeper:
                 error=self._last_error,
             )
             held.scope.cancel()
+        self._next_due = next_due

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -145,6 +146,10 @@ class Supervisor:
         # Every run this process executes, claimed or interactive: a lost lease, a drain
         # and a forced stop reach them all alike.
         self._local: dict[_LocalKey, _Local] = {}
+        # How many of them each run has (two after a reap, for a moment), and how many
+        # hold a slot: kept as they change, so a claim costs no pass over every run.
+        self._local_runs: Counter[str] = Counter()
+        self._claimed = 0
         # Helpers outlive a cancel from outside until the runs are over: a write that is
         # finishing needs the Persister to record it and the keeper to renew its lease.
         self._helper_scopes: list[anyio.CancelScope] = []
@@ -235,7 +240,7 @@ class Supervisor:
     async def _claim_loop(self, runs: TaskGroup) -> None:
         settings = self.settings
         while self._claiming:
-            room = settings.concurrency - sum(local.claimed for local in self._local.values())
+            room = settings.concurrency - self._claimed
             claimed: tuple[RunRecord, ...] = ()
             if room > 0:
                 try:
@@ -250,7 +255,7 @@ class Supervisor:
                                 min(room, CLAIM_BATCH),
                                 settings.lease_seconds,
                                 self._agents,
-                                exclude=tuple(sorted({run_id for run_id, _ in self._local})),
+                                exclude=self._exclude(),
                             )
                         )
                 except LeasewardError as exc:
@@ -266,6 +271,13 @@ class Supervisor:
                 await anyio.lowlevel.checkpoint()
                 continue
             await self._wait_for_mail()
+
+    def _exclude(self) -> tuple[str, ...]:
+        """The runs with an actor here: the store may have queued one again (reaped by
+        another worker while its actor still runs), and one run must never execute
+        twice at once in this process. Unsorted, from the count kept of them: with
+        many runs in flight a claim must not pass over them one by one in Python."""
+        return tuple(self._local_runs)
 
     async def _wait_for_mail(self) -> None:
         """Until mail comes, the store hears of new work (another process's submit or
@@ -329,6 +341,8 @@ class Supervisor:
     def _enter(self, record: RunRecord, lease_deadline: float, *, claimed: bool) -> _Local:
         local = _Local(self._new_actor(record, lease_deadline), anyio.CancelScope(), claimed)
         self._local[(record.id, record.epoch)] = local
+        self._local_runs[record.id] += 1
+        self._claimed += claimed
         return local
 
     async def _run_actor(self, local: _Local) -> Settlement | None:
@@ -338,7 +352,11 @@ class Supervisor:
             with local.scope:
                 settlement = await actor.run()
         finally:
-            self._local.pop((actor.run_id, actor.epoch), None)
+            if self._local.pop((actor.run_id, actor.epoch), None) is not None:
+                self._local_runs[actor.run_id] -= 1
+                if not self._local_runs[actor.run_id]:
+                    del self._local_runs[actor.run_id]
+                self._claimed -= local.claimed
             if local.claimed:
                 self.mailbox.send_nowait(RunEnded(actor.run_id))
             self._run_ended.set()

@@ -195,7 +195,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--runs", type=int, default=5000, help="queued runs per measurement (default: 5000)"
     )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also write the settings and every measurement, with runs/s, to PATH as JSON",
+    )
     return parser
+
+
+def write_json(path: Path, args: argparse.Namespace, results: Sequence[Result]) -> None:
+    base = {r.batch: r.runs_per_second for r in results if r.workers == 1}
+    document = {
+        "benchmark": "claims",
+        "settings": {"workers": args.workers, "batch": args.batch, "runs": args.runs},
+        "cpus": os.cpu_count(),
+        "measurements": [
+            {
+                **attrs.asdict(r),
+                "runs_per_second": r.runs_per_second,
+                "claims_per_second": r.claims_per_second,
+                "vs_one_worker": r.runs_per_second / base[r.batch] if base.get(r.batch) else None,
+            }
+            for r in results
+        ],
+    }
+    path.write_text(json.dumps(document, indent=2) + "\n")
 
 
 def print_results(results: Sequence[Result]) -> None:
@@ -250,6 +276,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "(checked in the database after; must be 0)."
     )
     print(f"total {time.perf_counter() - started:.1f} s")
+    if args.json is not None:
+        write_json(args.json, args, results)
+        print(f"results: {args.json}")
 
 
 if __name__ == "__main__":

@@ -62,4 +62,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "run_listing"),
     Migration(10, "trace_context"),
     Migration(11, "step_sources"),
+    Migration(12, "hot_renewals"),
 )

@@ -124,6 +124,47 @@ async def test_calls_far_longer_than_the_lease_are_renewed_together_and_never_re
     assert max(renewals_per_write) == 5
 
 
+@pytest.mark.slow
+async def test_a_thousand_calls_in_flight_on_postgresql_keep_their_short_leases(
+    pg_url: str,
+) -> None:
+    """bench/memory.py's reproduction, scaled down: 1,000 runs parked in a read-only
+    call under a 3 s lease for two leases. Every lease is renewed in time: no call is
+    cut off, none is found lost or reaped, and each run then finishes on its first
+    epoch."""
+    runs = 1_000
+    calls = Calls()
+    inside = anyio.Event()
+    release = anyio.Event()
+
+    async def park(ctx: ToolContext) -> None:
+        if len(calls) == runs:
+            inside.set()
+        await release.wait()
+
+    agent = one_call_agent("parker", ToolEffect.READ_ONLY, calls, timeout_seconds=600.0, body=park)
+    async with Runtime.open(
+        pg_url, App([agent]), concurrency=runs, lease_seconds=3.0, reap_interval_seconds=0.5
+    ) as rt:
+        run_ids = await rt.submit_many("parker", [None] * runs)
+        with anyio.fail_after(120):
+            await inside.wait()
+        keeper = rt.supervisor.keeper.stats
+        before = keeper.renewals
+        await anyio.sleep(6.0)
+        renewed = keeper.renewals - before
+        release.set()
+        finished = [await rt.wait(run_id, timeout=120) for run_id in run_ids]
+        reaped = rt.supervisor.metrics.leases_reaped._value.get()
+
+    assert (keeper.guard_cancels, keeper.leases_lost, keeper.renewals_failed) == (0, 0, 0)
+    assert reaped == 0
+    # A renewal a second: at least four rounds of every call went by while parked.
+    assert renewed >= 4 * runs
+    assert [(run.state, run.epoch) for run in finished] == [(RunState.COMPLETED, 1)] * runs
+    assert len(calls) == runs
+
+
 async def test_the_keeper_renews_on_its_clock_and_cuts_a_call_off_before_the_lease_ends(
     db_url: str,
 ) -> None:
@@ -176,6 +217,111 @@ async def test_the_keeper_renews_on_its_clock_and_cuts_a_call_off_before_the_lea
     assert cut_off_at == [start + 3.5]
     assert keeper.stats.guard_cancels == 1
     assert lease.cut_off is not None and "the lease could not be renewed" in lease.cut_off
+
+
+async def test_a_call_admitted_with_less_lease_left_than_the_others_is_cut_off_on_time(
+    db_url: str,
+) -> None:
+    """The guard looks through the calls only when one may be due: a call that joins
+    with a nearer deadline than those already held brings that time forward."""
+    clock = ManualClock()
+    start = clock.monotonic()
+    store, executor = await faulty_store(db_url, clock=clock)
+    for _ in range(2):
+        await store.create_run(queued_run("payer"))
+    records = await store.claim_runs("w", 2, 3.0, ["payer"])
+    persister = Persister(store)
+    keeper = LeaseKeeper(persister.renew, clock, lease_seconds=3.0, margin_seconds=0.5)
+    executor.inject(query("renew_leases"), fail())
+    far = Lease(records[0].id, records[0].epoch, deadline=start + 3.0)
+    near = Lease(records[1].id, records[1].epoch, deadline=start + 1.25)
+    cut_off_at: dict[str, float] = {}
+
+    async def call(lease: Lease) -> None:
+        with anyio.CancelScope() as scope, keeper.guarding(lease, scope):
+            await anyio.sleep_forever()
+        cut_off_at[lease.run_id] = clock.monotonic()
+
+    async def noticed(check: Any) -> None:
+        with anyio.fail_after(10):
+            while not check():  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(persister.run)
+        await tg.start(keeper.run)
+        tg.start_soon(call, far)
+        await noticed(lambda: keeper.calls_in_flight == 1)
+        # The keeper has seen the far lease, and sleeps its longest tick.
+        await anyio.sleep(2 * GUARD_TICK_SECONDS)
+        tg.start_soon(call, near)
+        await noticed(lambda: keeper.calls_in_flight == 2)
+
+        clock.advance(0.5)
+        await anyio.sleep(2 * GUARD_TICK_SECONDS)
+        assert cut_off_at == {}
+        clock.advance(0.25)
+        await noticed(lambda: near.run_id in cut_off_at)
+        assert keeper.calls_in_flight == 1
+
+        clock.advance(1.75)
+        await noticed(lambda: far.run_id in cut_off_at)
+        assert keeper.calls_in_flight == 0
+        tg.cancel_scope.cancel()
+    await store.aclose()
+
+    assert cut_off_at == {near.run_id: start + 0.75, far.run_id: start + 2.5}
+    assert keeper.stats.guard_cancels == 2
+
+
+async def test_a_round_of_renewals_is_written_chunk_after_chunk_each_dated_from_its_own_send(
+    db_url: str,
+) -> None:
+    """Five calls, renewal chunks of two: a round is three writes, one after the other,
+    and each lease's new deadline counts from when its own chunk was sent."""
+    clock = ManualClock()
+    start = clock.monotonic()
+    store, executor = await faulty_store(db_url, clock=clock)
+    for _ in range(5):
+        await store.create_run(queued_run("payer"))
+    records = await store.claim_runs("w", 5, 3.0, ["payer"])
+    persister = Persister(store)
+    keeper = LeaseKeeper(
+        persister.renew, clock, lease_seconds=3.0, margin_seconds=0.5, renew_chunk=2
+    )
+    leases = [Lease(r.id, r.epoch, deadline=start + 3.0) for r in records]
+    sent: list[float] = []
+
+    async def dated(statement: Statement) -> None:
+        sent.append(clock.monotonic())
+        # The next chunk is sent later on the keeper's clock than this one.
+        clock.advance(0.125)
+
+    executor.inject(query("renew_leases"), dated)
+
+    async def call(lease: Lease) -> None:
+        with anyio.CancelScope() as scope, keeper.guarding(lease, scope):
+            await anyio.sleep_forever()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(persister.run)
+        await tg.start(keeper.run)
+        for lease in leases:
+            tg.start_soon(call, lease)
+        with anyio.fail_after(10):
+            while keeper.calls_in_flight < 5:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        clock.advance(1.0)
+        with anyio.fail_after(10):
+            while keeper.stats.renewals < 5:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    await store.aclose()
+
+    assert keeper.stats.renewal_batches == 3
+    assert sent == [start + 1.0, start + 1.125, start + 1.25]
+    deadlines = sorted(lease.deadline for lease in leases)
+    assert deadlines == [start + 4.0] * 2 + [start + 4.125] * 2 + [start + 4.25]
 
 
 def _hold_write_lock(db_path: Path, seconds: float, held: threading.Event) -> None:

@@ -47,12 +47,14 @@ RETURNING *;
 -- watches (running_leases).
 -- The state is written out ('queued' is Event.CLAIM's source) where the runs are
 -- picked: a prepared statement's generic plan, made for any value of a parameter,
--- cannot use the partial index that holds only queued runs.
+-- cannot use the partial index that holds only queued runs. :exclude (the claimer's
+-- own runs, as many as it has in flight) is read once into a hashed subplan; "= ANY"
+-- of the array would compare each candidate with every one of them.
 WITH picked AS MATERIALIZED (
     SELECT id FROM runs
     WHERE state = 'queued' AND available_at <= leaseward_now()
       AND agent = ANY(:agents::text[])
-      AND NOT (id = ANY(:exclude::text[]))
+      AND id NOT IN (SELECT unnest(:exclude::text[]))
     ORDER BY available_at, created_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -222,7 +224,7 @@ SELECT * FROM steps WHERE run_id = :run_id ORDER BY seq DESC LIMIT 1;
 
 -- name: running_leases
 -- Every lease a reaper watches. 'running' written out, as in claim_runs, so that
--- a generic plan can use the partial index of leased runs. A lease granted before
+-- a generic plan can use the index of runs by state. A lease granted before
 -- renewals were counted has no lease_seconds: it was granted what its expiry says.
 SELECT id, epoch, renewals,
        COALESCE(lease_seconds, lease_expires_at - updated_at) AS lease_seconds

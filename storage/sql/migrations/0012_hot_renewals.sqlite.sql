@@ -1,0 +1,3 @@
+-- PostgreSQL only. SQLite writes the entries of only those indexes that hold a
+-- changed column (for a renewal, runs_leased, which its reaper's query names), so
+-- its schema stays as it is.
