@@ -31,6 +31,14 @@ class Mailbox(Generic[T]):
 
     def send_nowait(self, message: T) -> None:
         self._messages.append(message)
+        self._wake()
+
+    def send_first(self, message: T) -> None:
+        """Put ``message`` ahead of every message waiting, for mail that must not queue."""
+        self._messages.appendleft(message)
+        self._wake()
+
+    def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
+import anyio.lowlevel
 import pytest
 
 from leaseward import (
@@ -42,7 +44,7 @@ from leaseward.actors.messages import (
     Renew,
     Submit,
 )
-from leaseward.runtime.commits import Fenced, Stored, Unanswered
+from leaseward.runtime.commits import CommitOutcome, Fenced, Stored, Unanswered
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, RunMode
@@ -373,3 +375,51 @@ async def test_results_that_cannot_be_shared_out_leave_no_asker_waiting() -> Non
     with anyio.fail_after(1):
         answers = [await request.reply.wait() for request in requests]
     assert answers == [Unanswered("the persister could not answer")] * 2
+
+
+class RecordingStore:
+    """Stores every item, and keeps each batch it was given, in order."""
+
+    def __init__(self) -> None:
+        self.batches: list[WriteBatch] = []
+
+    async def commit(self, batch: WriteBatch) -> WriteResults:
+        self.batches.append(batch)
+        return WriteResults(items=(Stored(),) * len(batch.items))
+
+
+async def test_a_lease_renewal_goes_ahead_of_every_write_queued_before_it() -> None:
+    store = RecordingStore()
+    persister = Persister(store, max_batch=4)  # type: ignore[arg-type]
+    queued_first = [Persist(BatchItem(f"run-{n}", 1), Reply()) for n in range(10)]
+    for request in queued_first:
+        persister.mailbox.send_nowait(request)
+    async with anyio.create_task_group() as actors:
+        renewal = await start_renewal(actors, persister, [BatchItem("kept", 3, lease_seconds=30.0)])
+        actors.start_soon(persister.run)
+        with anyio.fail_after(10):
+            assert await renewal.wait() == (Stored(),)
+            for request in queued_first:
+                await request.reply.wait()
+        actors.cancel_scope.cancel()
+
+    # The renewal was asked for last and committed first; the rest kept their order.
+    assert [item.run_id for item in store.batches[0].items][:1] == ["kept"]
+    assert [item.run_id for batch in store.batches for item in batch.items][1:] == [
+        f"run-{n}" for n in range(10)
+    ]
+
+
+async def start_renewal(
+    actors: anyio.abc.TaskGroup, persister: Persister, items: list[BatchItem]
+) -> Reply[tuple[CommitOutcome, ...]]:
+    """Ask ``persister`` for ``items``' renewal in a task of ``actors``; its answer's channel."""
+    answered: Reply[tuple[CommitOutcome, ...]] = Reply()
+
+    async def renew() -> None:
+        answered.answer(await persister.renew(items))
+
+    actors.start_soon(renew)
+    # The renewal is in the mailbox before the Persister's first drain.
+    await anyio.lowlevel.checkpoint()
+    return answered
