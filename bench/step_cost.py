@@ -1,4 +1,4 @@
-"""CPU cost of a durable step, by kind and by where the time goes; and a submit loop's latency.
+"""CPU cost of a durable step, by kind and by where the time goes.
 
 The machine this runs on is shared, so wall-clock throughput says little about
 leaseward's own cost: this measures CPU time (``time.process_time()``, every
@@ -30,16 +30,13 @@ unprofiled run of the same workload. The threads that run SQLite are not
 profiled: their CPU is the process's less the event loop thread's, printed as
 ``store threads``. ``--top`` prints the heaviest functions too.
 
-Submit loop (``--submit-loop``): while N runs of the ``write-1`` workload are
-active, one task submits runs one after another; the p50 and p99 of one
-``await rt.submit(...)`` and the loop's submits/s are printed beside the rate at
-which the same kind of file (WAL, FULL) commits one row per transaction.
+A submit loop's latency beside busy runs is measured by ``make bench-peers``
+(``bench/peers/submit_loop.py``), beside the raw rate of the same run.
 
 This is a benchmark: it asserts nothing about time.
 
     .venv/bin/python bench/step_cost.py
     .venv/bin/python bench/step_cost.py --repetitions 5 --top 25
-    .venv/bin/python bench/step_cost.py --submit-loop --no-steps
 """
 
 from __future__ import annotations
@@ -47,7 +44,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
-import sqlite3
 import statistics
 import tempfile
 import time
@@ -296,75 +292,6 @@ async def measure_areas(args: argparse.Namespace, directory: Path) -> None:
                 stats.sort_stats(order).print_stats(args.top)
 
 
-# -- the submit loop -----------------------------------------------------------------------------
-
-
-def raw_single_row_commits(path: Path, seconds: float) -> float:
-    """Rows/s committed one per transaction on a file like the runtime's (WAL, FULL)."""
-    connection = sqlite3.connect(path, isolation_level=None)
-    try:
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=FULL")
-        connection.execute("CREATE TABLE rows (id INTEGER PRIMARY KEY, body TEXT)")
-        count, started = 0, time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            connection.execute("BEGIN IMMEDIATE")
-            connection.execute("INSERT INTO rows (body) VALUES (?)", ('{"n":1}',))
-            connection.execute("COMMIT")
-            count += 1
-        return count / (time.perf_counter() - started)
-    finally:
-        connection.close()
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-async def submit_loop(args: argparse.Namespace, directory: Path) -> None:
-    path = directory / f"submit-loop-{time.monotonic_ns()}.db"
-    url = f"sqlite:///{path}?synchronous=full"
-    background = BY_NAME["write-1"]
-    raw = raw_single_row_commits(directory / f"raw-{time.monotonic_ns()}.db", 2.0)
-    # Background runs that outlast the loop, so that it submits beside N busy runs throughout.
-    async with Runtime.open(
-        url,
-        make_app(background, 10**6),
-        concurrency=args.runs,
-        poll_interval_seconds=POLL_INTERVAL_SECONDS,
-    ) as rt:
-        active = await rt.submit_many(AGENT, [{"n": index} for index in range(args.runs)])
-        # Once every background run is claimed and stepping, the submit loop starts.
-        await anyio.sleep(0.5)
-        latencies: list[float] = []
-        stats = rt.supervisor.persister.stats
-        batches = stats.batches
-        started = time.perf_counter()
-        while time.perf_counter() - started < args.loop_seconds:
-            before = time.perf_counter()
-            await rt.submit(AGENT, {"loop": len(latencies)})
-            latencies.append(time.perf_counter() - before)
-        elapsed = time.perf_counter() - started
-        cycles = stats.batches - batches
-        running = [run_id for run_id in active if (await rt.get(run_id)).state is RunState.RUNNING]
-        for run_id in active:
-            await rt.cancel(run_id)
-    print(
-        f"\nsubmit loop beside N={args.runs} write runs ({len(running)} still running at its end)"
-    )
-    print(
-        f"  one submit       p50 {percentile(latencies, 0.5) * 1e3:7.2f} ms"
-        f"   p99 {percentile(latencies, 0.99) * 1e3:7.2f} ms"
-    )
-    print(f"  loop             {len(latencies) / elapsed:7.1f} submits/s")
-    print(
-        f"  group commit     {cycles / elapsed:7.1f} transactions/s, one every "
-        f"{elapsed / max(cycles, 1) * 1e3:.2f} ms"
-    )
-    print(f"  raw SQLite       {raw:7.1f} rows/s, one commit per row (WAL, FULL)")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100, metavar="N")
@@ -373,8 +300,6 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=0, help="print the heaviest N functions")
     parser.add_argument("--no-steps", action="store_true", help="skip the per-kind workloads")
     parser.add_argument("--no-areas", action="store_true", help="skip the profile by area")
-    parser.add_argument("--submit-loop", action="store_true")
-    parser.add_argument("--loop-seconds", type=float, default=3.0)
     parser.add_argument("--store-dir", type=Path, default=None)
     args = parser.parse_args()
 
@@ -384,8 +309,6 @@ def main() -> None:
             sections.append(measure_kinds)
         if not args.no_areas:
             sections.append(measure_areas)
-        if args.submit_loop:
-            sections.append(submit_loop)
         for section in sections:
             await section(args, directory)
 

@@ -27,14 +27,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from importlib.metadata import version
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
 import sqlalchemy as sa
 from common import (
     add_pg_url,
@@ -48,6 +43,7 @@ from common import (
 )
 from common import result as make_result
 from dbos import DBOS, DBOSConfig
+from peer_databases import count, fresh_database
 
 SYNCHRONOUS_NAMES = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 TABLES = ("workflow_status", "workflow_input", "workflow_output", "operation_outputs")
@@ -88,29 +84,6 @@ async def agent_run(index: int, steps: int) -> int:
     return index
 
 
-@contextmanager
-def fresh_database(admin_url: str) -> Iterator[str]:
-    """The URL of a new, empty database on ``admin_url``'s server; dropped on exit."""
-    name = f"dbos_peers_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_url, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-    parts = urlsplit(admin_url)
-    try:
-        yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, ""))
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as connection:
-            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def count_pg_rows(url: str, tables: tuple[str, ...]) -> dict[str, int]:
-    with psycopg.connect(url) as connection:
-        counts: dict[str, int] = {}
-        for table in tables:
-            row = connection.execute(f'SELECT count(*) FROM dbos."{table}"').fetchone()
-            counts[table] = int(row[0]) if row else 0
-        return counts
-
-
 def names(values: set[int]) -> str:
     return ",".join(SYNCHRONOUS_NAMES.get(v, str(v)) for v in sorted(values)) or "unknown"
 
@@ -124,7 +97,7 @@ async def main() -> None:
         prepare_wal_file(args.db)
         await measure(args, f"sqlite:///{args.db.resolve()}")
         return
-    with fresh_database(args.pg_url) as url:
+    with fresh_database(args.pg_url, "dbos_peers") as url:
         await measure(args, url)
 
 
@@ -149,7 +122,11 @@ async def measure(args: argparse.Namespace, url: str) -> None:
     finally:
         DBOS.destroy()
 
-    counts = count_pg_rows(url, TABLES) if args.pg_url else count_rows(args.db, TABLES)
+    counts = (
+        {table: count(url, f'SELECT count(*) FROM dbos."{table}"') for table in TABLES}
+        if args.pg_url
+        else count_rows(args.db, TABLES)
+    )
     steps = counts["operation_outputs"]
     rows = sum(counts.values())
     emit(

@@ -22,39 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
-from urllib.parse import urlsplit, urlunsplit
 
 import procrastinate
-import psycopg
 from common import build_parser, emit, waits
 from common import result as make_result
+from peer_databases import count, fresh_database
 
 WORKER_CONCURRENCY = 10
-
-
-@contextmanager
-def fresh_database(admin_url: str) -> Iterator[str]:
-    """The URL of a new, empty database on ``admin_url``'s server; dropped on exit."""
-    name = f"procrastinate_peers_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_url, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-    parts = urlsplit(admin_url)
-    try:
-        yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, ""))
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as connection:
-            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def count(url: str, query: str) -> int:
-    with psycopg.connect(url) as connection:
-        row = connection.execute(query).fetchone()
-        return int(row[0]) if row else 0
 
 
 @dataclass(frozen=True)
@@ -121,7 +97,7 @@ def main() -> None:
         raise SystemExit("--concurrency and --worker-concurrency must be >= 1")
     # One job is one step: --steps does not apply.
     args.steps = 1
-    with fresh_database(args.pg_url) as url:
+    with fresh_database(args.pg_url, "procrastinate_peers") as url:
         measured = asyncio.run(measure(url, args.concurrency, args.worker_concurrency))
     emit(
         make_result(
