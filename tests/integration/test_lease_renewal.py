@@ -29,7 +29,7 @@ from leaseward.runtime.clock import ManualClock
 from tests.integration.crash_worker import read_lines
 from tests.integration.faults import FaultyExecutor, Statement, fail, faulty_store, query
 from tests.integration.paused_worker import CALLS_FILE, LEASE_SECONDS, LOG_FILE, build_app
-from tests.integration.support import Calls, one_call_agent, queued_run
+from tests.integration.support import Calls, one_call_agent, queued_run, until
 
 pytestmark = pytest.mark.anyio
 
@@ -186,17 +186,12 @@ async def test_the_keeper_renews_on_its_clock_and_cuts_a_call_off_before_the_lea
             await anyio.sleep_forever()
         cut_off_at.append(clock.monotonic())
 
-    async def noticed(check: Any) -> None:
-        with anyio.fail_after(10):
-            while not check():  # noqa: ASYNC110
-                await anyio.sleep(0.01)
-
     async with anyio.create_task_group() as tg:
         await tg.start(persister.run)
         await tg.start(keeper.run)
         tg.start_soon(call)
         clock.advance(1.0)
-        await noticed(lambda: keeper.stats.renewals == 1)
+        await until(lambda: keeper.stats.renewals == 1, 10)
         assert lease.deadline == start + 4.0
         stored = await store.get_run(record.id)
         assert stored is not None and stored.lease_expires_at == start + 4.0
@@ -204,13 +199,13 @@ async def test_the_keeper_renews_on_its_clock_and_cuts_a_call_off_before_the_lea
         executor.inject(query("renew_leases"), fail())
         for failures in (1, 2):
             clock.advance(1.0)
-            await noticed(lambda: keeper.stats.renewals_failed == failures)  # noqa: B023
+            await until(lambda: keeper.stats.renewals_failed == failures, 10)  # noqa: B023
         clock.advance(0.4)
         await anyio.sleep(2 * GUARD_TICK_SECONDS)
         assert cut_off_at == []
 
         clock.advance(0.1)
-        await noticed(lambda: cut_off_at)
+        await until(lambda: bool(cut_off_at), 10)
         tg.cancel_scope.cancel()
     await store.aclose()
 
@@ -242,30 +237,25 @@ async def test_a_call_admitted_with_less_lease_left_than_the_others_is_cut_off_o
             await anyio.sleep_forever()
         cut_off_at[lease.run_id] = clock.monotonic()
 
-    async def noticed(check: Any) -> None:
-        with anyio.fail_after(10):
-            while not check():  # noqa: ASYNC110
-                await anyio.sleep(0.01)
-
     async with anyio.create_task_group() as tg:
         await tg.start(persister.run)
         await tg.start(keeper.run)
         tg.start_soon(call, far)
-        await noticed(lambda: keeper.calls_in_flight == 1)
+        await until(lambda: keeper.calls_in_flight == 1, 10)
         # The keeper has seen the far lease, and sleeps its longest tick.
         await anyio.sleep(2 * GUARD_TICK_SECONDS)
         tg.start_soon(call, near)
-        await noticed(lambda: keeper.calls_in_flight == 2)
+        await until(lambda: keeper.calls_in_flight == 2, 10)
 
         clock.advance(0.5)
         await anyio.sleep(2 * GUARD_TICK_SECONDS)
         assert cut_off_at == {}
         clock.advance(0.25)
-        await noticed(lambda: near.run_id in cut_off_at)
+        await until(lambda: near.run_id in cut_off_at, 10)
         assert keeper.calls_in_flight == 1
 
         clock.advance(1.75)
-        await noticed(lambda: far.run_id in cut_off_at)
+        await until(lambda: far.run_id in cut_off_at, 10)
         assert keeper.calls_in_flight == 0
         tg.cancel_scope.cancel()
     await store.aclose()
@@ -308,13 +298,9 @@ async def test_a_round_of_renewals_is_written_chunk_after_chunk_each_dated_from_
         await tg.start(keeper.run)
         for lease in leases:
             tg.start_soon(call, lease)
-        with anyio.fail_after(10):
-            while keeper.calls_in_flight < 5:  # noqa: ASYNC110
-                await anyio.sleep(0.01)
+        await until(lambda: keeper.calls_in_flight >= 5, 10)
         clock.advance(1.0)
-        with anyio.fail_after(10):
-            while keeper.stats.renewals < 5:  # noqa: ASYNC110
-                await anyio.sleep(0.01)
+        await until(lambda: keeper.stats.renewals >= 5, 10)
         tg.cancel_scope.cancel()
     await store.aclose()
 
