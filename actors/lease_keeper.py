@@ -142,12 +142,20 @@ class LeaseKeeper:
     def guarding(self, lease: Lease, scope: anyio.CancelScope) -> Iterator[None]:
         """While inside, ``lease`` is renewed with the others, and ``scope`` is
         cancelled if the lease is lost or is about to run out unrenewed."""
-        self._held[lease] = _Held(lease, scope)
-        self._next_due = min(self._next_due, lease.deadline - self.margin_seconds)
+        self.hold(lease, scope)
         try:
             yield
         finally:
-            self._held.pop(lease, None)
+            self.release(lease)
+
+    def hold(self, lease: Lease, scope: anyio.CancelScope) -> None:
+        """``guarding()`` without a generator, for a caller on every call's path: from
+        now until ``release(lease)``."""
+        self._held[lease] = _Held(lease, scope)
+        self._next_due = min(self._next_due, lease.deadline - self.margin_seconds)
+
+    def release(self, lease: Lease) -> None:
+        self._held.pop(lease, None)
 
     @property
     def calls_in_flight(self) -> int:

@@ -174,20 +174,26 @@ class RunActor:
         """Carry out the observations of a batch; returns its action."""
         for command in commands[:-1]:
             if isinstance(command, m.Log):
-                if command.traceback and self._raised is not None:
-                    try:
-                        raise self._raised
-                    except Exception:
-                        # The record carries the traceback for handlers that print it.
-                        self._log.exception(command.event, **dict(command.fields))
-                else:
-                    getattr(self._log, command.level)(command.event, **dict(command.fields))
+                # Most of a step's events are below the level logged: their fields
+                # are not even gathered.
+                if self._log.enabled_for(command.level):
+                    self._emit(command)
                 self._trace.observed(command)
             elif isinstance(command, m.Metric):
                 getattr(self._metrics, command.name)(*command.args)
             elif isinstance(command, m.CrashPoint):
                 crash_point(command.name)
         return commands[-1]
+
+    def _emit(self, command: m.Log) -> None:
+        if command.traceback and self._raised is not None:
+            try:
+                raise self._raised
+            except Exception:
+                # The record carries the traceback for handlers that print it.
+                self._log.exception(command.event, **dict(command.fields))
+        else:
+            getattr(self._log, command.level)(command.event, **dict(command.fields))
 
     async def _carry_out(self, action: m.Command) -> m.MachineEvent:
         if isinstance(action, m.Commit):
@@ -286,17 +292,21 @@ class RunActor:
         # The keeper renews from what this attempt's own commits made of the lease.
         lease.deadline = max(lease.deadline, self._machine.deadline)
         event: m.MachineEvent | None = None
+        keeper = self._keeper
         # One scope for both ends of a call: its timeout, and the keeper's cancel, which
         # marks the lease lost or cut off first and so tells the two apart.
         # The loop's clock is what anyio's deadlines are on under asyncio, and reading it
         # here spares a look-up of the running backend on every call.
         deadline = asyncio.get_running_loop().time() + timeout
         try:
-            with anyio.CancelScope(deadline=deadline) as guard, self._keeper.guarding(lease, guard):
+            with anyio.CancelScope(deadline=deadline) as guard:
+                keeper.hold(lease, guard)
                 try:
                     event = returned(await call())
                 except Exception as exc:
                     event = raised(exc)
+                finally:
+                    keeper.release(lease)
         finally:
             self._machine.feed(m.LeaseRenewed(lease.deadline, lease.cancel_requested))
         if event is not None:

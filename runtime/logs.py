@@ -121,6 +121,11 @@ class LeasewardLogger(structlog.stdlib.BoundLogger):
     # and info, off by default and called at every step, also check first thing: going
     # through structlog's method to get there costs several times more than the check.
 
+    def enabled_for(self, method_name: str) -> bool:
+        """Whether a call of ``method_name`` would be emitted: a caller that builds an
+        event's fields only for it asks first."""
+        return self._logger.isEnabledFor(_METHOD_LEVELS[method_name])
+
     def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
         if not self._logger.isEnabledFor(logging.DEBUG):
             return None

@@ -61,6 +61,14 @@ class Executor(Protocol):
 
     async def fetch_all(self, sql: str, params: Params | None = None) -> Sequence[Row]: ...
 
+    async def execute_each(self, sql: str, rows: Sequence[Params]) -> int:
+        """Run ``sql`` once for each of ``rows``; returns how many rows it changed in all.
+
+        For a dialect that binds rows one by one faster than it reads a set of them
+        from one parameter: its queries then give the one-row form of a set statement.
+        """
+        ...
+
     async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None: ...
 
     async def notify(self, channel: str) -> None:

@@ -113,6 +113,9 @@ class ItemWriter(StoreConcern):
         steps: _StepsByKey,
         now: float,
     ) -> None:
+        if "insert_step" in self._queries:
+            await self._insert_each(items, steps, now)
+            return
         rows = await self._executor.fetch_all(
             self._queries["insert_steps"],
             {
@@ -142,12 +145,50 @@ class ItemWriter(StoreConcern):
         )
         await self._check_unwritten(items, steps, rows, "is already recorded differently")
 
+    async def _insert_each(
+        self,
+        items: Sequence[BatchItem],
+        steps: _StepsByKey,
+        now: float,
+    ) -> None:
+        """``_insert_steps`` for a dialect that binds rows one by one faster (SQLite)."""
+        inserted = await self._executor.execute_each(
+            self._queries["insert_step"],
+            [
+                {
+                    "run_id": items[position].run_id,
+                    "seq": step.seq,
+                    "epoch": items[position].epoch,
+                    "kind": step.kind.value,
+                    "tool": step.tool,
+                    "call_id": step.call_id,
+                    "effect": None if step.effect is None else step.effect.value,
+                    "status": step.status.value,
+                    "idempotency_key": step.idempotency_key,
+                    "arguments_json": step.arguments_json,
+                    "output_json": step.output_json,
+                    "error": step.error,
+                    "started_at": step.started_at,
+                    "finished": step.status is not StepStatus.STARTED,
+                    "source_json": step.source_json,
+                    "now": now,
+                }
+                for position, step in steps.values()
+            ],
+        )
+        if inserted != len(steps):
+            # Which rows were there already is not told: each is compared with its row.
+            await self._check_unwritten(items, steps, (), "is already recorded differently")
+
     async def _settle_steps(
         self,
         items: Sequence[BatchItem],
         steps: _StepsByKey,
         now: float,
     ) -> None:
+        if "settle_step" in self._queries:
+            await self._settle_each(items, steps, now)
+            return
         rows = await self._executor.fetch_all(
             self._queries["settle_steps"],
             {
@@ -167,6 +208,32 @@ class ItemWriter(StoreConcern):
             },
         )
         await self._check_unwritten(items, steps, rows, "has no open intent")
+
+    async def _settle_each(
+        self,
+        items: Sequence[BatchItem],
+        steps: _StepsByKey,
+        now: float,
+    ) -> None:
+        """``_settle_steps`` for a dialect that binds rows one by one faster (SQLite)."""
+        settled = await self._executor.execute_each(
+            self._queries["settle_step"],
+            [
+                {
+                    "run_id": items[position].run_id,
+                    "seq": step.seq,
+                    "epoch": items[position].epoch,
+                    "status": step.status.value,
+                    "output_json": step.output_json,
+                    "error": step.error,
+                    "started": StepStatus.STARTED.value,
+                    "now": now,
+                }
+                for position, step in steps.values()
+            ],
+        )
+        if settled != len(steps):
+            await self._check_unwritten(items, steps, (), "has no open intent")
 
     async def _insert_requests(
         self, requests: Sequence[tuple[BatchItem, NewRequest]], now: float

@@ -23,6 +23,9 @@ class Queries:
         except KeyError:
             raise KeyError(f"no query {name!r} for {self.dialect}") from None
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
     def __iter__(self) -> Iterator[str]:
         """The names of the dialect's queries (to tell which one a statement runs)."""
         return iter(self._by_name)

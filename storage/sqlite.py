@@ -353,6 +353,14 @@ class SQLiteExecutor:
         except sqlite3.Error as exc:
             raise StoreError(_located(exc, self._options.path)) from exc
 
+    def _run_each_here(self, sql: str, rows: Sequence[Params]) -> int:
+        try:
+            return int(self._raw.executemany(sql, rows).rowcount)
+        except _DATA_ERRORS as exc:
+            raise StoreError(_describe(exc), data_error=True) from exc
+        except sqlite3.Error as exc:
+            raise StoreError(_located(exc, self._options.path)) from exc
+
     async def _rollback(self) -> None:
         # SQLite may already have rolled back on its own (disk full, I/O error).
         with contextlib.suppress(sqlite3.Error):
@@ -399,6 +407,15 @@ class SQLiteExecutor:
     async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
         rows = await self._run(sql, params)
         return rows[0] if rows else None
+
+    async def execute_each(self, sql: str, rows: Sequence[Params]) -> int:
+        """``executemany``: SQLite binds a batch's journal rows several times faster so
+        than it reads them from one JSON parameter, which each ``->>`` parses again."""
+        if _HERE.executor is self:
+            return self._run_each_here(sql, rows)
+        # A write: on the writing connection's thread, whose sqlite3 connection _raw is.
+        run_there: Callable[[Callable[[], int]], Awaitable[int]] = self._connection._execute
+        return await run_there(functools.partial(self._run_each_here, sql, rows))
 
     async def notify(self, channel: str) -> None:
         """Nothing to do: SQLite has no notifications; other processes poll."""

@@ -104,9 +104,14 @@ class Statement:
     transaction: Transaction | None
     intents: Mapping[tuple[str, int], str | None]
     answer: Sequence[Row] | None = None
+    each: Sequence[Params] = ()
+    """The rows of a statement run once for each (``execute_each``)."""
 
     def rows(self, parameter: str) -> list[Any]:
-        """The rows of a set parameter (JSON text, in every dialect)."""
+        """The rows of a set parameter (JSON text, in every dialect), or the rows of a
+        statement run once for each."""
+        if self.each:
+            return list(self.each)
         value = self.params.get(parameter)
         return json.loads(value) if isinstance(value, str) else []
 
@@ -125,7 +130,19 @@ class Statement:
                 )
                 for row in self.rows("steps")
             ]
-        if self.name == "settle_steps":
+        if self.name == "insert_step":
+            return [
+                StepRecord(
+                    row["run_id"],
+                    row["seq"],
+                    StepKind(row["kind"]),
+                    row["tool"],
+                    StepStatus(row["status"]),
+                    settles=False,
+                )
+                for row in self.each
+            ]
+        if self.name in ("settle_steps", "settle_step"):
             return [
                 StepRecord(
                     row["run_id"],
@@ -236,6 +253,17 @@ class FaultyExecutor:
         rows = await self._statement(sql, params, run)
         return rows[0] if rows else None
 
+    async def execute_each(self, sql: str, rows: Sequence[Params]) -> int:
+        changed = 0
+
+        async def run() -> Sequence[Row]:
+            nonlocal changed
+            changed = await self.inner.execute_each(sql, rows)
+            return []
+
+        await self._statement(sql, {}, run, each=rows)
+        return changed
+
     async def notify(self, channel: str) -> None:
         await self.inner.notify(channel)
 
@@ -246,11 +274,16 @@ class FaultyExecutor:
         await self.inner.aclose()
 
     async def _statement(
-        self, sql: str, params: Params | None, run: Callable[[], Awaitable[Sequence[Row]]]
+        self,
+        sql: str,
+        params: Params | None,
+        run: Callable[[], Awaitable[Sequence[Row]]],
+        *,
+        each: Sequence[Params] = (),
     ) -> Sequence[Row]:
         transaction = self._transaction.get()
         statement = Statement(
-            self._names.get(sql, ""), sql, params or {}, transaction, self._intents
+            self._names.get(sql, ""), sql, params or {}, transaction, self._intents, each=each
         )
         fired = [injection for injection in self._injections if injection.takes(statement)]
         for injection in fired:

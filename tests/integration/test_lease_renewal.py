@@ -53,7 +53,9 @@ def _lease_expires_at(db_path: Path, run_id: str) -> float:
 # of these is a lease renewal alone.
 _ITEM_WRITES = {
     "insert_steps": "steps",
+    "insert_step": "steps",
     "settle_steps": "steps",
+    "settle_step": "steps",
     "withdraw_steps": "steps",
     "insert_requests": "requests",
     "settle_runs": "settlements",

@@ -387,6 +387,54 @@ async def test_a_bad_step_fails_its_item_only(store: SQLStore, clock: StoreClock
     assert renewed.lease_expires_at == pytest.approx(clock.now() + 9.0)
 
 
+async def test_records_sent_again_are_stored_once_and_contradictions_refused(
+    store: SQLStore,
+) -> None:
+    """A batch sent again after its answer was lost finds its rows stored: no error, no
+    second row. A row that differs from the stored one under the same seq is refused,
+    and its item writes nothing, however many rows its batch holds beside it."""
+    runs = [await claimed(store) for _ in range(3)]
+    first = [
+        BatchItem(run.id, 1, steps=(provider_step(0, ASK), intent(1)), lease_seconds=5.0)
+        for run in runs
+    ]
+    assert await store.commit_batch(first) == [Stored()] * 3
+    journals = [await store.list_steps(run.id) for run in runs]
+
+    assert await store.commit_batch(first) == [Stored()] * 3
+    assert [await store.list_steps(run.id) for run in runs] == journals
+
+    other_intent = attrs.evolve(intent(1), arguments_json='{"amount":6}')
+    again, contradicted, settled = await store.commit_batch(
+        [
+            first[0],
+            BatchItem(runs[1].id, 1, steps=(other_intent,), lease_seconds=5.0),
+            BatchItem(runs[2].id, 1, steps=(outcome_of(intent(1)),), lease_seconds=5.0),
+        ]
+    )
+    assert again == Stored() and settled == Stored()
+    assert isinstance(contradicted, Refused) and contradicted.data_error
+    assert "already recorded differently" in contradicted.error
+    assert await store.list_steps(runs[1].id) == journals[1]
+    assert [s.status for s in await store.list_steps(runs[2].id)] == [
+        StepStatus.SUCCEEDED,
+        StepStatus.SUCCEEDED,
+    ]
+
+
+async def test_execute_each_counts_the_rows_its_statement_changed(store: SQLStore) -> None:
+    executor = store._executor
+    async with executor.transaction():
+        await executor.execute("CREATE TEMPORARY TABLE each_rows (n INTEGER PRIMARY KEY)")
+        sql = "INSERT INTO each_rows (n) VALUES (:n) ON CONFLICT (n) DO NOTHING"
+        assert await executor.execute_each(sql, [{"n": 1}, {"n": 2}, {"n": 3}]) == 3
+        assert await executor.execute_each(sql, [{"n": 3}, {"n": 4}]) == 1
+        assert await executor.execute_each(sql, []) == 0
+        rows = await executor.fetch_all("SELECT n FROM each_rows ORDER BY n")
+        await executor.execute("DROP TABLE each_rows")
+    assert [row["n"] for row in rows] == [1, 2, 3, 4]
+
+
 # -- reaping ----------------------------------------------------------------------------
 
 

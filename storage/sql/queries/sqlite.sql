@@ -66,39 +66,30 @@ FROM (
 WHERE runs.id = wanted.run_id AND runs.epoch = wanted.epoch AND +runs.state = :source
 RETURNING runs.id AS run_id, runs.epoch AS epoch, runs.cancel_requested;
 
--- name: insert_steps
--- Every new journal row of a batch. :steps is a JSON array of arrays, each
--- [run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,
--- arguments_json, output_json, error, started_at, finished, source_json] (positions, not keys:
--- this is the statement that carries every row). A record sent again after its
--- commit's answer was lost is already here and is not returned: the domain
--- operation compares it with the stored row. ("WHERE true" tells SQLite's
--- parser that ON CONFLICT belongs to the INSERT, not to a join.)
+-- name: insert_step
+-- One new journal row, run once for each row of a batch (executemany): SQLite binds
+-- them several times faster than it reads them from one JSON set, where each ->> of
+-- a row parses it again. A record sent again after its commit's answer was lost is
+-- already here and is not inserted: the domain operation, seeing fewer rows changed
+-- than sent, compares each row of the batch with the stored one.
 INSERT INTO steps (
     run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,
     arguments_json, output_json, error, started_at, finished_at, source_json
 )
-SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5,
-       value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 11,
-       COALESCE(value ->> 12, :now), CASE WHEN value ->> 13 THEN :now END, value ->> 14
-FROM json_each(:steps) WHERE true
-ON CONFLICT (run_id, seq) DO NOTHING
-RETURNING run_id, seq;
+VALUES (
+    :run_id, :seq, :epoch, :kind, :tool, :call_id, :effect, :status, :idempotency_key,
+    :arguments_json, :output_json, :error, COALESCE(:started_at, :now),
+    CASE WHEN :finished THEN :now END, :source_json
+)
+ON CONFLICT (run_id, seq) DO NOTHING;
 
--- name: settle_steps
--- The outcomes of open intents; one whose intent is not open is not returned.
+-- name: settle_step
+-- The outcome of one open intent, run once for each of a batch's (executemany, as
+-- insert_step). One whose intent is not open changes nothing: the domain operation,
+-- seeing fewer rows changed than sent, compares each of the batch with its row.
 UPDATE steps
-SET status = outcome.status, output_json = outcome.output_json, error = outcome.error,
-    finished_at = :now
-FROM (
-    SELECT value ->> 'run_id' AS run_id, value ->> 'seq' AS seq, value ->> 'epoch' AS epoch,
-           value ->> 'status' AS status, value ->> 'output_json' AS output_json,
-           value ->> 'error' AS error
-    FROM json_each(:steps)
-) AS outcome
-WHERE steps.run_id = outcome.run_id AND steps.seq = outcome.seq
-  AND steps.epoch = outcome.epoch AND steps.status = :started
-RETURNING steps.run_id, steps.seq;
+SET status = :status, output_json = :output_json, error = :error, finished_at = :now
+WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started;
 
 -- name: get_step
 SELECT * FROM steps WHERE run_id = :run_id AND seq = :seq;
