@@ -63,4 +63,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "trace_context"),
     Migration(11, "step_sources"),
     Migration(12, "hot_renewals"),
+    Migration(13, "journal_rowid"),
 )

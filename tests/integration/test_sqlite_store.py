@@ -91,6 +91,64 @@ async def test_a_new_file_gets_every_schema_version_from_1(db_url: str, clock: M
     assert {"runs", "steps", "schema_migrations"} <= tables
 
 
+async def test_a_journal_from_before_version_13_is_kept_row_for_row_in_a_rowid_table(
+    db_url: str, clock: ManualClock
+) -> None:
+    connection = raw(db_url)
+    try:
+        connection.execute("PRAGMA foreign_keys = ON")
+        connection.execute("BEGIN")
+        connection.execute(QUERIES["create_migrations_table"])
+        for migration in MIGRATIONS:
+            if migration.version < 13:
+                for statement in migration.statements("sqlite"):
+                    connection.execute(statement)
+                connection.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, 0)",
+                    (migration.version, migration.name),
+                )
+        connection.execute(
+            "INSERT INTO runs (id, agent, mode, state, input_json, epoch, requeues,"
+            " available_at, cancel_requested, created_at, updated_at)"
+            " VALUES ('r1', 'a', 'queued', 'running', '{}', 1, 0, 0, 0, 0, 0)"
+        )
+        connection.executemany(
+            "INSERT INTO steps (run_id, seq, epoch, kind, tool, call_id, effect, status,"
+            " arguments_json, output_json, started_at, finished_at, source_json)"
+            " VALUES ('r1', ?, 1, 'tool', 'charge', ?, 'non_idempotent_write', ?,"
+            ' \'{"amount":5}\', ?, 1.5, ?, \'{"kind":"function"}\')',
+            [(0, "c0", "succeeded", '{"ok":true}', 2.5), (1, "c1", "started", None, None)],
+        )
+        connection.execute("COMMIT")
+        (without_rowid,) = connection.execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'steps'"
+        ).fetchone()
+        before = connection.execute("SELECT * FROM steps ORDER BY seq").fetchall()
+    finally:
+        connection.close()
+    assert "WITHOUT ROWID" in without_rowid
+
+    store = await open_store(db_url, clock=clock)
+    try:
+        assert await store.migrate() == MIGRATIONS[-1].version
+        steps = await store.list_steps("r1")
+    finally:
+        await store.aclose()
+    connection = raw(db_url)
+    try:
+        (with_rowid,) = connection.execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'steps'"
+        ).fetchone()
+        after = connection.execute("SELECT * FROM steps ORDER BY seq").fetchall()
+        (rowid,) = connection.execute("SELECT rowid FROM steps WHERE seq = 1").fetchone()
+    finally:
+        connection.close()
+    assert "WITHOUT ROWID" not in with_rowid
+    assert after == before
+    assert rowid == 2
+    assert [(step.seq, step.status.value) for step in steps] == [(0, "succeeded"), (1, "started")]
+
+
 async def test_opening_again_applies_nothing_twice(db_url: str, clock: ManualClock) -> None:
     first = await open_store(db_url, clock=clock)
     await first.create_run(new_run())
@@ -319,7 +377,9 @@ async def test_the_purge_reads_the_partial_finished_index_and_deletes_by_key(
     delete = plan(db_url, QUERIES["purge_runs"], {**params, "ids": json.dumps(["r1"])})
     assert any("USING INDEX sqlite_autoindex_runs_1 (id=?)" in d for d in delete), delete
     steps = plan(db_url, QUERIES["purge_steps"], {"ids": json.dumps(["r1"])})
-    assert any("USING PRIMARY KEY (run_id=?)" in d for d in steps), steps
+    assert any("USING COVERING INDEX sqlite_autoindex_steps_1 (run_id=?)" in d for d in steps), (
+        steps
+    )
 
 
 async def test_the_purge_and_forget_keys_find_keys_by_index(store: SQLStore, db_url: str) -> None:

@@ -1,0 +1,2 @@
+-- SQLite only. A PostgreSQL table keeps its rows in the heap and its primary key in
+-- an index already, which is what SQLite's journal becomes here.
