@@ -122,6 +122,7 @@ class RunActor:
         try:
             with anyio.CancelScope() as self._scope:
                 self._see_drain()
+                self._see_observers()
                 await self._drive(self._machine.start())
         except anyio.get_cancelled_exc_class():
             if not self._machine.stopped:
@@ -161,10 +162,15 @@ class RunActor:
                 return
             event = await self._carry_out(action)
             self._see_drain()
+            self._see_observers()
             commands = self._machine.feed(event)
             if self._scope is not None:
                 # G13: a call with a durable intent is shielded; only cut_off() stops it.
                 self._scope.shield = self._machine.protecting is not None and not self._cut_off
+
+    def _see_observers(self) -> None:
+        # Asked at every event: a level may be lowered while the run goes on.
+        self._machine.observing = self._trace.recording or self._log.enabled_for("info")
 
     def _see_drain(self) -> None:
         if self._draining is not None and self._draining.is_set():

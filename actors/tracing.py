@@ -181,6 +181,11 @@ class RunTrace:
                     )
         self._attempt.end()
 
+    @property
+    def recording(self) -> bool:
+        """Whether this attempt's span records: what the run's observations feed."""
+        return self._recording
+
     def observed(self, log: m.Log) -> None:
         """A log observation of the run machine."""
         if not self._recording:

@@ -68,6 +68,49 @@ class StepWrite:
     source_json: str | None = None
     """``StepInfo.source`` as JSON text."""
 
+    # The two copies a call's record goes through on every call, made field by field:
+    # attrs.evolve looks up every field each time.
+    def began(self, started_at: float) -> StepWrite:
+        """This record, noting when its call began."""
+        return StepWrite(
+            seq=self.seq,
+            kind=self.kind,
+            status=self.status,
+            tool=self.tool,
+            call_id=self.call_id,
+            effect=self.effect,
+            idempotency_key=self.idempotency_key,
+            arguments_json=self.arguments_json,
+            output_json=self.output_json,
+            error=self.error,
+            settles=self.settles,
+            withdraws=self.withdraws,
+            started_at=started_at,
+            source_json=self.source_json,
+        )
+
+    def ended(
+        self, status: StepStatus, output_json: str | None, error: str | None, *, settles: bool
+    ) -> StepWrite:
+        """This call's record once it returned: the row of a call without an intent, or
+        (``settles``) the outcome that settles its intent."""
+        return StepWrite(
+            seq=self.seq,
+            kind=self.kind,
+            status=status,
+            tool=self.tool,
+            call_id=self.call_id,
+            effect=self.effect,
+            idempotency_key=self.idempotency_key,
+            arguments_json=self.arguments_json,
+            output_json=output_json,
+            error=error,
+            settles=settles,
+            withdraws=self.withdraws,
+            started_at=self.started_at,
+            source_json=self.source_json,
+        )
+
     def stored_in(self, row: StepInfo | None, epoch: int) -> bool:
         """Whether ``row`` (the journal's row at this ``seq``, or None) shows this change made
         under ``epoch``: how a writer whose commit went unanswered learns what it holds, and

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import attrs
-
 from leaseward.runtime.lifecycle import Event
 from leaseward.runtime.machine.commands import AskProvider, CallTool, Command, Log
 from leaseward.runtime.machine.core import MachineCore
@@ -68,8 +66,14 @@ class AdmissionSteps(MachineCore):
             self.protecting = WriteRef(call.pending.call.name, call.pending.call.call_id)
         elif not call.needs_intent:
             # A read has no intent row, so its record carries when the call began.
-            base = attrs.evolve(base, started_at=wall)
-        turn = attrs.evolve(call, base=base)
+            base = base.began(wall)
+        turn = ToolTurn(
+            call.pending,
+            base,
+            needs_intent=call.needs_intent,
+            timeout_seconds=call.timeout_seconds,
+            tool_effect=call.tool_effect,
+        )
         self.phase = Calling(turn)
         pending_call = call.pending.call
         return (

@@ -147,7 +147,8 @@ class CommittingSteps(MachineCore):
                 self.deadline = max(self.deadline, sent_at + self.lease_seconds)
                 self.cancel_requested = self.cancel_requested or outcome.cancel_requested
                 self.in_doubt = False
-                observed.append(Log.of("debug", "lease.renewed", seconds=self.lease_seconds))
+                if self.observing:
+                    observed.append(Log.of("debug", "lease.renewed", seconds=self.lease_seconds))
                 observed.append(Metric("lease_renewed"))
             if sending.first_try is None:
                 self.buffer = self.buffer.stored()
@@ -167,18 +168,19 @@ class CommittingSteps(MachineCore):
     def _recorded(self, steps: Sequence[StepWrite]) -> tuple[Log | Metric, ...]:
         observed: list[Log | Metric] = []
         for step in steps:
-            observed.append(
-                Log.of(
-                    "info",
-                    "step.recorded",
-                    seq=step.seq,
-                    kind=step.kind.value,
-                    tool=step.tool,
-                    call_id=step.call_id,
-                    effect=None if step.effect is None else step.effect.value,
-                    status=step.status.value,
+            if self.observing:
+                observed.append(
+                    Log.of(
+                        "info",
+                        "step.recorded",
+                        seq=step.seq,
+                        kind=step.kind.value,
+                        tool=step.tool,
+                        call_id=step.call_id,
+                        effect=None if step.effect is None else step.effect.value,
+                        status=step.status.value,
+                    )
                 )
-            )
             observed.append(Metric("step_recorded", (step.kind, step.effect)))
             if (
                 step.kind is StepKind.PROVIDER

@@ -94,6 +94,9 @@ class MachineCore(abc.ABC):
     later attempt takes a call that never started for one that may have run."""
     protecting: WriteRef | None = None
     """The write in flight that only a cut-off may interrupt."""
+    observing: bool = True
+    """Whether every step's routine observations (its info and debug logs) are made:
+    the actor turns them off while neither a log handler nor a trace would take them."""
 
     # -- value semantics -------------------------------------------------------------
 

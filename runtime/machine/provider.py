@@ -57,16 +57,20 @@ class ProviderSteps(MachineCore):
         seq = self._take_seq()
         reply = normalize_reply(reply, seq)
         usage = reply.usage
-        observed = Log.of(
-            "info",
-            "provider.replied",
-            seq=seq,
-            model=reply.model,
-            input_tokens=None if usage is None else usage.input_tokens,
-            output_tokens=None if usage is None else usage.output_tokens,
-            latency_ms=event.latency_ms,
-            stop_reason=reply.stop_reason,
-        )
+        observed: tuple[Command, ...] = ()
+        if self.observing:
+            observed = (
+                Log.of(
+                    "info",
+                    "provider.replied",
+                    seq=seq,
+                    model=reply.model,
+                    input_tokens=None if usage is None else usage.input_tokens,
+                    output_tokens=None if usage is None else usage.output_tokens,
+                    latency_ms=event.latency_ms,
+                    stop_reason=reply.stop_reason,
+                ),
+            )
         step = StepWrite(
             seq=seq,
             kind=StepKind.PROVIDER,
@@ -88,4 +92,4 @@ class ProviderSteps(MachineCore):
         # result, the write's intent, the park or the settlement) and goes to the
         # journal in that one commit: a crash before it costs the turn, asked again.
         self.buffer = self.buffer.keep(step)
-        return (observed, *self._next())
+        return (*observed, *self._next())

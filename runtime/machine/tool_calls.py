@@ -238,10 +238,9 @@ class ToolCallSteps(MachineCore):
         assert bound is not None, "only known tools are called"
         encoded = bound.encode_result(output, returned=status is StepStatus.SUCCEEDED)
         self._say(tool_message(call, encoded.value, is_error=status is StepStatus.FAILED))
-        outcome = attrs.evolve(turn.base, status=status, output_json=encoded.text, error=error)
+        outcome = turn.base.ended(status, encoded.text, error, settles=turn.needs_intent)
         if turn.needs_intent:
-            settled = attrs.evolve(outcome, settles=True)
-            return self._send(Outcome(settled), (settled,))
+            return self._send(Outcome(outcome), (outcome,))
         return self._send(Soft(), (outcome,))
 
     def _record_raised(self, turn: ToolTurn, words: str, error: Exception) -> tuple[Command, ...]:
