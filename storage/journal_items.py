@@ -47,7 +47,8 @@ class ItemWriter(StoreConcern):
     """The items of one batch, with one statement per kind of change."""
 
     async def write_items(self, items: Sequence[BatchItem], now: float) -> list[CommitOutcome]:
-        """Write the items with one statement per kind of change, whatever their number.
+        """Write the items with one statement per kind of change, whatever their number
+        (a dialect's one-row form of a statement is run once for each row).
 
         The fence comes first: an item whose run is no longer ``running`` under its
         epoch writes nothing. Raises ItemRefused for an item that cannot be
