@@ -1,8 +1,8 @@
 -- The journal as a rowid table, its key in an index of its own. WITHOUT ROWID keeps
 -- each row inside the primary key's B-tree, which suits small rows; a journal row
 -- holds a call's arguments and result, and there every insert and every outcome
--- moved several times the bytes a rowid table moves (about a third of a batch's
--- time on SQLite's side). The rows are copied as they are.
+-- moved the whole row within that tree: 100 journal-shaped rows inserted at a time
+-- took about a third less CPU in a rowid table. The rows are copied as they are.
 CREATE TABLE steps_by_rowid (
     run_id TEXT NOT NULL REFERENCES runs (id),
     seq INTEGER NOT NULL CHECK (seq >= 0),

@@ -68,8 +68,8 @@ RETURNING runs.id AS run_id, runs.epoch AS epoch, runs.cancel_requested;
 
 -- name: insert_step
 -- One new journal row, run once for each row of a batch (executemany): SQLite binds
--- them several times faster than it reads them from one JSON set, where each ->> of
--- a row parses it again. A record sent again after its commit's answer was lost is
+-- them in little more than half the time it takes to read them from one JSON set,
+-- where each ->> of a row parses it again. A record sent again after its commit's answer was lost is
 -- already here and is not inserted: the domain operation, seeing fewer rows changed
 -- than sent, compares each row of the batch with the stored one.
 INSERT INTO steps (
