@@ -72,28 +72,23 @@ class StepWrite:
     # attrs.evolve looks up every field each time.
     def began(self, started_at: float) -> StepWrite:
         """This record, noting when its call began."""
-        return StepWrite(
-            seq=self.seq,
-            kind=self.kind,
-            status=self.status,
-            tool=self.tool,
-            call_id=self.call_id,
-            effect=self.effect,
-            idempotency_key=self.idempotency_key,
-            arguments_json=self.arguments_json,
-            output_json=self.output_json,
-            error=self.error,
-            settles=self.settles,
-            withdraws=self.withdraws,
-            started_at=started_at,
-            source_json=self.source_json,
-        )
+        return self._copy(self.status, self.output_json, self.error, self.settles, started_at)
 
     def ended(
         self, status: StepStatus, output_json: str | None, error: str | None, *, settles: bool
     ) -> StepWrite:
         """This call's record once it returned: the row of a call without an intent, or
         (``settles``) the outcome that settles its intent."""
+        return self._copy(status, output_json, error, settles, self.started_at)
+
+    def _copy(
+        self,
+        status: StepStatus,
+        output_json: str | None,
+        error: str | None,
+        settles: bool,
+        started_at: float | None,
+    ) -> StepWrite:
         return StepWrite(
             seq=self.seq,
             kind=self.kind,
@@ -107,7 +102,7 @@ class StepWrite:
             error=error,
             settles=settles,
             withdraws=self.withdraws,
-            started_at=self.started_at,
+            started_at=started_at,
             source_json=self.source_json,
         )
 

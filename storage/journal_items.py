@@ -153,8 +153,8 @@ class ItemWriter(StoreConcern):
         now: float,
     ) -> None:
         """``_insert_steps`` for a dialect that binds rows one by one faster (SQLite)."""
-        inserted = await self._executor.execute_each(
-            self._queries["insert_step"],
+        await self._write_each(
+            "insert_step",
             [
                 {
                     "run_id": items[position].run_id,
@@ -176,10 +176,10 @@ class ItemWriter(StoreConcern):
                 }
                 for position, step in steps.values()
             ],
+            items,
+            steps,
+            "is already recorded differently",
         )
-        if inserted != len(steps):
-            # Which rows were there already is not told: each is compared with its row.
-            await self._check_unwritten(items, steps, (), "is already recorded differently")
 
     async def _settle_steps(
         self,
@@ -217,8 +217,8 @@ class ItemWriter(StoreConcern):
         now: float,
     ) -> None:
         """``_settle_steps`` for a dialect that binds rows one by one faster (SQLite)."""
-        settled = await self._executor.execute_each(
-            self._queries["settle_step"],
+        await self._write_each(
+            "settle_step",
             [
                 {
                     "run_id": items[position].run_id,
@@ -232,9 +232,24 @@ class ItemWriter(StoreConcern):
                 }
                 for position, step in steps.values()
             ],
+            items,
+            steps,
+            "has no open intent",
         )
-        if settled != len(steps):
-            await self._check_unwritten(items, steps, (), "has no open intent")
+
+    async def _write_each(
+        self,
+        query: str,
+        rows: Sequence[Mapping[str, object]],
+        items: Sequence[BatchItem],
+        steps: _StepsByKey,
+        problem: str,
+    ) -> None:
+        """Run a one-row statement for each of ``rows``, one per step of ``steps``."""
+        changed = await self._executor.execute_each(self._queries[query], rows)
+        if changed != len(steps):
+            # Which rows changed nothing is not told: each step is compared with its row.
+            await self._check_unwritten(items, steps, (), problem)
 
     async def _insert_requests(
         self, requests: Sequence[tuple[BatchItem, NewRequest]], now: float
