@@ -57,27 +57,14 @@ class Mailbox(Generic[T]):
         return self._messages.popleft() if self._messages else None
 
 
-class Reply(Generic[T]):
-    """A one-shot channel for the answer to a request: the first answer is kept."""
+class Reply(asyncio.Future[T]):
+    """A one-shot channel for the answer to a request: the first answer is kept.
 
-    __slots__ = ("_answered", "_value", "_waiter")
-    _value: T
-
-    def __init__(self) -> None:
-        self._answered = False
-        self._waiter: asyncio.Future[None] | None = None
+    The future itself, awaited by the asker: no object or coroutine of its own on
+    the step's path. An asker that is gone (cancelled, so this future is too) simply
+    never reads the answer.
+    """
 
     def answer(self, value: T) -> None:
-        if self._answered:
-            return
-        self._answered, self._value = True, value
-        # An asker that is gone (cancelled, so its future is too) simply never reads it.
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def wait(self) -> T:
-        if not self._answered:
-            self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
-        return self._value
+        if not self.done():
+            self.set_result(value)

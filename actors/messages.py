@@ -3,7 +3,8 @@
 Every message to the Persister is a write request, one class per kind, all on one
 protocol (WriteRequest): the requests it holds for the store's batch, and the answer
 its asker gets from the batch's results, or when the batch's transaction failed
-as a whole. The Persister itself knows no kind.
+as a whole. The Persister knows one kind only, the commonest: a batch of Persist
+requests alone it joins and answers item by item.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 import anyio
 import anyio.lowlevel
@@ -79,37 +79,39 @@ class Persister:
 
     # -- requests ---------------------------------------------------------------------
 
-    async def persist(self, item: BatchItem) -> CommitOutcome:
+    def persist(self, item: BatchItem) -> Awaitable[CommitOutcome]:
+        """Send ``item`` to the next batch; await the answer. Not a coroutine: the
+        commonest request of all goes out as it is made, with no frame of its own."""
         reply: Reply[CommitOutcome] = Reply()
         self.mailbox.send_nowait(Persist(item, reply))
-        return await reply.wait()
+        return reply
 
     async def renew(self, items: Sequence[BatchItem]) -> tuple[CommitOutcome, ...]:
         reply: Reply[tuple[CommitOutcome, ...]] = Reply()
         # Ahead of the queue: a renewal that waits behind a flood of other writes (a
         # hundred thousand runs parking) lets leases run out under calls that are alive.
         self.mailbox.send_first(Renew(tuple(items), reply))
-        return await reply.wait()
+        return await reply
 
     async def submit(self, runs: Sequence[NewRun]) -> tuple[RunRecord | LeasewardError, ...]:
         reply: Reply[tuple[RunRecord | LeasewardError, ...]] = Reply()
         self.mailbox.send_nowait(Submit(tuple(runs), reply))
-        return await reply.wait()
+        return await reply
 
     async def claim(self, request: ClaimRequest) -> tuple[RunRecord, ...]:
         reply: Reply[tuple[RunRecord, ...] | LeasewardError] = Reply()
         self.mailbox.send_nowait(Claim(request, reply))
-        return unwrap(await reply.wait())
+        return unwrap(await reply)
 
     async def cancel(self, run_id: str) -> CancelOutcome:
         reply: Reply[CancelOutcome | LeasewardError] = Reply()
         self.mailbox.send_nowait(Cancel(run_id, reply))
-        return unwrap(await reply.wait())
+        return unwrap(await reply)
 
     async def reap(self, reaps: Sequence[Reap]) -> tuple[bool | LeasewardError, ...]:
         reply: Reply[tuple[bool | LeasewardError, ...]] = Reply()
         self.mailbox.send_nowait(ReapRuns(tuple(reaps), reply))
-        return await reply.wait()
+        return await reply
 
     # -- the actor: drain, commit, answer ---------------------------------------------
 
@@ -136,8 +138,15 @@ class Persister:
 
     async def _commit(self, batch: list[PersisterMessage]) -> None:
         started = time.perf_counter()
-        parts = [request.writes for request in batch]
-        writes = WriteBatch.joined(parts)
+        # Most batches are runs' journal items alone: those are joined and answered
+        # item by item, without a batch and a share of the results per request.
+        journal = [request for request in batch if type(request) is Persist]
+        parts: list[WriteBatch] = []
+        if len(journal) == len(batch):
+            writes = WriteBatch(items=tuple(request.item for request in journal))
+        else:
+            parts = [request.writes for request in batch]
+            writes = WriteBatch.joined(parts)
         try:
             results = await self._store.commit(writes)
         except LeasewardError as exc:
@@ -166,8 +175,12 @@ class Persister:
         self._metrics.batch_committed(size, elapsed)
         log.debug("persister.committed", items=size, seconds=round(elapsed, 6))
         try:
-            for request, share in zip(batch, results.shares(parts), strict=True):
-                request.answer(share)
+            if parts:
+                for request, share in zip(batch, results.shares(parts), strict=True):
+                    request.answer(share)
+            else:
+                for persist, outcome in zip(journal, results.items, strict=True):
+                    persist.reply.answer(outcome)
         except BaseException:
             # The batch is committed, but results that do not match its requests are
             # a store's bug: whoever was not answered yet cannot know what was stored.

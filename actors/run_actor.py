@@ -205,9 +205,11 @@ class RunActor:
         if isinstance(action, m.Commit):
             return await self._commit(action)
         if isinstance(action, m.CheckAdmission):
-            # A stop that came while the intent was on its way takes effect here,
-            # before the call starts: the intent is withdrawn.
-            await anyio.lowlevel.checkpoint_if_cancelled()
+            if self._machine.unstarted_intent is not None:
+                # A stop that came while the intent was on its way (its commit is
+                # shielded) takes effect here, before the call starts: the intent is
+                # withdrawn. Any other stop met the await it came during.
+                await anyio.lowlevel.checkpoint_if_cancelled()
             return m.AdmissionCheck(now=self._clock.monotonic(), wall=self._clock.now())
         if isinstance(action, m.AskProvider):
             request, began = action.request, self._clock.monotonic()
@@ -270,9 +272,8 @@ class RunActor:
             log=self._log.bind(tool=action.tool, call_id=action.call_id),
             lease_remaining=lambda: self._lease.remaining(self._clock.monotonic()),
         )
-        arguments = dict(action.arguments)
         return await self._guarded(
-            lambda: bound.implementation(ctx, **arguments),
+            lambda: bound.implementation(ctx, action.arguments),
             action.timeout_seconds,
             m.ToolReturned,
             self._tool_failed,

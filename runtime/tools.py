@@ -229,8 +229,9 @@ class BoundTool:
     arguments: ToolArguments
     timeout_seconds: float
     effect: ToolEffect
-    implementation: Callable[..., Awaitable[Any]]
-    """Called as ``implementation(ctx, **arguments)`` with the arguments the model sent."""
+    implementation: Callable[[ToolContext, Mapping[str, Any]], Awaitable[Any]]
+    """Called as ``implementation(ctx, checked)`` with the keyword arguments that
+    ``arguments.parse`` made of what the model sent: a call's arguments are checked once."""
     requires_approval: bool | ApprovalPolicy = False
     approval_timeout_seconds: float | None = None
     asks_human: bool = False
@@ -262,10 +263,14 @@ class BoundTool:
             return True
 
 
-async def _call_checked(
-    candidate: Tool, arguments: ToolArguments, ctx: ToolContext, /, **given: Any
-) -> Any:
-    return await candidate(ctx, **arguments.parse(given))
+async def _call_function(tool: FunctionTool, ctx: ToolContext, checked: Mapping[str, Any]) -> Any:
+    if tool.takes_context:
+        return await tool.function(ctx, **checked)
+    return await tool.function(**checked)
+
+
+async def _call_tool(candidate: Tool, ctx: ToolContext, checked: Mapping[str, Any]) -> Any:
+    return await candidate(ctx, **checked)
 
 
 def bind_tool(candidate: Any) -> BoundTool:
@@ -283,17 +288,17 @@ def bind_tool(candidate: Any) -> BoundTool:
         getattr(candidate, "requires_approval", False),
         getattr(candidate, "approval_timeout_seconds", None),
     )
-    implementation: Callable[..., Awaitable[Any]]
+    implementation: Callable[[ToolContext, Mapping[str, Any]], Awaitable[Any]]
     if isinstance(candidate, FunctionTool):
         arguments = candidate.arguments
-        implementation = candidate
+        implementation = functools.partial(_call_function, candidate)
         returns: Callable[..., Any] = candidate.function
     else:
         returns = type(candidate).__call__
         arguments = schema_arguments(candidate.parameters)
         # The tool gets the arguments as they were checked: a null that a model in strict
         # mode sent for a property it left out is dropped, as for a function tool.
-        implementation = functools.partial(_call_checked, candidate, arguments)
+        implementation = functools.partial(_call_tool, candidate)
     return BoundTool(
         name=name,
         description=str(description),

@@ -70,6 +70,7 @@ class AdmissionSteps(MachineCore):
         turn = ToolTurn(
             call.pending,
             base,
+            call.arguments,
             needs_intent=call.needs_intent,
             timeout_seconds=call.timeout_seconds,
             tool_effect=call.tool_effect,
@@ -80,7 +81,7 @@ class AdmissionSteps(MachineCore):
             CallTool(
                 tool=pending_call.name,
                 call_id=pending_call.call_id,
-                arguments=pending_call.arguments,
+                arguments=call.arguments,
                 idempotency_key=call.pending.idempotency_key,
                 effect=call.tool_effect,
                 timeout_seconds=call.timeout_seconds,

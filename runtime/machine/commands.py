@@ -126,6 +126,7 @@ class CallTool:
     tool: str
     call_id: str
     arguments: Mapping[str, Any]
+    """The keyword arguments the tool is called with, checked against its schema."""
     idempotency_key: str
     effect: ToolEffect
     timeout_seconds: float

@@ -39,9 +39,9 @@ from leaseward.runtime.tools import BoundTool
 
 __all__ = ["CheckedArguments", "MachineCore"]
 
-CheckedArguments = tuple[str | None, str | None]
-"""A call's arguments as JSON text (None if they have none), and why they are refused
-(None if they are not)."""
+CheckedArguments = tuple[str | None, str | None, Mapping[str, Any]]
+"""A call's arguments as JSON text (None if they have none), why they are refused (None
+if they are not), and the keyword arguments the tool is called with (empty if refused)."""
 
 
 def _frozen(value: Any) -> Any:
@@ -168,7 +168,8 @@ class MachineCore(abc.ABC):
 
     @abc.abstractmethod
     def _check_arguments(self, bound: BoundTool | None, call: ToolCall) -> CheckedArguments:
-        """The arguments' JSON text and why they are refused, if so (tool calls)."""
+        """The arguments' JSON text, why they are refused, if so, and the tool's keyword
+        arguments (tool calls)."""
 
     @abc.abstractmethod
     def _send(

@@ -3,6 +3,9 @@ commit in flight is for."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import attrs
 
 from leaseward.runtime.commits import CommitOutcome, Unanswered
@@ -44,6 +47,8 @@ class ProviderTurn:
 class ToolTurn:
     pending: PendingCall
     base: StepWrite
+    arguments: Mapping[str, Any]
+    """The keyword arguments the tool is called with, as the check of the call made them."""
     needs_intent: bool
     timeout_seconds: float
     tool_effect: ToolEffect

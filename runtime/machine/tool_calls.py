@@ -71,7 +71,7 @@ class ToolCallSteps(MachineCore):
             )
         bound = self.agent.tools.get(call.name)
         effect = self.agent.effects.effect_for(call.name)
-        arguments_json, rejection = (
+        arguments_json, rejection, checked_arguments = (
             checked if checked is not None else self._check_arguments(bound, call)
         )
         base = StepWrite(
@@ -101,6 +101,7 @@ class ToolCallSteps(MachineCore):
         turn = ToolTurn(
             pending,
             base,
+            arguments=checked_arguments,
             needs_intent=effect.is_write or approved_now,
             timeout_seconds=bound.timeout_seconds,
             tool_effect=bound.effect,
@@ -159,7 +160,9 @@ class ToolCallSteps(MachineCore):
         return self._send(Soft(after=used), (step,))
 
     def _check_arguments(self, bound: BoundTool | None, call: ToolCall) -> CheckedArguments:
-        """The arguments' JSON text (None if they have none) and why they are refused, if so.
+        """The arguments' JSON text (None if they have none), why they are refused, and
+        the keyword arguments the tool is called with: checked once, here, before any
+        intent is recorded.
 
         Arguments the model sent as text that is not a JSON object are journaled
         as that text, a JSON string.
@@ -172,17 +175,17 @@ class ToolCallSteps(MachineCore):
                 arguments, what=f"the arguments of {name}", limit=MAX_ARGUMENTS_BYTES
             )
         except InvalidInput as exc:
-            return None, exc.message
+            return None, exc.message, {}
         if unreadable is not None:
-            return arguments_json, f"the arguments of {name} could not be read: {unreadable}"
+            return arguments_json, f"the arguments of {name} could not be read: {unreadable}", {}
         if bound is None:
             known = ", ".join(sorted(t.name for t in self.agent.tools)) or "none"
-            return arguments_json, f"unknown tool {name!r} (available: {known})"
+            return arguments_json, f"unknown tool {name!r} (available: {known})", {}
         try:
-            bound.arguments.parse(arguments)
+            checked = bound.arguments.parse(arguments)
         except InvalidInput as exc:
-            return arguments_json, f"invalid arguments for {name}: {exc.message}"
-        return arguments_json, None
+            return arguments_json, f"invalid arguments for {name}: {exc.message}", {}
+        return arguments_json, None, checked
 
     def _tool_event(self, turn: ToolTurn, event: MachineEvent) -> tuple[Command, ...]:
         call = turn.pending.call

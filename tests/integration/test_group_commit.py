@@ -336,7 +336,7 @@ async def test_one_batch_of_every_kind_of_request_answers_each_asker_its_own_sha
         async with anyio.create_task_group() as actors:
             actors.start_soon(persister.run)
             with anyio.fail_after(10):
-                answers = [await request.reply.wait() for request in requests]
+                answers = [await request.reply for request in requests]
             actors.cancel_scope.cancel()
         journal = await store.list_steps(writer.id)
     finally:
@@ -373,7 +373,7 @@ async def test_results_that_cannot_be_shared_out_leave_no_asker_waiting() -> Non
         await persister.run()
     # The batch may be stored, and nobody can say which item is: none counts as stored.
     with anyio.fail_after(1):
-        answers = [await request.reply.wait() for request in requests]
+        answers = [await request.reply for request in requests]
     assert answers == [Unanswered("the persister could not answer")] * 2
 
 
@@ -398,9 +398,9 @@ async def test_a_lease_renewal_goes_ahead_of_every_write_queued_before_it() -> N
         renewal = await start_renewal(actors, persister, [BatchItem("kept", 3, lease_seconds=30.0)])
         actors.start_soon(persister.run)
         with anyio.fail_after(10):
-            assert await renewal.wait() == (Stored(),)
+            assert await renewal == (Stored(),)
             for request in queued_first:
-                await request.reply.wait()
+                await request.reply
         actors.cancel_scope.cancel()
 
     # The renewal was asked for last and committed first; the rest kept their order.

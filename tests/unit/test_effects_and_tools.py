@@ -316,12 +316,13 @@ def test_awaiting_a_function_tool_checks_and_converts_its_arguments() -> None:
 
 
 def run_implementation(bound: BoundTool, **arguments: Any) -> Any:
-    """What a bound tool's implementation returns. It promises an awaitable, not the
-    coroutine asyncio.run takes, so a coroutine awaits it."""
+    """What a bound tool's implementation returns for ``arguments``, checked first as the
+    runtime checks them. It promises an awaitable, not the coroutine asyncio.run takes,
+    so a coroutine awaits it."""
     ctx = ToolContext("run", 1, "call_1", "key-1", structlog.get_logger())
 
     async def awaited() -> Any:
-        return await bound.implementation(ctx, **arguments)
+        return await bound.implementation(ctx, bound.arguments.parse(arguments))
 
     return asyncio.run(awaited())
 

@@ -66,6 +66,9 @@ def reap(run_id: str) -> Reap:
     return Reap(expired, Settlement(Event.REQUEUE))
 
 
+# A Reply is a future of the running loop: every request is made inside one.
+pytestmark = pytest.mark.anyio
+
 ITEMS = tuple(BatchItem(f"run-{n}", 1, lease_seconds=3.0) for n in range(3))
 CLAIM = ClaimRequest("w", 4, 3.0, ("a",))
 
@@ -81,7 +84,7 @@ def every_kind() -> list[PersisterMessage]:
     ]
 
 
-def test_each_kind_asks_its_own_part_of_the_batch_and_takes_one_place_per_request() -> None:
+async def test_each_kind_asks_its_own_part_of_the_batch_and_takes_one_place_per_request() -> None:
     persist, renew, submit, claim, cancel, reaps = every_kind()
     assert (persist.writes, persist.size) == (WriteBatch(items=ITEMS[:1]), 1)
     assert (renew.writes, renew.size) == (WriteBatch(items=ITEMS[1:]), 2)
@@ -92,7 +95,7 @@ def test_each_kind_asks_its_own_part_of_the_batch_and_takes_one_place_per_reques
     assert (reaps.writes, reaps.size) == (WriteBatch(reaps=(reap("run-7"), reap("run-8"))), 2)
 
 
-def test_a_joined_batch_hands_each_request_back_exactly_its_share_of_the_results() -> None:
+async def test_a_joined_batch_hands_each_request_back_exactly_its_share_of_the_results() -> None:
     requests = every_kind()
     parts = [request.writes for request in requests]
     batch = WriteBatch.joined(parts)
@@ -121,7 +124,7 @@ def test_a_joined_batch_hands_each_request_back_exactly_its_share_of_the_results
     ]
 
 
-def test_shares_in_the_batch_order_of_kinds_not_in_the_order_requests_came() -> None:
+async def test_shares_in_the_batch_order_of_kinds_not_in_the_order_requests_came() -> None:
     first, second = Persist(ITEMS[0], Reply()), Persist(ITEMS[1], Reply())
     cancel = Cancel("run-9", Reply())
     parts = [first.writes, cancel.writes, second.writes]
@@ -143,7 +146,7 @@ def test_shares_in_the_batch_order_of_kinds_not_in_the_order_requests_came() -> 
         WriteResults(items=(Stored(),), cancels=(CancelOutcome.CANCELLED,)),
     ],
 )
-def test_results_that_do_not_match_the_requests_one_for_one_are_refused(
+async def test_results_that_do_not_match_the_requests_one_for_one_are_refused(
     results: WriteResults,
 ) -> None:
     parts = [Persist(ITEMS[0], Reply()).writes, Persist(ITEMS[1], Reply()).writes]
@@ -158,7 +161,7 @@ def test_results_that_do_not_match_the_requests_one_for_one_are_refused(
         (CommitOutcomeUnknown("connection lost"), True, Unanswered("connection lost")),
     ],
 )
-def test_a_failed_batch_answers_each_kind_with_its_failure_value(
+async def test_a_failed_batch_answers_each_kind_with_its_failure_value(
     error: StoreError, unanswered: bool, outcome: Any
 ) -> None:
     persist, renew, submit, claim, cancel, reaps = every_kind()
@@ -170,7 +173,7 @@ def test_a_failed_batch_answers_each_kind_with_its_failure_value(
     assert reaps.failure(error, unanswered=unanswered) == (error, error)
 
 
-def test_a_failed_commit_is_never_taken_for_a_refusal_of_the_items_data() -> None:
+async def test_a_failed_commit_is_never_taken_for_a_refusal_of_the_items_data() -> None:
     refused = Persist(ITEMS[0], Reply()).failure(
         StoreError("text it cannot hold", data_error=True), unanswered=False
     )
