@@ -12,9 +12,11 @@ run ids, tool names or error text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.human_requests import Decision
@@ -73,6 +75,36 @@ UNKNOWN_REASON = "unknown"
 #: The ``model`` label of a provider turn whose reply did not name its model.
 UNKNOWN_MODEL = "unknown"
 
+#: The labels of ``leaseward_steps_recorded``.
+_STEP_LABELS = ("kind", "effect")
+
+
+class _StepCounts(Collector):
+    """The two counters fed at every journal step, kept as plain counts and read when
+    the registry is collected: a prometheus ``Counter`` takes a lock per increment."""
+
+    STEPS_DOC = (
+        "Journal steps a RunActor saw persisted, by step kind and tool effect "
+        '("none" for provider steps). A write tool records two: intent and outcome.'
+    )
+    RENEWED_DOC = "Lease renewals persisted, by a RunActor's records or the LeaseKeeper."
+
+    def __init__(self) -> None:
+        self.steps: dict[tuple[StepKind, ToolEffect | None], int] = {}
+        self.renewals = 0
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily("leaseward_steps_recorded", self.STEPS_DOC, labels=_STEP_LABELS)
+        yield CounterMetricFamily("leaseward_leases_renewed", self.RENEWED_DOC)
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        steps = CounterMetricFamily("leaseward_steps_recorded", self.STEPS_DOC, labels=_STEP_LABELS)
+        # A copy: a scrape from another thread must not see the dict change under it.
+        for (kind, effect), count in dict(self.steps).items():
+            steps.add_metric([kind.value, NO_EFFECT if effect is None else effect.value], count)
+        yield steps
+        yield CounterMetricFamily("leaseward_leases_renewed", self.RENEWED_DOC, value=self.renewals)
+
 
 class Metrics:
     """The runtime's collectors, registered on one registry, and the calls that feed them."""
@@ -86,13 +118,8 @@ class Metrics:
             ["state"],
             registry=on,
         )
-        self.steps_recorded = Counter(
-            "leaseward_steps_recorded",
-            "Journal steps a RunActor saw persisted, by step kind and tool effect "
-            '("none" for provider steps). A write tool records two: intent and outcome.',
-            ["kind", "effect"],
-            registry=on,
-        )
+        self._step_counts = _StepCounts()
+        on.register(self._step_counts)
         self.persister_batch_items = Histogram(
             "leaseward_persister_batch_items",
             "Requests the Persister committed together in one transaction.",
@@ -103,11 +130,6 @@ class Metrics:
             "leaseward_persister_commit_seconds",
             "Time the Persister spent committing one batch, in seconds.",
             buckets=COMMIT_SECONDS_BUCKETS,
-            registry=on,
-        )
-        self.leases_renewed = Counter(
-            "leaseward_leases_renewed",
-            "Lease renewals persisted, by a RunActor's records or the LeaseKeeper.",
             registry=on,
         )
         self.calls_cut_off = Counter(
@@ -140,7 +162,6 @@ class Metrics:
             buckets=DECISION_SECONDS_BUCKETS,
             registry=on,
         )
-        self._step_counters: dict[tuple[StepKind, ToolEffect | None], Counter] = {}
         self.tokens = Counter(
             "leaseward_tokens",
             "Tokens of the provider turns a RunActor saw journaled, by agent, model (as the "
@@ -169,20 +190,15 @@ class Metrics:
             self.runs.labels(state=state.value).set(values.get(state, 0))
 
     def step_recorded(self, kind: StepKind, effect: ToolEffect | None) -> None:
-        # Once per journal row: the labelled child is looked up once per label pair.
-        counter = self._step_counters.get((kind, effect))
-        if counter is None:
-            effect_label = effect.value if effect is not None else NO_EFFECT
-            counter = self.steps_recorded.labels(kind=kind.value, effect=effect_label)
-            self._step_counters[(kind, effect)] = counter
-        counter.inc()
+        counts = self._step_counts.steps
+        counts[kind, effect] = counts.get((kind, effect), 0) + 1
 
     def batch_committed(self, items: int, seconds: float) -> None:
         self.persister_batch_items.observe(items)
         self.persister_commit_seconds.observe(seconds)
 
     def lease_renewed(self) -> None:
-        self.leases_renewed.inc()
+        self._step_counts.renewals += 1
 
     def call_cut_off(self) -> None:
         self.calls_cut_off.inc()

@@ -255,8 +255,10 @@ class RunActor:
         if not isinstance(action, m.RecordIntent):
             return m.Committed(await self._persist(item), sent_at)
         # Shielded, within a bound: a stop that lands while the intent is on its way
-        # waits for the answer, unless the store hangs.
-        with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS, shield=True):
+        # waits for the answer, unless the store hangs. (move_on_after, spared its
+        # look-ups of the running backend, as in _guarded.)
+        bound = asyncio.get_running_loop().time() + SETTLE_TIMEOUT_SECONDS
+        with anyio.CancelScope(deadline=bound, shield=True):
             return m.Committed(await self._persist(item), sent_at)
         unanswered = f"the intent's commit was not answered within {SETTLE_TIMEOUT_SECONDS:g} s"
         return m.Committed(Unanswered(unanswered), sent_at)
@@ -315,7 +317,13 @@ class RunActor:
                 finally:
                     keeper.release(lease)
         finally:
-            self._machine.feed(m.LeaseRenewed(lease.deadline, lease.cancel_requested))
+            machine = self._machine
+            # What the keeper's renewals made of the lease while the call ran; most calls
+            # end before any renewal, and then there is nothing to tell.
+            if lease.deadline > machine.deadline or (
+                lease.cancel_requested and not machine.cancel_requested
+            ):
+                machine.feed(m.LeaseRenewed(lease.deadline, lease.cancel_requested))
         if event is not None:
             return event
         if lease.lost:

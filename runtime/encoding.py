@@ -27,6 +27,9 @@ MAX_ARGUMENTS_BYTES = 64 * 1024
 MAX_RESULT_BYTES = 256 * 1024
 MAX_JSON_DEPTH = 200
 _CONTAINERS = (dict, list, tuple)
+# Made once: json.dumps builds an encoder at every call that asks for other than its defaults.
+_UNICODE_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_ASCII_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
 def _check_shape(value: Any, what: str) -> None:
@@ -66,7 +69,7 @@ def dump_json(value: Any, *, what: str = "value", limit: int | None = None) -> s
     """
     _check_shape(value, what)
     try:
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        text = _UNICODE_JSON.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{what} is not a JSON value: {exc}") from None
     if text.isascii():
@@ -75,7 +78,7 @@ def dump_json(value: Any, *, what: str = "value", limit: int | None = None) -> s
         try:
             size = len(text.encode())
         except UnicodeEncodeError:
-            text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+            text = _ASCII_JSON.encode(value)
             size = len(text)
     if limit is not None and size > limit:
         raise InvalidInput(f"{what} is {size} bytes of JSON, over the {limit}-byte limit")
