@@ -179,6 +179,10 @@ class Persister:
                 for request, share in zip(batch, results.shares(parts), strict=True):
                     request.answer(share)
             else:
+                # Checked before anyone is answered: one asker told "stored" by results
+                # that do not match the batch would be told what nobody knows.
+                if len(results) != len(journal) or len(results.items) != len(journal):
+                    raise ValueError(f"{len(results)} results for {len(journal)} journal items")
                 for persist, outcome in zip(journal, results.items, strict=True):
                     persist.reply.answer(outcome)
         except BaseException:
