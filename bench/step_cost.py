@@ -150,7 +150,7 @@ async def run_workload(
         if profiler is not None:
             profiler.enable()
         run_ids = await rt.submit_many(AGENT, [{"n": index} for index in range(runs)])
-        infos = [await rt.wait(run_id, timeout=WAIT_TIMEOUT_SECONDS) for run_id in run_ids]
+        infos = await rt.wait_all(run_ids, timeout=WAIT_TIMEOUT_SECONDS)
         if profiler is not None:
             profiler.disable()
         sample = Sample(

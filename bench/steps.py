@@ -272,9 +272,9 @@ async def measure(
         if window == RUNTIME:
             # The claim loop is scheduled but has not run yet: the clock starts with it.
             started = time.perf_counter()
-            # One wait after the other: a run settled in this process wakes its
-            # waiter at once, so the clock stops when the last run is seen finished.
-            infos = [await rt.wait(run_id, timeout=WAIT_TIMEOUT_SECONDS) for run_id in run_ids]
+            # One waiter for all, woken by the settlements made in this process: the
+            # clock stops when the last run is seen finished.
+            infos = await rt.wait_all(run_ids, timeout=WAIT_TIMEOUT_SECONDS)
             seconds = time.perf_counter() - started
         else:
             run_ids = [""] * concurrency

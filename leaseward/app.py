@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -379,6 +379,11 @@ class Runtime:
         """Wait until the run is terminal (see ``Client.wait``); a run this runtime
         settles wakes its waiters at once."""
         return await self.client.wait(run_id, timeout)
+
+    async def wait_all(self, run_ids: Sequence[str], timeout: float | None = None) -> list[RunInfo]:
+        """Wait until every one of the runs is terminal (see ``Client.wait_all``); their
+        infos, in the order given."""
+        return await self.client.wait_all(run_ids, timeout)
 
     async def workers(self) -> list[WorkerInfo]:
         """The registered workers (see ``Client.workers``)."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import getpass
 import uuid
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import ExitStack, asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -364,6 +364,38 @@ class Client:
                     await settled.wait()
         assert scope.cancelled_caught
         raise WaitTimeout(f"run {run_id} did not finish within {timeout} seconds")
+
+    async def wait_all(self, run_ids: Sequence[str], timeout: float | None = None) -> list[RunInfo]:
+        """Wait until every one of the runs is terminal; their infos, in the order given.
+
+        The runs left unfinished are read together at each look, so waiting for a
+        thousand runs costs a few reads rather than a thousand. Raises RunNotFound
+        (RunPurged for a purged run) for an id with no run, and WaitTimeout after
+        ``timeout`` seconds, saying how many had not finished.
+        """
+        pending = list(dict.fromkeys(run_ids))
+        finished: dict[str, RunInfo] = {}
+        with ExitStack() as waiting, anyio.move_on_after(timeout) as scope:
+            for run_id in pending:
+                waiting.enter_context(self._wakeups.waiting(run_id))
+            while pending:
+                # Taken before the read, as in wait(): a settlement landing between the
+                # two still wakes this waiter.
+                settled = {run_id: self._wakeups.next_settlement(run_id) for run_id in pending}
+                records = {record.id: record for record in await self._store.get_runs(pending)}
+                for run_id in pending:
+                    record = records.get(run_id) or await self._record(run_id)
+                    if record.state.terminal:
+                        finished[run_id] = record.info()
+                pending = [run_id for run_id in pending if run_id not in finished]
+                if pending:
+                    with anyio.move_on_after(WAIT_POLL_SECONDS):
+                        await settled[pending[0]].wait()
+            return [finished[run_id] for run_id in run_ids]
+        assert scope.cancelled_caught
+        raise WaitTimeout(
+            f"{len(pending)} of {len(set(run_ids))} runs did not finish within {timeout} seconds"
+        )
 
     async def workers(self) -> list[WorkerInfo]:
         """The registered workers, live and gone, most recently heard from first."""

@@ -266,6 +266,10 @@ class Store(Protocol):
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...
 
+    async def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        """The runs of ``run_ids`` that exist, read together, in no particular order."""
+        ...
+
     async def list_runs(self, listing: RunListing | None = None) -> list[RunRecord]:
         """The page of runs ``listing`` names (all, newest first, up to 100, when None)."""
         ...

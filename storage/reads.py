@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +16,10 @@ from leaseward.storage.protocol import ExpiredRun, LeaseMark
 from leaseward.storage.queries import Queries
 from leaseward.storage.rows import optional, run_from_row, step_from_row
 
-__all__ = ["RunReads", "run_listing"]
+__all__ = ["RUNS_PER_READ", "RunReads", "run_listing"]
+
+RUNS_PER_READ = 1000
+"""Runs read in one statement by ``get_runs``: a waiter for very many shares the reader."""
 
 
 def run_listing(queries: Queries, listing: RunListing, now: float) -> tuple[str, dict[str, Any]]:
@@ -53,6 +57,17 @@ class RunReads(StoreConcern):
                 self._queries["read_run"], {"run_id": run_id, "now": self._now()}
             )
         return None if row is None else run_from_row(row)
+
+    async def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        records: list[RunRecord] = []
+        for start in range(0, len(run_ids), RUNS_PER_READ):
+            chunk = json.dumps(list(run_ids[start : start + RUNS_PER_READ]))
+            async with self._executor.reading():
+                rows = await self._executor.fetch_all(
+                    self._queries["read_runs"], {"run_ids": chunk, "now": self._now()}
+                )
+            records.extend(run_from_row(row) for row in rows)
+        return records
 
     async def list_runs(self, listing: RunListing | None = None) -> list[RunRecord]:
         sql, params = run_listing(self._queries, listing or RunListing(), self._now())

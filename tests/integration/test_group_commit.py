@@ -32,6 +32,7 @@ from leaseward import (
     StepStatus,
     ToolCall,
     ToolContext,
+    WaitTimeout,
     tool,
 )
 from leaseward.actors import Persister, Reply
@@ -218,6 +219,38 @@ async def test_a_waiter_is_woken_by_its_own_run_not_by_every_settlement(db_url: 
     # One read before waiting and one after the wake-up per waiter (plus the final
     # gets): a settlement waking every waiter would make about 40 x 40.
     assert gets.fired <= 3 * len(ids) + len(ids)
+
+
+async def test_a_waiter_for_many_runs_reads_them_together_and_keeps_their_order(
+    db_url: str,
+) -> None:
+    store, executor = await faulty_store(db_url)
+    one_by_one = executor.inject(query("read_run"))
+    together = executor.inject(query("read_runs"))
+    try:
+        async with Runtime.open(store, echo_app(), concurrency=40, **FAST) as rt:
+            ids = await rt.submit_many("echo", list(range(40)))
+            infos = await rt.wait_all([*reversed(ids), ids[0]], timeout=30)
+    finally:
+        await store.aclose()
+    assert [info.id for info in infos] == [*reversed(ids), ids[0]]
+    assert all(info.state is RunState.COMPLETED for info in infos)
+    # A look at every unfinished run per settlement it waited for: a few reads in all,
+    # where waiting for each in turn makes one or two per run.
+    assert one_by_one.fired == 0
+    assert together.fired <= 10
+
+
+async def test_waiting_for_many_runs_names_an_unknown_one_and_how_many_did_not_finish(
+    db_url: str,
+) -> None:
+    # A client with no worker: the runs it queues stay queued.
+    async with Client.open(created(db_url), app=echo_app()) as client:
+        ids = await client.submit_many("echo", [1, 2])
+        with pytest.raises(RunNotFound, match="no-such-run"):
+            await client.wait_all([ids[0], "no-such-run"], timeout=5)
+        with pytest.raises(WaitTimeout, match="2 of 2 runs did not finish within 0.1 seconds"):
+            await client.wait_all(ids, timeout=0.1)
 
 
 def hold_write_lock(path: str, locked: threading.Event, release: threading.Event) -> None:

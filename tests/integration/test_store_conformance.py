@@ -153,6 +153,21 @@ def outcome_of(step: StepWrite) -> StepWrite:
 ASK = ProviderReply(tool_calls=[ToolCall("charge", {"amount": 5}, "c1")])
 
 
+# -- reading ----------------------------------------------------------------------------
+
+
+async def test_runs_read_together_are_the_runs_read_one_by_one(store: SQLStore) -> None:
+    made = [await store.create_run(new_run("a")) for _ in range(3)]
+    claimed_one = await claimed(store, "b")
+    wanted = [run.id for run in made] + [claimed_one.id, "no-such-run", made[0].id]
+    together = await store.get_runs(wanted)
+    one_by_one = [await store.get_run(run_id) for run_id in dict.fromkeys(wanted)]
+    assert sorted(together, key=lambda run: run.id) == sorted(
+        (run for run in one_by_one if run is not None), key=lambda run: run.id
+    )
+    assert await store.get_runs([]) == []
+
+
 # -- claiming ---------------------------------------------------------------------------
 
 

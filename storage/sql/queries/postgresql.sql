@@ -162,6 +162,11 @@ SELECT * FROM runs WHERE id = :run_id;
 -- With the store's clock, which the run's lease and retry times compare with.
 SELECT *, leaseward_now() AS read_at FROM runs WHERE id = :run_id;
 
+-- name: read_runs
+-- Many runs at once (a caller waiting for many); :run_ids is a JSON array of ids.
+SELECT *, leaseward_now() AS read_at FROM runs
+WHERE id IN (SELECT jsonb_array_elements_text(:run_ids::jsonb));
+
 -- name: get_key
 SELECT * FROM idempotency_keys WHERE idempotency_key = :idempotency_key;
 
