@@ -249,7 +249,7 @@ async def test_waiting_for_many_runs_names_an_unknown_one_and_how_many_did_not_f
         ids = await client.submit_many("echo", [1, 2])
         with pytest.raises(RunNotFound, match="no-such-run"):
             await client.wait_all([ids[0], "no-such-run"], timeout=5)
-        with pytest.raises(WaitTimeout, match="2 of 2 runs did not finish within 0.1 seconds"):
+        with pytest.raises(WaitTimeout, match=r"2 of 2 runs did not finish within 0\.1 seconds"):
             await client.wait_all(ids, timeout=0.1)
 
 
