@@ -5,7 +5,7 @@ from __future__ import annotations
 import getpass
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import ExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -368,30 +368,36 @@ class Client:
     async def wait_all(self, run_ids: Sequence[str], timeout: float | None = None) -> list[RunInfo]:
         """Wait until every one of the runs is terminal; their infos, in the order given.
 
-        The runs left unfinished are read together at each look, so waiting for a
-        thousand runs costs a few reads rather than a thousand. Raises RunNotFound
-        (RunPurged for a purged run) for an id with no run, and WaitTimeout after
-        ``timeout`` seconds, saying how many had not finished.
+        The runs are read together: all of them once, then those that settled in this
+        process as they do, and every WAIT_POLL_SECONDS those of the rest that finished
+        elsewhere. Raises RunNotFound (RunPurged for a purged run) for an id with no
+        run, and WaitTimeout after ``timeout`` seconds, saying how many had not finished.
         """
         pending = list(dict.fromkeys(run_ids))
         finished: dict[str, RunInfo] = {}
-        with ExitStack() as waiting, anyio.move_on_after(timeout) as scope:
+        with (
+            self._wakeups.watching(pending) as settled,
+            anyio.move_on_after(timeout) as scope,
+        ):
+            records = {record.id: record for record in await self._store.get_runs(pending)}
             for run_id in pending:
-                waiting.enter_context(self._wakeups.waiting(run_id))
-            while pending:
-                # Taken before the read, as in wait(): a settlement landing between the
-                # two still wakes this waiter.
-                settled = {run_id: self._wakeups.next_settlement(run_id) for run_id in pending}
-                records = {record.id: record for record in await self._store.get_runs(pending)}
-                for run_id in pending:
-                    record = records.get(run_id) or await self._record(run_id)
-                    if record.state.terminal:
-                        finished[run_id] = record.info()
+                record = records.get(run_id) or await self._record(run_id)
+                if record.state.terminal:
+                    finished[run_id] = record.info()
+            poll_at = anyio.current_time() + WAIT_POLL_SECONDS
+            while True:
                 pending = [run_id for run_id in pending if run_id not in finished]
-                if pending:
-                    with anyio.move_on_after(WAIT_POLL_SECONDS):
-                        await settled[pending[0]].wait()
-            return [finished[run_id] for run_id in run_ids]
+                if not pending:
+                    return [finished[run_id] for run_id in run_ids]
+                with anyio.move_on_after(max(0.0, poll_at - anyio.current_time())):
+                    await settled.wait()
+                # Taken before the read: a settlement landing after it is seen next time.
+                seen_here = settled.take()
+                look_at = [run_id for run_id in pending if run_id in seen_here]
+                if anyio.current_time() >= poll_at:
+                    look_at, poll_at = pending, anyio.current_time() + WAIT_POLL_SECONDS
+                for record in await self._store.get_runs(look_at, finished_only=True):
+                    finished[record.id] = record.info()
         assert scope.cancelled_caught
         raise WaitTimeout(
             f"{len(pending)} of {len(set(run_ids))} runs did not finish within {timeout} seconds"

@@ -3,12 +3,34 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import anyio
 
-__all__ = ["SettleWakeups"]
+__all__ = ["SettleWakeups", "SettledAmong"]
+
+
+class SettledAmong:
+    """Which runs of a set settled in this process since they were last taken."""
+
+    def __init__(self) -> None:
+        self._settled: set[str] = set()
+        self._changed = anyio.Event()
+
+    def saw(self, run_id: str) -> None:
+        self._settled.add(run_id)
+        self._changed.set()
+
+    async def wait(self) -> None:
+        """Until one of the runs has settled since the last ``take``."""
+        await self._changed.wait()
+
+    def take(self) -> set[str]:
+        """The runs that settled since the last take; the next ``wait`` waits for more."""
+        taken, self._settled = self._settled, set()
+        self._changed = anyio.Event()
+        return taken
 
 
 class SettleWakeups:
@@ -18,12 +40,32 @@ class SettleWakeups:
     def __init__(self) -> None:
         self._events: dict[str, anyio.Event] = {}
         self._waiters: Counter[str] = Counter()
+        self._watchers: dict[str, list[SettledAmong]] = {}
 
     def settled(self, run_id: str) -> None:
         """The run reached a terminal state in this process: its waiters look now."""
         event = self._events.pop(run_id, None)
         if event is not None:
             event.set()
+        for watcher in self._watchers.get(run_id, ()):
+            watcher.saw(run_id)
+
+    @contextmanager
+    def watching(self, run_ids: Iterable[str]) -> Iterator[SettledAmong]:
+        """One record of settlements for many runs, for a waiter of them all: it learns
+        which settled without an event or a read per run."""
+        watched = list(run_ids)
+        watcher = SettledAmong()
+        for run_id in watched:
+            self._watchers.setdefault(run_id, []).append(watcher)
+        try:
+            yield watcher
+        finally:
+            for run_id in watched:
+                watchers = self._watchers[run_id]
+                watchers.remove(watcher)
+                if not watchers:
+                    del self._watchers[run_id]
 
     def next_settlement(self, run_id: str) -> anyio.Event:
         """The event the run's next settlement here sets. Taken before reading the run,

@@ -266,8 +266,11 @@ class Store(Protocol):
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...
 
-    async def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
-        """The runs of ``run_ids`` that exist, read together, in no particular order."""
+    async def get_runs(
+        self, run_ids: Sequence[str], *, finished_only: bool = False
+    ) -> list[RunRecord]:
+        """The runs of ``run_ids`` that exist (that have finished, with ``finished_only``),
+        read together, in no particular order."""
         ...
 
     async def list_runs(self, listing: RunListing | None = None) -> list[RunRecord]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.journal import StepInfo
-from leaseward.runtime.lifecycle import RunState, StepStatus
+from leaseward.runtime.lifecycle import TERMINAL_STATES, RunState, StepStatus
 from leaseward.runtime.listing import RunListing
 from leaseward.runtime.runs import RunRecord
 from leaseward.storage.concern import StoreConcern
@@ -58,13 +57,17 @@ class RunReads(StoreConcern):
             )
         return None if row is None else run_from_row(row)
 
-    async def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+    async def get_runs(
+        self, run_ids: Sequence[str], *, finished_only: bool = False
+    ) -> list[RunRecord]:
+        states = [state.value for state in (TERMINAL_STATES if finished_only else RunState)]
         records: list[RunRecord] = []
         for start in range(0, len(run_ids), RUNS_PER_READ):
-            chunk = json.dumps(list(run_ids[start : start + RUNS_PER_READ]))
+            chunk = list(run_ids[start : start + RUNS_PER_READ])
             async with self._executor.reading():
                 rows = await self._executor.fetch_all(
-                    self._queries["read_runs"], {"run_ids": chunk, "now": self._now()}
+                    self._queries["read_runs"],
+                    {"run_ids": chunk, "states": states, "now": self._now()},
                 )
             records.extend(run_from_row(row) for row in rows)
         return records

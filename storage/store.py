@@ -102,8 +102,10 @@ class SQLStore:
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self._reads.get_run(run_id)
 
-    async def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
-        return await self._reads.get_runs(run_ids)
+    async def get_runs(
+        self, run_ids: Sequence[str], *, finished_only: bool = False
+    ) -> list[RunRecord]:
+        return await self._reads.get_runs(run_ids, finished_only=finished_only)
 
     async def list_runs(self, listing: RunListing | None = None) -> list[RunRecord]:
         return await self._reads.list_runs(listing)

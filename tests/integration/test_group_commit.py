@@ -241,6 +241,24 @@ async def test_a_waiter_for_many_runs_reads_them_together_and_keeps_their_order(
     assert together.fired <= 10
 
 
+async def test_a_waiter_for_many_runs_sees_those_another_process_finished(db_url: str) -> None:
+    async with Client.open(created(db_url), app=echo_app()) as client:
+        ids = await client.submit_many("echo", list(range(5)))
+        async with anyio.create_task_group() as elsewhere:
+            waited = client.wait_all(ids, timeout=30)
+
+            async def work() -> None:
+                # Another runtime on the same file: its settlements wake nobody here,
+                # so the waiter finds them by looking again.
+                async with Runtime.open(db_url, echo_app(), concurrency=5, **FAST) as rt:
+                    await rt.wait_all(ids, timeout=30)
+
+            elsewhere.start_soon(work)
+            infos = await waited
+    assert [info.id for info in infos] == ids
+    assert all(info.state is RunState.COMPLETED for info in infos)
+
+
 async def test_waiting_for_many_runs_names_an_unknown_one_and_how_many_did_not_finish(
     db_url: str,
 ) -> None:

@@ -168,6 +168,15 @@ async def test_runs_read_together_are_the_runs_read_one_by_one(store: SQLStore) 
     assert await store.get_runs([]) == []
 
 
+async def test_runs_read_together_may_be_only_those_that_finished(store: SQLStore) -> None:
+    queued = await store.create_run(new_run("a"))
+    done = await claimed(store, "b")
+    (stored,) = await store.commit_batch([BatchItem(done.id, done.epoch, settlement=COMPLETE)])
+    assert stored == Stored()
+    finished = await store.get_runs([queued.id, done.id], finished_only=True)
+    assert [(run.id, run.state) for run in finished] == [(done.id, RunState.COMPLETED)]
+
+
 # -- claiming ---------------------------------------------------------------------------
 
 

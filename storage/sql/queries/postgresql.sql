@@ -163,9 +163,9 @@ SELECT * FROM runs WHERE id = :run_id;
 SELECT *, leaseward_now() AS read_at FROM runs WHERE id = :run_id;
 
 -- name: read_runs
--- Many runs at once (a caller waiting for many); :run_ids is a JSON array of ids.
+-- Many runs at once, those in one of :states (a caller waiting for many to finish).
 SELECT *, leaseward_now() AS read_at FROM runs
-WHERE id IN (SELECT jsonb_array_elements_text(:run_ids::jsonb));
+WHERE id = ANY(:run_ids::text[]) AND state = ANY(:states::text[]);
 
 -- name: get_key
 SELECT * FROM idempotency_keys WHERE idempotency_key = :idempotency_key;

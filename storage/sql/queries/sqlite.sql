@@ -133,8 +133,10 @@ SELECT * FROM runs WHERE id = :run_id;
 SELECT *, :now AS read_at FROM runs WHERE id = :run_id;
 
 -- name: read_runs
--- Many runs at once (a caller waiting for many); :run_ids is a JSON array of ids.
-SELECT *, :now AS read_at FROM runs WHERE id IN (SELECT value FROM json_each(:run_ids));
+-- Many runs at once, those in one of :states (a caller waiting for many to finish).
+SELECT *, :now AS read_at FROM runs
+WHERE id IN (SELECT value FROM json_each(:run_ids))
+  AND state IN (SELECT value FROM json_each(:states));
 
 -- name: get_key
 SELECT * FROM idempotency_keys WHERE idempotency_key = :idempotency_key;
