@@ -161,14 +161,16 @@ class RunActor:
                 with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS, shield=True):
                     await self._drive((action,))
                 return
-            if isinstance(action, m.CheckAdmission) and machine.unstarted_intent is None:
-                # No intent is on its way, so no stop can be waiting for this call to
-                # begin (any other stop met the await it came during): the lease is
-                # checked here and now, with no checkpoint to pass.
-                commands = machine.feed(self._admission_check())
-                continue
-            if isinstance(action, m.Commit):
-                event: m.MachineEvent = await self._commit(action)
+            event: m.MachineEvent
+            if isinstance(action, m.CheckAdmission):
+                # A stop that came since the run's last await takes effect here, before
+                # the call starts: one that landed while the intent was on its way (its
+                # commit is shielded), or while the answer that woke the run was
+                # already there (a reap's cancel, which waits for the next await).
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                event = m.AdmissionCheck(now=self._clock.monotonic(), wall=self._clock.now())
+            elif isinstance(action, m.Commit):
+                event = await self._commit(action)
             else:
                 event = await self._carry_out(action)
             self._see_drain()
@@ -177,9 +179,6 @@ class RunActor:
             if self._scope is not None:
                 # G13: a call with a durable intent is shielded; only cut_off() stops it.
                 self._scope.shield = machine.protecting is not None and not self._cut_off
-
-    def _admission_check(self) -> m.AdmissionCheck:
-        return m.AdmissionCheck(now=self._clock.monotonic(), wall=self._clock.now())
 
     def _see_observers(self) -> None:
         # Asked at every event: a level may be lowered while the run goes on.
@@ -215,11 +214,6 @@ class RunActor:
             getattr(self._log, command.level)(command.event, **dict(command.fields))
 
     async def _carry_out(self, action: m.Command) -> m.MachineEvent:
-        if isinstance(action, m.CheckAdmission):
-            # A stop that came while the intent was on its way (its commit is shielded)
-            # takes effect here, before the call starts: the intent is withdrawn.
-            await anyio.lowlevel.checkpoint_if_cancelled()
-            return self._admission_check()
         if isinstance(action, m.AskProvider):
             request, began = action.request, self._clock.monotonic()
             span = self._trace.asking(request)
