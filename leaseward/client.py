@@ -354,16 +354,10 @@ class Client:
         A run that settles in this process wakes its waiters at once; one that
         settles in another is seen within WAIT_POLL_SECONDS.
         """
-        with self._wakeups.waiting(run_id), anyio.move_on_after(timeout) as scope:
-            while True:
-                settled = self._wakeups.next_settlement(run_id)
-                info = await self.get(run_id)
-                if info.state.terminal:
-                    return info
-                with anyio.move_on_after(WAIT_POLL_SECONDS):
-                    await settled.wait()
-        assert scope.cancelled_caught
-        raise WaitTimeout(f"run {run_id} did not finish within {timeout} seconds")
+        finished: dict[str, RunInfo] = {}
+        if not await self._wait_for([run_id], timeout, finished):
+            raise WaitTimeout(f"run {run_id} did not finish within {timeout} seconds")
+        return finished[run_id]
 
     async def wait_all(self, run_ids: Sequence[str], timeout: float | None = None) -> list[RunInfo]:
         """Wait until every one of the runs is terminal; their infos, in the order given.
@@ -373,12 +367,22 @@ class Client:
         elsewhere. Raises RunNotFound (RunPurged for a purged run) for an id with no
         run, and WaitTimeout after ``timeout`` seconds, saying how many had not finished.
         """
-        pending = list(dict.fromkeys(run_ids))
+        wanted = list(dict.fromkeys(run_ids))
         finished: dict[str, RunInfo] = {}
-        with (
-            self._wakeups.watching(pending) as settled,
-            anyio.move_on_after(timeout) as scope,
-        ):
+        if not await self._wait_for(wanted, timeout, finished):
+            left = len(wanted) - len(finished)
+            raise WaitTimeout(
+                f"{left} of {len(wanted)} runs did not finish within {timeout} seconds"
+            )
+        return [finished[run_id] for run_id in run_ids]
+
+    async def _wait_for(
+        self, run_ids: list[str], timeout: float | None, finished: dict[str, RunInfo]
+    ) -> bool:
+        """Put each run's info in ``finished`` as it is seen terminal; whether all were
+        before ``timeout``."""
+        pending = run_ids
+        with self._wakeups.watching(pending) as settled, anyio.move_on_after(timeout):
             records = {record.id: record for record in await self._store.get_runs(pending)}
             for run_id in pending:
                 record = records.get(run_id) or await self._record(run_id)
@@ -388,7 +392,7 @@ class Client:
             while True:
                 pending = [run_id for run_id in pending if run_id not in finished]
                 if not pending:
-                    return [finished[run_id] for run_id in run_ids]
+                    return True
                 with anyio.move_on_after(max(0.0, poll_at - anyio.current_time())):
                     await settled.wait()
                 # Taken before the read: a settlement landing after it is seen next time.
@@ -398,10 +402,7 @@ class Client:
                     look_at, poll_at = pending, anyio.current_time() + WAIT_POLL_SECONDS
                 for record in await self._store.get_runs(look_at, finished_only=True):
                     finished[record.id] = record.info()
-        assert scope.cancelled_caught
-        raise WaitTimeout(
-            f"{len(pending)} of {len(set(run_ids))} runs did not finish within {timeout} seconds"
-        )
+        return False
 
     async def workers(self) -> list[WorkerInfo]:
         """The registered workers, live and gone, most recently heard from first."""

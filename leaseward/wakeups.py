@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
@@ -34,26 +33,22 @@ class SettledAmong:
 
 
 class SettleWakeups:
-    """Per run waited for: the event its settlement in this process sets, and how many
-    wait on it. A run settled in another process is seen by polling instead."""
+    """Who waits for which runs, so that a settlement in this process wakes them at
+    once. A run settled in another process is seen by polling instead."""
 
     def __init__(self) -> None:
-        self._events: dict[str, anyio.Event] = {}
-        self._waiters: Counter[str] = Counter()
         self._watchers: dict[str, list[SettledAmong]] = {}
 
     def settled(self, run_id: str) -> None:
         """The run reached a terminal state in this process: its waiters look now."""
-        event = self._events.pop(run_id, None)
-        if event is not None:
-            event.set()
         for watcher in self._watchers.get(run_id, ()):
             watcher.saw(run_id)
 
     @contextmanager
     def watching(self, run_ids: Iterable[str]) -> Iterator[SettledAmong]:
-        """One record of settlements for many runs, for a waiter of them all: it learns
-        which settled without an event or a read per run."""
+        """One record of settlements for the runs a waiter waits for: it learns which
+        settled without an event or a read per run. Runs nobody waits for any more
+        hold nothing."""
         watched = list(run_ids)
         watcher = SettledAmong()
         for run_id in watched:
@@ -66,21 +61,3 @@ class SettleWakeups:
                 watchers.remove(watcher)
                 if not watchers:
                     del self._watchers[run_id]
-
-    def next_settlement(self, run_id: str) -> anyio.Event:
-        """The event the run's next settlement here sets. Taken before reading the run,
-        a settlement landing between the two still wakes the waiter."""
-        return self._events.setdefault(run_id, anyio.Event())
-
-    @contextmanager
-    def waiting(self, run_id: str) -> Iterator[None]:
-        """Counts a waiter; the last one to leave drops the run's event, so that runs
-        nobody waits for any more hold nothing."""
-        self._waiters[run_id] += 1
-        try:
-            yield
-        finally:
-            self._waiters[run_id] -= 1
-            if not self._waiters[run_id]:
-                del self._waiters[run_id]
-                self._events.pop(run_id, None)

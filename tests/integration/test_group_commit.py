@@ -204,8 +204,8 @@ async def test_submit_many_queues_every_run_or_none(db_url: str) -> None:
 
 async def test_a_waiter_is_woken_by_its_own_run_not_by_every_settlement(db_url: str) -> None:
     store, executor = await faulty_store(db_url)
-    # Every read of one run's row, as every waiter polling would make them.
-    gets = executor.inject(query("read_run"))
+    # Every read a waiter makes of its run, as every waiter polling would make them.
+    gets = executor.inject(query("read_runs"))
     try:
         async with Runtime.open(store, echo_app(), concurrency=40, **FAST) as rt:
             ids = [await rt.submit("echo", n) for n in range(40)]
@@ -216,8 +216,8 @@ async def test_a_waiter_is_woken_by_its_own_run_not_by_every_settlement(db_url: 
     finally:
         await store.aclose()
     assert all(info.state is RunState.COMPLETED for info in infos)
-    # One read before waiting and one after the wake-up per waiter (plus the final
-    # gets): a settlement waking every waiter would make about 40 x 40.
+    # One read before waiting and one after the wake-up per waiter: a settlement
+    # waking every waiter would make about 40 x 40.
     assert gets.fired <= 3 * len(ids) + len(ids)
 
 
