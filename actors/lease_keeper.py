@@ -29,7 +29,6 @@ from leaseward.storage.protocol import BatchItem
 __all__ = [
     "GUARD_TICK_SECONDS",
     "RENEWALS_PER_LEASE",
-    "RENEW_CHUNK",
     "KeeperStats",
     "Lease",
     "LeaseKeeper",
@@ -39,8 +38,6 @@ __all__ = [
 
 RENEWALS_PER_LEASE = 3
 """Renewals a lease gets in its length: one may fail and the next still lands in time."""
-RENEW_CHUNK = 5_000
-"""Leases one renewal write carries at most; a round renews more chunk after chunk."""
 GUARD_TICK_SECONDS = 0.25
 """The guard looks at least this often, so that a clock that jumped (the process was
 paused) or was moved by a test is noticed promptly, not at the next planned wakeup."""
@@ -114,10 +111,8 @@ class LeaseKeeper:
         lease_seconds: float,
         margin_seconds: float,
         metrics: Metrics | None = None,
-        renew_chunk: int = RENEW_CHUNK,
     ) -> None:
         self._renew_writer = renew
-        self.renew_chunk = renew_chunk
         self._clock = clock
         self.lease_seconds = lease_seconds
         self.margin_seconds = margin_seconds
@@ -129,6 +124,7 @@ class LeaseKeeper:
         # Deadlines only move later, so a value left from before a renewal is merely early.
         self._next_due = math.inf
         self._renewing = False
+        self._round_due = False
         self._last_error: str | None = None
         self.stats = KeeperStats()
 
@@ -169,8 +165,13 @@ class LeaseKeeper:
                 now = self._clock.monotonic()
                 if now >= next_renewal:
                     # One renewal at a time: a store slow enough to overlap them gains
-                    # nothing from a second, and the guard meanwhile keeps watching.
-                    if self._held and not self._renewing:
+                    # nothing from a second, and the guard meanwhile keeps watching. A
+                    # round due while one is written follows it at once: waiting for the
+                    # next interval instead, a call that began after the round took its
+                    # leases would wait two intervals and more for its first renewal.
+                    if self._renewing:
+                        self._round_due = True
+                    elif self._held:
                         self._renewing = True
                         renewals.start_soon(self._renew_all)
                     next_renewal = now + self.renew_interval
@@ -181,14 +182,15 @@ class LeaseKeeper:
 
     async def _renew_all(self) -> None:
         try:
-            leases = list(self._held)
-            # Chunk after chunk: each lease's new deadline counts from when its own chunk
-            # was sent, so a round of many leases that takes longer than one chunk's
-            # commit does not eat into their leases; and other writes get between them.
-            for start in range(0, len(leases), self.renew_chunk):
-                # Those whose call ended while earlier chunks were written are let go.
-                chunk = leases[start : start + self.renew_chunk]
-                await self._renew([lease for lease in chunk if lease in self._held])
+            # Every lease in one write, however many: a write waits for turns of the
+            # event loop on its way and back, and with a hundred thousand runs starting
+            # a turn takes a tenth of a second. Written chunk after chunk, a round's
+            # turns grew with its leases until it outlasted them.
+            while True:
+                self._round_due = False
+                await self._renew(list(self._held))
+                if not (self._round_due and self._held):
+                    return
         finally:
             self._renewing = False
 

@@ -84,6 +84,7 @@ class RunActor:
         keeper: LeaseKeeper,
         draining: anyio.Event | None = None,
         metrics: Metrics | None = None,
+        under_way: Callable[[str, int], None] | None = None,
     ) -> None:
         self.run_id = run.id
         self.epoch = run.epoch
@@ -103,6 +104,9 @@ class RunActor:
         self._keeper = keeper
         self._metrics = metrics if metrics is not None else Metrics()
         self._draining = draining
+        # Told once, at the first commit answered or the first call begun: from then on
+        # the lease is renewed by the run's commits or the keeper, not only by its claim.
+        self._under_way = under_way
         # On the monotonic clock, from when the claim was sent: never the database's
         # lease_expires_at, which a worker's clock may be far from.
         self._lease = Lease(
@@ -171,6 +175,8 @@ class RunActor:
                 event = m.AdmissionCheck(now=self._clock.monotonic(), wall=self._clock.now())
             elif isinstance(action, m.Commit):
                 event = await self._commit(action)
+                if self._under_way is not None:
+                    self._set_under_way()
             else:
                 event = await self._carry_out(action)
             self._see_drain()
@@ -179,6 +185,11 @@ class RunActor:
             if self._scope is not None:
                 # G13: a call with a durable intent is shielded; only cut_off() stops it.
                 self._scope.shield = machine.protecting is not None and not self._cut_off
+
+    def _set_under_way(self) -> None:
+        assert self._under_way is not None
+        self._under_way(self.run_id, self.epoch)
+        self._under_way = None
 
     def _see_observers(self) -> None:
         # Asked at every event: a level may be lowered while the run goes on.
@@ -310,6 +321,8 @@ class RunActor:
         # The loop's clock is what anyio's deadlines are on under asyncio, and reading it
         # here spares a look-up of the running backend on every call.
         deadline = asyncio.get_running_loop().time() + timeout
+        if self._under_way is not None:
+            self._set_under_way()
         try:
             with anyio.CancelScope(deadline=deadline) as guard:
                 keeper.hold(lease, guard)

@@ -33,6 +33,7 @@ from leaseward.storage.protocol import ClaimRequest, Store
 __all__ = [
     "CLAIM_BATCH",
     "RESTART_DELAY_SECONDS",
+    "STARTING_AT_MOST",
     "WORKER_GONE_AFTER_BEATS",
     "WORKER_GONE_AFTER_MIN_SECONDS",
     "Supervisor",
@@ -43,6 +44,12 @@ __all__ = [
 CLAIM_BATCH = 256
 """Runs one claim leases at most, within the room the worker has: a large worker fills
 in a few batches, and no worker empties a shared queue at a stroke."""
+STARTING_AT_MOST = CLAIM_BATCH // 2
+"""Claimed runs not yet under way (see ``RunActor``'s ``under_way``) above which no more
+are claimed. A claim's lease runs from when it is sent, and until its run's first
+commit or call nothing renews it: claimed faster than the process can start them, a
+flood of runs waits in the event loop's queue until their leases are too short to admit
+a call, and they go back to the queue to be claimed again."""
 RESTART_DELAY_SECONDS = 0.5
 WORKER_GONE_AFTER_BEATS = 3
 """Heartbeats a worker may miss before it is shown as gone."""
@@ -87,6 +94,8 @@ class _Local:
     claimed: bool
     """Claimed from the queue, in a slot of ``concurrency``; otherwise an interactive run
     (``Runtime.run``), which executes in its caller's task and takes no slot."""
+    starting: bool
+    """Claimed, and its lease not yet renewed by anything since the claim."""
 
 
 # A reaped actor may still be alive (inside a call that cannot record anything)
@@ -150,6 +159,7 @@ class Supervisor:
         # hold a slot: kept as they change, so a claim costs no pass over every run.
         self._local_runs: Counter[str] = Counter()
         self._claimed = 0
+        self._starting = 0
         # Helpers outlive a cancel from outside until the runs are over: a write that is
         # finishing needs the Persister to record it and the keeper to renew its lease.
         self._helper_scopes: list[anyio.CancelScope] = []
@@ -242,7 +252,7 @@ class Supervisor:
         while self._claiming:
             room = settings.concurrency - self._claimed
             claimed: tuple[RunRecord, ...] = ()
-            if room > 0:
+            if room > 0 and self._starting <= STARTING_AT_MOST:
                 try:
                     # Shielded: a claim cut off by shutdown may have committed, and its
                     # runs would sit leased until they expire. Finished, they are
@@ -266,11 +276,14 @@ class Supervisor:
                     # Even when a drain began meanwhile: the actor releases the run
                     # at its first boundary, where an unstarted claim would sit leased.
                     self._start(runs, record, sent_at + settings.lease_seconds)
-            if claimed and len(claimed) == min(room, CLAIM_BATCH):
+            if claimed and len(claimed) == min(room, CLAIM_BATCH) and self._can_claim():
                 # The claim above is shielded: a cancelled loop stops here, not there.
                 await anyio.lowlevel.checkpoint()
                 continue
             await self._wait_for_mail()
+
+    def _can_claim(self) -> bool:
+        return self._claimed < self.settings.concurrency and self._starting <= STARTING_AT_MOST
 
     def _exclude(self) -> tuple[str, ...]:
         """The runs with an actor here: the store may have queued one again (reaped by
@@ -307,7 +320,7 @@ class Supervisor:
                     local.actor.cut_off()
                     local.scope.cancel()
 
-    def _new_actor(self, record: RunRecord, lease_deadline: float) -> RunActor:
+    def _new_actor(self, record: RunRecord, lease_deadline: float, *, claimed: bool) -> RunActor:
         return RunActor(
             record,
             self._app.agent(record.agent),
@@ -321,6 +334,7 @@ class Supervisor:
             keeper=self.keeper,
             draining=self._draining,
             metrics=self.metrics,
+            under_way=self._under_way if claimed else None,
         )
 
     def _start(self, runs: TaskGroup, record: RunRecord, lease_deadline: float) -> None:
@@ -339,11 +353,23 @@ class Supervisor:
         return await self._run_actor(self._enter(record, lease_deadline, claimed=False))
 
     def _enter(self, record: RunRecord, lease_deadline: float, *, claimed: bool) -> _Local:
-        local = _Local(self._new_actor(record, lease_deadline), anyio.CancelScope(), claimed)
+        actor = self._new_actor(record, lease_deadline, claimed=claimed)
+        local = _Local(actor, anyio.CancelScope(), claimed, starting=claimed)
         self._local[(record.id, record.epoch)] = local
         self._local_runs[record.id] += 1
         self._claimed += claimed
+        self._starting += claimed
         return local
+
+    def _under_way(self, run_id: str, epoch: int) -> None:
+        local = self._local.get((run_id, epoch))
+        if local is None or not local.starting:
+            return
+        local.starting = False
+        self._starting -= 1
+        if self._starting == STARTING_AT_MOST:
+            # The claim loop may be waiting for exactly this.
+            self.mailbox.send_nowait(Wake())
 
     async def _run_actor(self, local: _Local) -> Settlement | None:
         actor = local.actor
@@ -352,6 +378,7 @@ class Supervisor:
             with local.scope:
                 settlement = await actor.run()
         finally:
+            self._under_way(actor.run_id, actor.epoch)
             if self._local.pop((actor.run_id, actor.epoch), None) is not None:
                 self._local_runs[actor.run_id] -= 1
                 if not self._local_runs[actor.run_id]:

@@ -26,6 +26,7 @@ from leaseward import App, Reason, RunState, Runtime, StepInfo, ToolContext, Too
 from leaseward.actors import Lease, LeaseKeeper, Persister
 from leaseward.actors.lease_keeper import GUARD_TICK_SECONDS
 from leaseward.runtime.clock import ManualClock
+from leaseward.storage.protocol import WriteBatch
 from tests.integration.crash_worker import read_lines
 from tests.integration.faults import FaultyExecutor, Statement, fail, faulty_store, query
 from tests.integration.paused_worker import CALLS_FILE, LEASE_SECONDS, LOG_FILE, build_app
@@ -266,27 +267,25 @@ async def test_a_call_admitted_with_less_lease_left_than_the_others_is_cut_off_o
     assert keeper.stats.guard_cancels == 2
 
 
-async def test_a_round_of_renewals_is_written_chunk_after_chunk_each_dated_from_its_own_send(
-    db_url: str,
-) -> None:
-    """Five calls, renewal chunks of two: a round is three writes, one after the other,
-    and each lease's new deadline counts from when its own chunk was sent."""
+async def test_a_round_of_renewals_is_one_write_dated_from_its_send(db_url: str) -> None:
+    """Six thousand calls: a round renews them in one write, and each lease's new
+    deadline counts from when that write was sent, not from when it was answered. (A
+    write waits for turns of a busy event loop; rounds written in chunks one after the
+    other outlasted the leases of a hundred thousand calls.)"""
+    calls = 6_000
     clock = ManualClock()
     start = clock.monotonic()
     store, executor = await faulty_store(db_url, clock=clock)
-    for _ in range(5):
-        await store.create_run(queued_run("payer"))
-    records = await store.claim_runs("w", 5, 3.0, ["payer"])
+    await store.commit(WriteBatch(new_runs=tuple(queued_run("payer") for _ in range(calls))))
+    records = await store.claim_runs("w", calls, 3.0, ["payer"])
     persister = Persister(store)
-    keeper = LeaseKeeper(
-        persister.renew, clock, lease_seconds=3.0, margin_seconds=0.5, renew_chunk=2
-    )
+    keeper = LeaseKeeper(persister.renew, clock, lease_seconds=3.0, margin_seconds=0.5)
     leases = [Lease(r.id, r.epoch, deadline=start + 3.0) for r in records]
     sent: list[float] = []
 
     async def dated(statement: Statement) -> None:
         sent.append(clock.monotonic())
-        # The next chunk is sent later on the keeper's clock than this one.
+        # The answer comes later on the keeper's clock than the send.
         clock.advance(0.125)
 
     executor.inject(query("renew_leases"), dated)
@@ -300,16 +299,60 @@ async def test_a_round_of_renewals_is_written_chunk_after_chunk_each_dated_from_
         await tg.start(keeper.run)
         for lease in leases:
             tg.start_soon(call, lease)
-        await until(lambda: keeper.calls_in_flight >= 5, 10)
+        await until(lambda: keeper.calls_in_flight >= calls, 30)
         clock.advance(1.0)
-        await until(lambda: keeper.stats.renewals >= 5, 10)
+        await until(lambda: keeper.stats.renewals >= calls, 30)
         tg.cancel_scope.cancel()
     await store.aclose()
 
-    assert keeper.stats.renewal_batches == 3
-    assert sent == [start + 1.0, start + 1.125, start + 1.25]
-    deadlines = sorted(lease.deadline for lease in leases)
-    assert deadlines == [start + 4.0] * 2 + [start + 4.125] * 2 + [start + 4.25]
+    assert keeper.stats.renewal_batches == 1
+    assert sent == [start + 1.0]
+    assert {lease.deadline for lease in leases} == {start + 4.0}
+
+
+async def test_a_round_due_while_one_is_written_follows_it_at_once(db_url: str) -> None:
+    """A round that is written for longer than a renewal interval: the round due
+    meanwhile is sent as soon as it is answered, with the call that began after it took
+    its leases, instead of a whole interval later."""
+    clock = ManualClock()
+    start = clock.monotonic()
+    store, executor = await faulty_store(db_url, clock=clock)
+    for _ in range(2):
+        await store.create_run(queued_run("payer"))
+    first, later = await store.claim_runs("w", 2, 3.0, ["payer"])
+    persister = Persister(store)
+    keeper = LeaseKeeper(persister.renew, clock, lease_seconds=3.0, margin_seconds=0.5)
+    early_lease = Lease(first.id, first.epoch, deadline=start + 3.0)
+    later_lease = Lease(later.id, later.epoch, deadline=start + 4.0)
+    sent: list[tuple[float, int]] = []
+
+    async def call(lease: Lease) -> None:
+        with anyio.CancelScope() as scope, keeper.guarding(lease, scope):
+            await anyio.sleep_forever()
+
+    async with anyio.create_task_group() as tg:
+
+        async def slow(statement: Statement) -> None:
+            sent.append((clock.monotonic(), len(statement.rows("items"))))
+            if len(sent) == 1:
+                tg.start_soon(call, later_lease)
+                # The write outlasts the interval: the keeper's next tick finds a round
+                # due while this one is still unanswered.
+                clock.advance(1.0)
+                await anyio.sleep(3 * GUARD_TICK_SECONDS)
+
+        executor.inject(query("renew_leases"), slow)
+        await tg.start(persister.run)
+        await tg.start(keeper.run)
+        tg.start_soon(call, early_lease)
+        await until(lambda: keeper.calls_in_flight >= 1, 10)
+        clock.advance(1.0)
+        await until(lambda: keeper.stats.renewal_batches >= 2, 10)
+        tg.cancel_scope.cancel()
+    await store.aclose()
+
+    assert sent == [(start + 1.0, 1), (start + 2.0, 2)]
+    assert later_lease.deadline == start + 5.0
 
 
 def _hold_write_lock(db_path: Path, seconds: float, held: threading.Event) -> None:
