@@ -119,6 +119,10 @@ class LeaseKeeper:
         self.renew_interval = lease_seconds / RENEWALS_PER_LEASE
         self._metrics = metrics if metrics is not None else Metrics()
         self._held: dict[Lease, _Held] = {}
+        # Runs whose commit waits for its turn in the Persister: renewed, never cut off
+        # (a commit on its way cannot be called back). Behind a hundred thousand other
+        # writes, a commit's own renewal would be dated from a send long past.
+        self._committing: dict[Lease, None] = {}
         # No held lease is due for the guard before this: with many calls in flight the
         # guard looks through them all only when one may be due, not at every tick.
         # Deadlines only move later, so a value left from before a renewal is merely early.
@@ -153,6 +157,14 @@ class LeaseKeeper:
     def release(self, lease: Lease) -> None:
         self._held.pop(lease, None)
 
+    def hold_commit(self, lease: Lease) -> None:
+        """Renew ``lease`` with the others until ``release_commit(lease)``: its run waits
+        for a commit to be answered."""
+        self._committing[lease] = None
+
+    def release_commit(self, lease: Lease) -> None:
+        self._committing.pop(lease, None)
+
     @property
     def calls_in_flight(self) -> int:
         return len(self._held)
@@ -171,7 +183,7 @@ class LeaseKeeper:
                     # leases would wait two intervals and more for its first renewal.
                     if self._renewing:
                         self._round_due = True
-                    elif self._held:
+                    elif self._held or self._committing:
                         self._renewing = True
                         renewals.start_soon(self._renew_all)
                     next_renewal = now + self.renew_interval
@@ -188,8 +200,8 @@ class LeaseKeeper:
             # turns grew with its leases until it outlasted them.
             while True:
                 self._round_due = False
-                await self._renew(list(self._held))
-                if not (self._round_due and self._held):
+                await self._renew([*self._held, *self._committing])
+                if not (self._round_due and (self._held or self._committing)):
                     return
         finally:
             self._renewing = False
@@ -228,6 +240,8 @@ class LeaseKeeper:
             return
         if isinstance(outcome, Fenced):
             lease.lost = True
+            # A commit on its way hears the same from its own answer.
+            self._committing.pop(lease, None)
             held = self._held.pop(lease, None)
             if held is not None:
                 self.stats.leases_lost += 1

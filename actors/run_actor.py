@@ -266,16 +266,23 @@ class RunActor:
         # The lease runs from when the renewal was sent: however long the commit waits
         # for a lock, the database's expiry is no earlier than this.
         sent_at = self._clock.monotonic()
-        if not isinstance(action, m.RecordIntent):
-            return m.Committed(await self._persist(item), sent_at)
-        # Shielded, within a bound: a stop that lands while the intent is on its way
-        # waits for the answer, unless the store hangs. (move_on_after, spared its
-        # look-ups of the running backend, as in _guarded.)
-        bound = asyncio.get_running_loop().time() + SETTLE_TIMEOUT_SECONDS
-        with anyio.CancelScope(deadline=bound, shield=True):
-            return m.Committed(await self._persist(item), sent_at)
-        unanswered = f"the intent's commit was not answered within {SETTLE_TIMEOUT_SECONDS:g} s"
-        return m.Committed(Unanswered(unanswered), sent_at)
+        lease, keeper = self._lease, self._keeper
+        lease.deadline = max(lease.deadline, self._machine.deadline)
+        keeper.hold_commit(lease)
+        try:
+            if not isinstance(action, m.RecordIntent):
+                return m.Committed(await self._persist(item), sent_at)
+            # Shielded, within a bound: a stop that lands while the intent is on its way
+            # waits for the answer, unless the store hangs. (move_on_after, spared its
+            # look-ups of the running backend, as in _guarded.)
+            bound = asyncio.get_running_loop().time() + SETTLE_TIMEOUT_SECONDS
+            with anyio.CancelScope(deadline=bound, shield=True):
+                return m.Committed(await self._persist(item), sent_at)
+            unanswered = f"the intent's commit was not answered within {SETTLE_TIMEOUT_SECONDS:g} s"
+            return m.Committed(Unanswered(unanswered), sent_at)
+        finally:
+            keeper.release_commit(lease)
+            self._see_renewals()
 
     async def _call(self, action: m.CallTool) -> m.MachineEvent:
         bound = self._agent.tools.get(action.tool)
@@ -294,6 +301,15 @@ class RunActor:
             m.ToolReturned,
             self._tool_failed,
         )
+
+    def _see_renewals(self) -> None:
+        """Tell the machine what the keeper's renewals made of the lease meanwhile; most
+        calls and commits end before any renewal, and then there is nothing to tell."""
+        lease, machine = self._lease, self._machine
+        if lease.deadline > machine.deadline or (
+            lease.cancel_requested and not machine.cancel_requested
+        ):
+            machine.feed(m.LeaseRenewed(lease.deadline, lease.cancel_requested))
 
     def _tool_failed(self, exc: Exception) -> m.MachineEvent:
         if isinstance(exc, ToolError):
@@ -333,13 +349,7 @@ class RunActor:
                 finally:
                     keeper.release(lease)
         finally:
-            machine = self._machine
-            # What the keeper's renewals made of the lease while the call ran; most calls
-            # end before any renewal, and then there is nothing to tell.
-            if lease.deadline > machine.deadline or (
-                lease.cancel_requested and not machine.cancel_requested
-            ):
-                machine.feed(m.LeaseRenewed(lease.deadline, lease.cancel_requested))
+            self._see_renewals()
         if event is not None:
             return event
         if lease.lost:

@@ -1,0 +1,106 @@
+"""A run whose commit waits long in the Persister's queue keeps its lease.
+
+A commit renews its run's lease, dated from when it was sent. Behind a deep queue (a
+hundred thousand parked calls returning at once) the answer came later than the lease
+could cover: the next call was not admitted, the renewal the run asked for instead
+waited as long, and the run went back to the queue. The keeper now renews the leases
+of runs waiting for a commit, as it renews those of runs in a call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+
+import anyio
+import pytest
+
+from leaseward import (
+    Agent,
+    ProviderReply,
+    ProviderRequest,
+    Role,
+    RunMode,
+    ScriptedProvider,
+    ToolCall,
+    ToolContext,
+    ToolEffect,
+    tool,
+)
+from leaseward.actors import LeaseKeeper, Persister, RunActor, RunSettings
+from leaseward.client import new_run_id
+from leaseward.runtime.clock import SystemClock
+from leaseward.runtime.commits import CommitOutcome
+from leaseward.runtime.runs import NewRun
+from leaseward.storage import BatchItem
+from tests.integration.faults import faulty_store
+
+pytestmark = pytest.mark.anyio
+
+LEASE_SECONDS = 3.0
+QUEUED_SECONDS = 2.5
+"""How long each of the run's commits waits before it reaches the Persister: more of
+the lease than a call's admission leaves (3 s less 1.5 s)."""
+
+
+async def test_a_run_whose_commit_waits_long_in_the_queue_keeps_its_lease(
+    db_url: str,
+) -> None:
+    charged: list[str] = []
+
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def charge(ctx: ToolContext) -> str:
+        """Its intent is committed before the call, and the call admitted after it."""
+        charged.append(ctx.run_id)
+        return "charged"
+
+    def reply(request: ProviderRequest) -> ProviderReply:
+        if any(message.role is Role.TOOL for message in request.messages):
+            return ProviderReply(text="done")
+        return ProviderReply(tool_calls=(ToolCall("charge", {}, "c0"),))
+
+    agent = Agent("payer", ScriptedProvider(reply), tools=[charge])
+    store, _ = await faulty_store(db_url)
+    await store.create_run(
+        NewRun(id=new_run_id(), agent="payer", mode=RunMode.QUEUED, input_json='"hi"')
+    )
+    claimed_at = time.monotonic()
+    [record] = await store.claim_runs("w", 1, LEASE_SECONDS, ["payer"])
+    persister = Persister(store)
+    keeper = LeaseKeeper(
+        persister.renew, SystemClock(), lease_seconds=LEASE_SECONDS, margin_seconds=0.5
+    )
+
+    async def queued(item: BatchItem) -> CommitOutcome:
+        if not charged:
+            # Behind other runs' writes, until the call begins.
+            await anyio.sleep(QUEUED_SECONDS)
+        return await persister.persist(item)
+
+    def persist(item: BatchItem) -> Awaitable[CommitOutcome]:
+        return queued(item)
+
+    async with anyio.create_task_group() as actors:
+        actor = RunActor(
+            record,
+            agent,
+            persist=persist,
+            load_steps=store.list_steps,
+            load_requests=store.list_requests,
+            settings=RunSettings(lease_seconds=LEASE_SECONDS),
+            clock=SystemClock(),
+            worker_id="w",
+            lease_deadline=claimed_at + LEASE_SECONDS,
+            keeper=keeper,
+        )
+        await actors.start(persister.run)
+        await actors.start(keeper.run)
+        with anyio.fail_after(20):
+            settlement = await actor.run()
+        actors.cancel_scope.cancel()
+    await store.aclose()
+
+    assert charged == [record.id]
+    assert settlement is not None and settlement.reason is not None
+    assert settlement.reason.value == "completed"
+    assert keeper.stats.renewals >= 1
