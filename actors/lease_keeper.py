@@ -71,6 +71,8 @@ class Lease:
     """The store no longer counts this worker as the holder."""
     cut_off: str | None = None
     """Why the keeper cancelled the call in flight, if it did."""
+    renewal: BatchItem | None = None
+    """The write that renews this lease, once the keeper has made it."""
 
     def renewed(self, sent_at: float, seconds: float, *, cancel_requested: bool) -> None:
         # Renewals may be answered out of order; the later deadline stands.
@@ -209,10 +211,7 @@ class LeaseKeeper:
     async def _renew(self, leases: list[Lease]) -> None:
         if not leases:
             return
-        items = [
-            BatchItem(run_id=lease.run_id, epoch=lease.epoch, lease_seconds=self.lease_seconds)
-            for lease in leases
-        ]
+        items = [self._renewal_of(lease) for lease in leases]
         sent_at = self._clock.monotonic()
         try:
             outcomes = await self._renew_writer(items)
@@ -229,6 +228,17 @@ class LeaseKeeper:
         if failed:
             self.stats.renewals_failed += len(failed)
             log.warning("lease.renew_failed", runs=len(failed), error=failed[0])
+
+    def _renewal_of(self, lease: Lease) -> BatchItem:
+        # Made once a lease and sent every round: a round of a hundred thousand leases
+        # would otherwise be as many new objects for the garbage collector's oldest
+        # generation, whose full collections over that many parked runs take seconds.
+        item = lease.renewal
+        if item is None:
+            item = lease.renewal = BatchItem(
+                run_id=lease.run_id, epoch=lease.epoch, lease_seconds=self.lease_seconds
+            )
+        return item
 
     def _settle_renewal(
         self, lease: Lease, outcome: CommitOutcome, sent_at: float, failed: list[str | None]

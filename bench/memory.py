@@ -26,7 +26,10 @@ release, while the LeaseKeeper renews every lease of a call in flight every
 lease / 3. The table says what the keeper did meanwhile: renewals answered,
 renewals failed, calls it cut off, leases it found lost, and leases the reaper
 reaped. A lease that held has none of the last three; ``done`` then counts every
-run completed after the release.
+run completed after the release. Beside them, the garbage collector's full
+collections while the runs were held and its longest pause then (``gc.callbacks``):
+a full collection walks every object the parked runs hold, and the event loop, the
+keeper's renewals with it, waits until it is done.
 
 ``--kind approval`` measures runs waiting for a person instead: the tool
 requires approval, so each run parks in ``waiting_for_approval``, holding no
@@ -61,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import json
 import os
 import resource
@@ -138,6 +142,42 @@ def make_app(parking: Parking, *, approval: bool = False) -> App:
         return ProviderReply(text="done")
 
     return App(agents=[Agent(AGENT, ScriptedProvider(reply), tools=[park], max_steps=2)])
+
+
+class CollectorPauses:
+    """How long the cyclic garbage collector held the process: with a hundred thousand
+    runs parked, a full collection walks every object they hold while the event loop,
+    and with it every lease renewal, waits."""
+
+    def __init__(self) -> None:
+        self._began = 0.0
+        self.full_collections = 0
+        self.full_seconds = 0.0
+        self.longest_seconds = 0.0
+
+    def __enter__(self) -> CollectorPauses:
+        gc.callbacks.append(self._observe)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        gc.callbacks.remove(self._observe)
+
+    def _observe(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._began
+        self.longest_seconds = max(self.longest_seconds, pause)
+        if info["generation"] == 2:
+            self.full_collections += 1
+            self.full_seconds += pause
+
+    def figures(self) -> dict[str, float]:
+        return {
+            "full_collections": self.full_collections,
+            "full_seconds": round(self.full_seconds, 3),
+            "longest_seconds": round(self.longest_seconds, 3),
+        }
 
 
 def current_rss_kb() -> float:
@@ -279,7 +319,9 @@ async def measure(
 
             # Parked, the calls' leases live on the keeper's renewals alone.
             at_park = lease_figures(rt)
-            await anyio.sleep(hold)
+            with CollectorPauses() as pauses:
+                await anyio.sleep(hold)
+            result["gc_while_held"] = pauses.figures()
             result["leases"] = since(lease_figures(rt), at_park)
             result["longest_renewal_seconds"] = longest_renewal(rt)
             result["rss_held"] = rss()
@@ -375,7 +417,7 @@ def print_table(results: Sequence[dict[str, Any]]) -> None:
         f"{'N':>6} {'kind':>8} {'parked':>6} {'before MB':>9} {'parked MB':>9} {'diff MB':>8} "
         f"{'KB/run':>7} {'peak KB/run':>11} {'to park s':>9} {'release s':>9} {'done':>6}  "
         f"{'lease s':>7} {'held s':>6} {'renewed':>8} {'failed':>6} {'cut off':>7} "
-        f"{'lost':>5} {'reaped':>6} {'renew s':>7}"
+        f"{'lost':>5} {'reaped':>6} {'renew s':>7} {'full GCs':>8} {'GC s':>5}"
     )
     print(header)
     print("-" * len(header))
@@ -390,6 +432,9 @@ def print_table(results: Sequence[dict[str, Any]]) -> None:
             f"{leases['renewals_failed']:>6} {leases['cut_off']:>7} {leases['lost']:>5} "
             f"{leases['reaped']:>6} {r.get('longest_renewal_seconds', 0.0):>7.3f}"
         )
+        held_gc = r.get("gc_while_held")
+        if held_gc is not None:
+            lease_cells += f" {held_gc['full_collections']:>8} {held_gc['longest_seconds']:>5.2f}"
         if not r["all_parked"]:
             print(
                 f"{r['runs']:>6} {r['kind']:>8} {r['parked']:>6} {mb(before['current_kb']):>9} "
@@ -519,7 +564,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "done = runs completed; while parked for held s: renewed = lease renewals answered, "
         "failed = renewals\nnot stored, cut off = calls the keeper cancelled, lost = leases "
         "it found taken, reaped = leases the reaper\nsettled (a lease that held: the last "
-        "three 0); renew s = the longest a renewal took to be answered.\n"
+        "three 0); renew s = the longest a renewal took to be answered;\n"
+        "full GCs = the garbage collector's full collections while held, GC s = its "
+        "longest pause then.\n"
         f"Target: under {TARGET_KB_PER_RUN:g} KB per parked run at "
         f"{RUNS:,} runs."
     )
