@@ -95,7 +95,8 @@ class _Local:
     """Claimed from the queue, in a slot of ``concurrency``; otherwise an interactive run
     (``Runtime.run``), which executes in its caller's task and takes no slot."""
     starting: bool
-    """Claimed, and its lease not yet renewed by anything since the claim."""
+    """Claimed, and not yet under way: no commit answered and no call begun, so nothing
+    but the claim has given it its lease."""
 
 
 # A reaped actor may still be alive (inside a call that cannot record anything)
