@@ -4,9 +4,10 @@ cannot cover any more.
 A lease is short (seconds), so that a dead worker's runs are found in seconds; a
 call may last minutes. While calls are in flight, the keeper renews every one of
 their leases every ``lease_seconds / 3``, all of them in one grouped write through
-the Persister, with those of runs whose commit waits for its turn there. If the renewals fail for so long that a lease comes within the
-margin of its end, the keeper cancels that call: a live worker stops before the
-store may hand its run to anybody else.
+the Persister, with those of runs whose commit waits for its turn there. If the
+renewals fail for so long that a lease comes within the margin of its end, the
+keeper cancels that call: a live worker stops before the store may hand its run to
+anybody else.
 """
 
 from __future__ import annotations

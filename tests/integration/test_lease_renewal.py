@@ -339,7 +339,7 @@ async def test_a_round_due_while_one_is_written_follows_it_at_once(db_url: str) 
                 # The write outlasts the interval: the keeper's next tick finds a round
                 # due while this one is still unanswered.
                 clock.advance(1.0)
-                await anyio.sleep(3 * GUARD_TICK_SECONDS)
+                await anyio.sleep(6 * GUARD_TICK_SECONDS)
 
         executor.inject(query("renew_leases"), slow)
         await tg.start(persister.run)
