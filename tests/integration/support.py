@@ -21,13 +21,15 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.actors import LeaseKeeper, RunActor, RunSettings
 from leaseward.client import new_run_id
-from leaseward.runtime.commits import Stored
+from leaseward.runtime.clock import SystemClock
+from leaseward.runtime.commits import CommitOutcome, Stored
 from leaseward.runtime.conversation import normalize_reply, reply_to_json
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import RunMode, StepKind, StepStatus
-from leaseward.runtime.runs import NewRun
+from leaseward.runtime.runs import NewRun, RunRecord
 from leaseward.storage import BatchItem, SQLStore
 
 
@@ -146,4 +148,30 @@ def intent(seq: int, effect: ToolEffect, key: str) -> StepWrite:
         effect=effect,
         idempotency_key=key,
         arguments_json='{"amount":5}',
+    )
+
+
+def lone_actor(
+    record: RunRecord,
+    agent: Agent,
+    store: SQLStore,
+    *,
+    persist: Callable[[BatchItem], Awaitable[CommitOutcome]],
+    keeper: LeaseKeeper,
+    lease_seconds: float,
+    lease_deadline: float,
+) -> RunActor:
+    """The actor of one run claimed by hand, outside any Supervisor: the test runs the
+    Persister and the keeper it is given, and stands between it and ``persist``."""
+    return RunActor(
+        record,
+        agent,
+        persist=persist,
+        load_steps=store.list_steps,
+        load_requests=store.list_requests,
+        settings=RunSettings(lease_seconds=lease_seconds),
+        clock=SystemClock(),
+        worker_id="w",
+        lease_deadline=lease_deadline,
+        keeper=keeper,
     )

@@ -3,8 +3,7 @@
 A claim's lease runs from when it is sent, and nothing renews it before the run's first
 commit or call. A worker that claimed batch after batch while its event loop still had
 the last ones to start let a flood of runs wait until their leases were too short to
-admit a call; they went back to the queue and were claimed again (100,000 runs parked in
-one process cut off 150,000 calls that way).
+admit a call; they went back to the queue and were claimed again.
 """
 
 from __future__ import annotations

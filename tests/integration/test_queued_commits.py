@@ -27,13 +27,14 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.actors import LeaseKeeper, Persister, RunActor, RunSettings
+from leaseward.actors import LeaseKeeper, Persister
 from leaseward.client import new_run_id
 from leaseward.runtime.clock import SystemClock
 from leaseward.runtime.commits import CommitOutcome
 from leaseward.runtime.runs import NewRun
 from leaseward.storage import BatchItem
 from tests.integration.faults import faulty_store
+from tests.integration.support import lone_actor
 
 pytestmark = pytest.mark.anyio
 
@@ -81,17 +82,14 @@ async def test_a_run_whose_commit_waits_long_in_the_queue_keeps_its_lease(
         return queued(item)
 
     async with anyio.create_task_group() as actors:
-        actor = RunActor(
+        actor = lone_actor(
             record,
             agent,
+            store,
             persist=persist,
-            load_steps=store.list_steps,
-            load_requests=store.list_requests,
-            settings=RunSettings(lease_seconds=LEASE_SECONDS),
-            clock=SystemClock(),
-            worker_id="w",
-            lease_deadline=claimed_at + LEASE_SECONDS,
             keeper=keeper,
+            lease_seconds=LEASE_SECONDS,
+            lease_deadline=claimed_at + LEASE_SECONDS,
         )
         await actors.start(persister.run)
         await actors.start(keeper.run)
