@@ -266,8 +266,7 @@ class RunActor:
         # The lease runs from when the renewal was sent: however long the commit waits
         # for a lock, the database's expiry is no earlier than this.
         sent_at = self._clock.monotonic()
-        lease, keeper = self._lease, self._keeper
-        lease.deadline = max(lease.deadline, self._machine.deadline)
+        lease, keeper = self._lease_to_renew(), self._keeper
         keeper.hold_commit(lease)
         try:
             if not isinstance(action, m.RecordIntent):
@@ -302,6 +301,13 @@ class RunActor:
             self._tool_failed,
         )
 
+    def _lease_to_renew(self) -> Lease:
+        """The lease as the keeper is to renew it: from what this attempt's own commits
+        made of it."""
+        lease = self._lease
+        lease.deadline = max(lease.deadline, self._machine.deadline)
+        return lease
+
     def _see_renewals(self) -> None:
         """Tell the machine what the keeper's renewals made of the lease meanwhile; most
         calls and commits end before any renewal, and then there is nothing to tell."""
@@ -327,9 +333,7 @@ class RunActor:
         raised: Callable[[Exception], m.MachineEvent],
     ) -> m.MachineEvent:
         """Make ``call``, bounded by its timeout, while the keeper renews the lease."""
-        lease = self._lease
-        # The keeper renews from what this attempt's own commits made of the lease.
-        lease.deadline = max(lease.deadline, self._machine.deadline)
+        lease = self._lease_to_renew()
         event: m.MachineEvent | None = None
         keeper = self._keeper
         # One scope for both ends of a call: its timeout, and the keeper's cancel, which

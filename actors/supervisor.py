@@ -253,7 +253,7 @@ class Supervisor:
         while self._claiming:
             room = settings.concurrency - self._claimed
             claimed: tuple[RunRecord, ...] = ()
-            if room > 0 and self._starting <= STARTING_AT_MOST:
+            if self._can_claim():
                 try:
                     # Shielded: a claim cut off by shutdown may have committed, and its
                     # runs would sit leased until they expire. Finished, they are
