@@ -4,6 +4,7 @@ where every decision is) through the Persister, the provider, the tools and the 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -11,6 +12,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 
+from leaseward.actors.first_step import Finished, first_step
 from leaseward.actors.lease_keeper import Lease, LeaseKeeper, default_margin
 from leaseward.actors.metrics import Metrics
 from leaseward.actors.tracing import RunTrace, TraceSettings
@@ -129,6 +131,8 @@ class RunActor:
                 self._see_observers()
                 await self._drive(self._machine.start())
         except anyio.get_cancelled_exc_class():
+            # A provider turn in flight, if there is one, was stopped with the worker.
+            self._trace.answered(None)
             if not self._machine.stopped:
                 self._settling = True
                 with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS, shield=True):
@@ -154,17 +158,37 @@ class RunActor:
         return self.writing
 
     async def _drive(self, commands: Sequence[m.Command]) -> None:
-        machine = self._machine
+        """Carry out ``commands``, and those the machine answers with, until it stops.
+
+        The calls run in a guard: a scope given a call's deadline while the call is
+        in flight, which the keeper cancels to cut the call off. One guard serves
+        the calls of an attempt until one of them is stopped: a scope a call costs
+        as much as the rest of a step's bookkeeping.
+        """
+        going_on: Sequence[m.Command] | None = commands
+        while going_on is not None:
+            with anyio.CancelScope() as guard:
+                going_on = await self._steps(going_on, guard)
+            if guard.cancelled_caught:
+                stopped = self._stopped_call()
+                self._trace.interrupted(stopped)
+                going_on = self._fed(stopped)
+
+    async def _steps(
+        self, commands: Sequence[m.Command], guard: anyio.CancelScope
+    ) -> Sequence[m.Command] | None:
+        """Carry out commands in ``guard`` until the machine stops (None), or until a call
+        ended as the guard was cancelled (the commands to go on with in a new guard)."""
         while True:
             action = self._observe(commands)
             if isinstance(action, m.Stop):
                 self.settlement = action.settlement
-                return
+                return None
             if isinstance(action, m.Settle) and not self._settling:
                 self._settling = True
                 with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS, shield=True):
                     await self._drive((action,))
-                return
+                return None
             event: m.MachineEvent
             if isinstance(action, m.CheckAdmission):
                 # A stop that came since the run's last await takes effect here, before
@@ -178,13 +202,30 @@ class RunActor:
                 if self._under_way is not None:
                     self._set_under_way()
             else:
-                event = await self._carry_out(action)
-            self._see_drain()
-            self._see_observers()
-            commands = machine.feed(event)
-            if self._scope is not None:
-                # G13: a call with a durable intent is shielded; only cut_off() stops it.
-                self._scope.shield = machine.protecting is not None and not self._cut_off
+                event = await self._carry_out(action, guard)
+            commands = self._fed(event)
+            if guard.cancel_called:
+                return commands
+
+    def _fed(self, event: m.MachineEvent) -> Sequence[m.Command]:
+        """The machine's answer to ``event``."""
+        self._see_drain()
+        self._see_observers()
+        commands = self._machine.feed(event)
+        if self._scope is not None:
+            # G13: a call with a durable intent is shielded; only cut_off() stops it.
+            self._scope.shield = self._machine.protecting is not None and not self._cut_off
+        return commands
+
+    def _stopped_call(self) -> m.MachineEvent:
+        """What stopped the call in the guard: the keeper, for a lease lost or one it
+        could not renew, or else the call's timeout."""
+        lease = self._lease
+        if lease.lost:
+            return m.LeaseLost()
+        if lease.cut_off is not None:
+            return m.CutOff(lease.cut_off)
+        return m.TimedOut()
 
     def _set_under_way(self) -> None:
         assert self._under_way is not None
@@ -224,27 +265,24 @@ class RunActor:
         else:
             getattr(self._log, command.level)(command.event, **dict(command.fields))
 
-    async def _carry_out(self, action: m.Command) -> m.MachineEvent:
+    async def _carry_out(self, action: m.Command, guard: anyio.CancelScope) -> m.MachineEvent:
         if isinstance(action, m.AskProvider):
             request, began = action.request, self._clock.monotonic()
-            span = self._trace.asking(request)
-            replied: m.MachineEvent | None = None
-            try:
-                replied = await self._guarded(
-                    lambda: self._agent.provider.complete(request),
-                    action.timeout_seconds,
-                    lambda reply: m.ProviderReplied(
-                        reply, round((self._clock.monotonic() - began) * 1000, 1)
-                    ),
-                    m.ProviderFailed,
-                )
-                return replied
-            finally:
-                # None: the worker stopped while the provider was asked.
-                self._trace.answered(span, replied)
+            self._trace.asking(request)
+            replied = await self._guarded(
+                lambda: self._agent.provider.complete(request),
+                action.timeout_seconds,
+                guard,
+                lambda reply: m.ProviderReplied(
+                    reply, round((self._clock.monotonic() - began) * 1000, 1)
+                ),
+                m.ProviderFailed,
+            )
+            self._trace.answered(replied)
+            return replied
         if isinstance(action, m.CallTool):
             self._trace.calling(action)
-            returned = await self._call(action)
+            returned = await self._call(action, guard)
             self._trace.returned(returned)
             return returned
         try:
@@ -283,7 +321,7 @@ class RunActor:
             keeper.release_commit(lease)
             self._see_renewals()
 
-    async def _call(self, action: m.CallTool) -> m.MachineEvent:
+    async def _call(self, action: m.CallTool, guard: anyio.CancelScope) -> m.MachineEvent:
         bound = self._agent.tools.get(action.tool)
         assert bound is not None, "the machine calls only known tools"
         ctx = ToolContext(
@@ -297,6 +335,7 @@ class RunActor:
         return await self._guarded(
             lambda: bound.implementation(ctx, action.arguments),
             action.timeout_seconds,
+            guard,
             m.ToolReturned,
             self._tool_failed,
         )
@@ -329,35 +368,35 @@ class RunActor:
         self,
         call: Callable[[], Awaitable[Any]],
         timeout: float,
+        guard: anyio.CancelScope,
         returned: Callable[[Any], m.MachineEvent],
         raised: Callable[[Exception], m.MachineEvent],
     ) -> m.MachineEvent:
-        """Make ``call``, bounded by its timeout, while the keeper renews the lease."""
-        lease = self._lease_to_renew()
-        event: m.MachineEvent | None = None
-        keeper = self._keeper
-        # One scope for both ends of a call: its timeout, and the keeper's cancel, which
-        # marks the lease lost or cut off first and so tells the two apart.
+        """Make ``call``, bounded by its timeout, while the keeper renews the lease.
+
+        Bounded from its first suspension: before, nothing could stop it. If it is
+        stopped, the cancellation goes on to ``_drive``, where the guard ends.
+        """
         # The loop's clock is what anyio's deadlines are on under asyncio, and reading it
         # here spares a look-up of the running backend on every call.
         deadline = asyncio.get_running_loop().time() + timeout
+        # Before the call starts: it may read its lease (ctx.lease_remaining) at once.
+        lease, keeper = self._lease_to_renew(), self._keeper
         if self._under_way is not None:
             self._set_under_way()
         try:
-            with anyio.CancelScope(deadline=deadline) as guard:
-                keeper.hold(lease, guard)
-                try:
-                    event = returned(await call())
-                except Exception as exc:
-                    event = raised(exc)
-                finally:
-                    keeper.release(lease)
+            step = first_step(call())
+            if isinstance(step, Finished):
+                return returned(step.value)
+        except Exception as exc:
+            return raised(exc)
+        guard.deadline = deadline
+        keeper.hold(lease, guard)
+        try:
+            return returned(await step)
+        except Exception as exc:
+            return raised(exc)
         finally:
+            keeper.release(lease)
+            guard.deadline = math.inf
             self._see_renewals()
-        if event is not None:
-            return event
-        if lease.lost:
-            return m.LeaseLost()
-        if lease.cut_off is not None:
-            return m.CutOff(lease.cut_off)
-        return m.TimedOut()

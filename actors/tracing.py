@@ -120,6 +120,8 @@ class RunTrace:
         self._context = trace.set_span_in_context(self._attempt)
         self._call: Span | None = None
         self._call_id: str | None = None
+        # The provider turn being asked for, if one is: ended when it is answered.
+        self._asking: Span | None = None
         self._intents: dict[str, int] = {}
         self._deciders: dict[str, str] = {}
         if self._recording:
@@ -163,6 +165,7 @@ class RunTrace:
 
     def ended(self, settlement: Settlement | None) -> None:
         """The attempt is over: with the settlement stored, or None if none was."""
+        self.answered(None)
         self._end_call(outcome_recorded=False)
         if self._recording:
             if settlement is None:
@@ -223,12 +226,12 @@ class RunTrace:
 
     # -- provider turns ---------------------------------------------------------------
 
-    def asking(self, request: ProviderRequest) -> Span:
-        """The span of a provider turn about to be asked for."""
+    def asking(self, request: ProviderRequest) -> None:
+        """A provider turn about to be asked for: its span is open until ``answered``."""
         self._end_call(outcome_recorded=False)
         if not self._recording:
             # With no SDK, or the run's trace not sampled, no child would record either.
-            return trace.INVALID_SPAN
+            return
         provider = self._agent.provider
         defaults = getattr(provider, "defaults", None)
         model = (
@@ -250,10 +253,13 @@ class RunTrace:
             )
             if isinstance(model, str):
                 span.set_attribute("gen_ai.request.model", model)
-        return span
+        self._asking = span
 
-    def answered(self, span: Span, event: m.MachineEvent | None) -> None:
-        """The provider turn of ``span`` got ``event`` (None: it was cancelled)."""
+    def answered(self, event: m.MachineEvent | None) -> None:
+        """The provider turn being asked for got ``event`` (None: the worker stopped it)."""
+        span, self._asking = self._asking, None
+        if span is None:
+            return
         if span.is_recording():
             reply = event.reply if isinstance(event, m.ProviderReplied) else None
             if isinstance(reply, ProviderReply):
@@ -271,6 +277,14 @@ class RunTrace:
             else:
                 self._failed(span, event)
         span.end()
+
+    def interrupted(self, event: m.MachineEvent) -> None:
+        """The call in flight, a provider turn or a tool call, was stopped: ``event``
+        says by what (its timeout, a lease lost or cut off)."""
+        if self._asking is not None:
+            self.answered(event)
+        else:
+            self.returned(event)
 
     # -- tool calls -------------------------------------------------------------------
 

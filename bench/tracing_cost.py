@@ -99,8 +99,8 @@ def _step_cost(steps: int, repeat: int) -> float:
     traced = RunTrace(RUN, agent, "host:1", TraceSettings())
 
     def step() -> None:
-        span = traced.asking(request)
-        traced.answered(span, REPLY)
+        traced.asking(request)
+        traced.answered(REPLY)
         traced.observed(INTENT)
         traced.calling(CALL)
         traced.returned(m.ToolReturned({"charged": 5}))
