@@ -38,9 +38,8 @@ def _check_shape(value: Any, what: str) -> None:
         return
     stack = [(value, 1)]
     while stack:
+        # Only containers are pushed: a scalar has no keys and no depth to check.
         item, depth = stack.pop()
-        if not isinstance(item, _CONTAINERS):
-            continue
         if depth > MAX_JSON_DEPTH:
             # json.loads recurses: a value that deep could be written here, yet not be
             # read back by a worker whose stack is deeper than this one's.
@@ -55,9 +54,10 @@ def _check_shape(value: Any, what: str) -> None:
                     raise InvalidInput(
                         f"{what} is not a JSON value: the key {key!r} is not a string"
                     )
-                stack.append((inner, depth + 1))
+                if isinstance(inner, _CONTAINERS):
+                    stack.append((inner, depth + 1))
         else:
-            stack.extend((inner, depth + 1) for inner in item)
+            stack.extend((inner, depth + 1) for inner in item if isinstance(inner, _CONTAINERS))
 
 
 def dump_json(value: Any, *, what: str = "value", limit: int | None = None) -> str:
