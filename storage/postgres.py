@@ -140,7 +140,7 @@ async def _keep_session(connection: asyncpg.Connection[asyncpg.Record]) -> None:
     """Nothing to reset when a connection goes back to the pool: leaseward leaves no
     session state on one (no SET, no session locks; it listens on a connection of its
     own). asyncpg's default reset is a round trip at the end of every transaction,
-    one in four of a batch's. asyncpg still rolls back a transaction left open."""
+    one in five of a batch's. asyncpg still rolls back a transaction left open."""
 
 
 class PostgresExecutor:
