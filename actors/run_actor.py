@@ -162,8 +162,8 @@ class RunActor:
 
         The calls run in a guard: a scope given a call's deadline while the call is
         in flight, which the keeper cancels to cut the call off. One guard serves
-        the calls of an attempt until one of them is stopped: a scope a call costs
-        as much as the rest of a step's bookkeeping.
+        the calls of an attempt until one of them is stopped: entering and leaving a
+        scope around every call cost more than a tenth of a step.
         """
         going_on: Sequence[m.Command] | None = commands
         while going_on is not None:
