@@ -2,9 +2,9 @@
 
 A timeout or a cut-off can only act where a call suspends. A tool or provider
 that answers at once (a lookup in memory, a scripted reply) can be neither timed
-out nor cut off, yet setting its deadline and handing its lease to the keeper
-cost as much as the rest of the step's bookkeeping. So a call's coroutine is
-stepped once first; only if it suspends is it bounded, and the rest of it
+out nor cut off, yet setting its deadline (a timer on the event loop) and handing
+its lease to the keeper cost about a twentieth of a step. So a call's coroutine
+is stepped once first; only if it suspends is it bounded, and the rest of it
 awaited from where it stopped.
 """
 
