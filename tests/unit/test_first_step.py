@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any
 
 import pytest
@@ -52,6 +53,20 @@ async def test_awaiting_a_suspended_call_goes_on_from_where_it_stopped() -> None
     assert ran == ["first", "rest"]
 
 
+async def cancelled_while_awaited(call: Coroutine[Any, Any, str]) -> asyncio.Task[str]:
+    """A task awaiting ``call`` past its first step, cancelled once it waits there."""
+    step = first_step(call)
+    assert isinstance(step, Suspended)
+
+    async def awaits() -> str:
+        return await step
+
+    task = asyncio.get_running_loop().create_task(awaits())
+    await asyncio.sleep(0)
+    task.cancel()
+    return task
+
+
 async def test_what_is_thrown_into_a_suspended_call_reaches_it() -> None:
     caught: list[BaseException] = []
 
@@ -63,15 +78,7 @@ async def test_what_is_thrown_into_a_suspended_call_reaches_it() -> None:
             raise
         return "never"
 
-    step = first_step(waits_forever())
-    assert isinstance(step, Suspended)
-
-    async def awaits(step: Suspended[str]) -> str:
-        return await step
-
-    task = asyncio.get_running_loop().create_task(awaits(step))
-    await asyncio.sleep(0)
-    task.cancel()
+    task = await cancelled_while_awaited(waits_forever())
     with pytest.raises(asyncio.CancelledError):
         await task
     assert len(caught) == 1
@@ -85,15 +92,7 @@ async def test_a_call_that_swallows_a_cancel_answers_with_what_it_returned() -> 
             return "swallowed"
         return "never"
 
-    step = first_step(stubborn())
-    assert isinstance(step, Suspended)
-
-    async def awaits(step: Suspended[str]) -> str:
-        return await step
-
-    task = asyncio.get_running_loop().create_task(awaits(step))
-    await asyncio.sleep(0)
-    task.cancel()
+    task = await cancelled_while_awaited(stubborn())
     assert await task == "swallowed"
 
 
