@@ -22,7 +22,22 @@ from typing import Any
 import anyio
 import pytest
 
-from leaseward import App, Reason, RunState, Runtime, StepInfo, ToolContext, ToolEffect
+from leaseward import (
+    Agent,
+    App,
+    ProviderReply,
+    Reason,
+    RunState,
+    Runtime,
+    ScriptedProvider,
+    StepInfo,
+    StepKind,
+    StepStatus,
+    ToolCall,
+    ToolContext,
+    ToolEffect,
+    tool,
+)
 from leaseward.actors import Lease, LeaseKeeper, Persister
 from leaseward.actors.lease_keeper import GUARD_TICK_SECONDS
 from leaseward.runtime.clock import ManualClock
@@ -409,6 +424,68 @@ async def test_a_worker_whose_store_is_blocked_cuts_its_call_off_before_the_leas
     )
     assert run.error is not None and "the lease could not be renewed" in run.error
     assert len(calls) == 1
+
+
+async def test_a_call_after_one_that_used_up_its_guard_is_still_cut_off_by_the_keeper(
+    tmp_path: Path,
+) -> None:
+    """A read swallows the cancel of its timeout and returns, so the guard it used up
+    is replaced before the next call. Then another connection holds SQLite's write
+    lock while a charge runs under a 1.2 s lease: the keeper cuts the charge off
+    through the new guard, while the store's lease still holds."""
+    db_path = tmp_path / "runs.db"
+    url = f"sqlite:///{db_path}?busy_timeout_ms=20000"
+    cut_off: list[tuple[float, float]] = []
+    locker: list[threading.Thread] = []
+
+    @tool(timeout_seconds=0.1)
+    async def stubborn(ctx: ToolContext) -> str:
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            return "swallowed"
+        return "never"
+
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout_seconds=60.0)
+    async def charge(ctx: ToolContext) -> None:
+        held = threading.Event()
+        thread = threading.Thread(target=_hold_write_lock, args=(db_path, 3.0, held))
+        thread.start()
+        locker.append(thread)
+        await anyio.to_thread.run_sync(held.wait)
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            cut_off.append((time.time(), _lease_expires_at(db_path, ctx.run_id)))
+            raise
+
+    provider = ScriptedProvider(
+        [
+            ProviderReply(tool_calls=(ToolCall("stubborn", {}, "call-0"),)),
+            ProviderReply(tool_calls=(ToolCall("charge", {}, "call-1"),)),
+            ProviderReply(text="done"),
+        ]
+    )
+    agent = Agent("payer", provider, tools=[stubborn, charge])
+    async with Runtime.open(url, App([agent]), lease_seconds=1.2, reap_interval_seconds=1.1) as rt:
+        run = await rt.wait(await rt.submit("payer", None), timeout=30)
+        guard_cancels = rt.supervisor.keeper.stats.guard_cancels
+        steps = await rt.steps(run.id)
+    await anyio.to_thread.run_sync(locker[0].join)
+
+    [(cut_at, expires_at)] = cut_off
+    assert cut_at < expires_at
+    assert guard_cancels == 1
+    assert (run.state, run.reason, run.epoch) == (
+        RunState.DEAD_LETTERED,
+        Reason.INTERRUPTED_WRITE,
+        1,
+    )
+    assert run.error is not None and "the lease could not be renewed" in run.error
+    assert [(step.tool, step.status) for step in steps if step.kind is StepKind.TOOL] == [
+        ("stubborn", StepStatus.SUCCEEDED),
+        ("charge", StepStatus.STARTED),
+    ]
 
 
 def _started(marker_dir: Path) -> list[dict[str, Any]]:
