@@ -381,6 +381,31 @@ def _hold_write_lock(db_path: Path, seconds: float, held: threading.Event) -> No
         connection.close()
 
 
+class ChargeOnABlockedStore:
+    """A charge's body that has another connection hold SQLite's write lock for 3 s
+    while it runs, and notes when it was cut off and when the store's lease ended."""
+
+    def __init__(self, db_path: Path) -> None:
+        self._db_path = db_path
+        self._locker: threading.Thread | None = None
+        self.cut_off: list[tuple[float, float]] = []
+
+    async def __call__(self, ctx: ToolContext) -> None:
+        held = threading.Event()
+        self._locker = threading.Thread(target=_hold_write_lock, args=(self._db_path, 3.0, held))
+        self._locker.start()
+        await anyio.to_thread.run_sync(held.wait)
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            self.cut_off.append((time.time(), _lease_expires_at(self._db_path, ctx.run_id)))
+            raise
+
+    async def finished(self) -> None:
+        assert self._locker is not None, "the charge never ran"
+        await anyio.to_thread.run_sync(self._locker.join)
+
+
 async def test_a_worker_whose_store_is_blocked_cuts_its_call_off_before_the_lease_expires(
     tmp_path: Path,
 ) -> None:
@@ -389,32 +414,18 @@ async def test_a_worker_whose_store_is_blocked_cuts_its_call_off_before_the_leas
     store's lease still holds, and the run is dead-lettered for the lease."""
     db_path = tmp_path / "runs.db"
     url = f"sqlite:///{db_path}?busy_timeout_ms=20000"
-    cut_off: list[tuple[float, float]] = []
-    locker: list[threading.Thread] = []
-
-    async def charge(ctx: ToolContext) -> None:
-        held = threading.Event()
-        thread = threading.Thread(target=_hold_write_lock, args=(db_path, 3.0, held))
-        thread.start()
-        locker.append(thread)
-        await anyio.to_thread.run_sync(held.wait)
-        try:
-            await anyio.sleep(30)
-        except anyio.get_cancelled_exc_class():
-            cut_off.append((time.time(), _lease_expires_at(db_path, ctx.run_id)))
-            raise
-
+    blocked = ChargeOnABlockedStore(db_path)
     calls = Calls()
     agent = one_call_agent(
-        "payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, timeout_seconds=60.0, body=charge
+        "payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, timeout_seconds=60.0, body=blocked
     )
     async with Runtime.open(url, App([agent]), lease_seconds=1.2, reap_interval_seconds=1.1) as rt:
         run = await rt.wait(await rt.submit("payer", None), timeout=30)
         guard_cancels = rt.supervisor.keeper.stats.guard_cancels
         cut_off_metric = rt.supervisor.metrics.calls_cut_off._value.get()
-    await anyio.to_thread.run_sync(locker[0].join)
+    await blocked.finished()
 
-    [(cut_at, expires_at)] = cut_off
+    [(cut_at, expires_at)] = blocked.cut_off
     assert cut_at < expires_at
     assert (guard_cancels, cut_off_metric) == (1, 1)
     assert (run.state, run.reason, run.epoch) == (
@@ -435,8 +446,7 @@ async def test_a_call_after_one_that_used_up_its_guard_is_still_cut_off_by_the_k
     through the new guard, while the store's lease still holds."""
     db_path = tmp_path / "runs.db"
     url = f"sqlite:///{db_path}?busy_timeout_ms=20000"
-    cut_off: list[tuple[float, float]] = []
-    locker: list[threading.Thread] = []
+    blocked = ChargeOnABlockedStore(db_path)
 
     @tool(timeout_seconds=0.1)
     async def stubborn(ctx: ToolContext) -> str:
@@ -448,16 +458,7 @@ async def test_a_call_after_one_that_used_up_its_guard_is_still_cut_off_by_the_k
 
     @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout_seconds=60.0)
     async def charge(ctx: ToolContext) -> None:
-        held = threading.Event()
-        thread = threading.Thread(target=_hold_write_lock, args=(db_path, 3.0, held))
-        thread.start()
-        locker.append(thread)
-        await anyio.to_thread.run_sync(held.wait)
-        try:
-            await anyio.sleep(30)
-        except anyio.get_cancelled_exc_class():
-            cut_off.append((time.time(), _lease_expires_at(db_path, ctx.run_id)))
-            raise
+        await blocked(ctx)
 
     provider = ScriptedProvider(
         [
@@ -471,9 +472,9 @@ async def test_a_call_after_one_that_used_up_its_guard_is_still_cut_off_by_the_k
         run = await rt.wait(await rt.submit("payer", None), timeout=30)
         guard_cancels = rt.supervisor.keeper.stats.guard_cancels
         steps = await rt.steps(run.id)
-    await anyio.to_thread.run_sync(locker[0].join)
+    await blocked.finished()
 
-    [(cut_at, expires_at)] = cut_off
+    [(cut_at, expires_at)] = blocked.cut_off
     assert cut_at < expires_at
     assert guard_cancels == 1
     assert (run.state, run.reason, run.epoch) == (
