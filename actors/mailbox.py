@@ -26,6 +26,10 @@ class Mailbox(Generic[T]):
         self._messages: deque[T] = deque()
         self._waiter: asyncio.Future[None] | None = None
 
+    def __len__(self) -> int:
+        """How many messages wait."""
+        return len(self._messages)
+
     async def send(self, message: T) -> None:
         self.send_nowait(message)
 

@@ -36,11 +36,15 @@ from leaseward.storage.protocol import (
     unwrap,
 )
 
-__all__ = ["MAX_BATCH_ITEMS", "Persister", "PersisterStats"]
+__all__ = ["MAX_BATCH_ITEMS", "SPLIT_AT", "Persister", "PersisterStats"]
 
 MAX_BATCH_ITEMS = 512
 """Requests after which a batch takes no more (a submit of many runs counts each run,
 and is never split: one larger than this is a batch of its own, or ends one)."""
+
+SPLIT_AT = 32
+"""Requests waiting, at least, for a store that commits batches side by side to split
+them into two batches when it commits none."""
 
 log = get_logger("leaseward.persister")
 
@@ -61,6 +65,12 @@ class Persister:
     mailbox and form the next batch, so the cost of an fsync is shared by
     every request that waited on it. ``group_commit=False`` commits one
     request a transaction (for comparison).
+
+    A store that commits ``concurrent_batches`` batches side by side (PostgreSQL, on
+    connections of its own) gets up to that many at once. With none in flight, half
+    of what waits goes first and the rest right behind it: the runs answered by one
+    take their next steps while the other's commit is on the server, instead of
+    every run waiting for every commit together.
     """
 
     def __init__(
@@ -69,11 +79,13 @@ class Persister:
         *,
         group_commit: bool = True,
         max_batch: int = MAX_BATCH_ITEMS,
+        concurrent_batches: int = 1,
         metrics: Metrics | None = None,
     ) -> None:
         self._store = store
         self._metrics = metrics if metrics is not None else Metrics()
         self._max_batch = max_batch if group_commit else 1
+        self._concurrent_batches = concurrent_batches if group_commit else 1
         self.mailbox: Mailbox[PersisterMessage] = Mailbox()
         self.stats = PersisterStats()
 
@@ -116,19 +128,48 @@ class Persister:
     # -- the actor: drain, commit, answer ---------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        while True:
-            await self._commit(await self._drain())
+        if self._concurrent_batches == 1:
+            task_status.started()
+            while True:
+                await self._commit(await self._drain())
+        slots = anyio.Semaphore(self._concurrent_batches)
+        async with anyio.create_task_group() as batches:
+            task_status.started()
+            while True:
+                await slots.acquire()
+                batch = await self._drain(slots)
+                batches.start_soon(self._commit_in, slots, batch)
 
-    async def _drain(self) -> list[PersisterMessage]:
+    async def _commit_in(self, slots: anyio.Semaphore, batch: list[PersisterMessage]) -> None:
+        try:
+            # Shielded: a batch beside it that crashes the actor must not cut this one
+            # off at its COMMIT, whose askers would then be told "not persisted" of a
+            # commit that may have applied. The store's command timeout bounds it.
+            with anyio.CancelScope(shield=True):
+                await self._commit(batch)
+        finally:
+            slots.release()
+
+    async def _drain(self, slots: anyio.Semaphore | None = None) -> list[PersisterMessage]:
         """The next batch: the first request that comes, and every one waiting behind it
-        up to the batch's size."""
+        up to the batch's size (half of them, when ``slots`` says no batch is in flight)."""
         first = await self.mailbox.receive()
         batch, size = [first], first.size
-        # One turn of the event loop lets the runs answered by the last batch
-        # send their next request, so they join this batch instead of the next.
-        await anyio.lowlevel.checkpoint()
-        while size < self._max_batch:
+        try:
+            # One turn of the event loop lets the runs answered by the last batch
+            # send their next request, so they join this batch instead of the next.
+            await anyio.lowlevel.checkpoint()
+        except BaseException:
+            # Stopped with a request in hand (a batch beside this one crashed the
+            # actor): it goes back to the head of the mailbox for the restarted actor.
+            self.mailbox.send_first(first)
+            raise
+        limit = self._max_batch
+        waiting = 1 + len(self.mailbox)
+        idle = slots is not None and slots.value == self._concurrent_batches - 1
+        if idle and waiting >= SPLIT_AT:
+            limit = min(limit, (waiting + 1) // 2)
+        while size < limit:
             more = self.mailbox.receive_nowait()
             if more is None:
                 break

@@ -28,6 +28,10 @@ class Executor(Protocol):
     """
 
     dialect: str
+    writes_alone: bool
+    """Whether ``write_alone`` saves something over a transaction of one statement:
+    the round trips of BEGIN and COMMIT to a server. Where it does, the journal writes
+    a batch of steps and renewals in one statement."""
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
         """One write transaction on one connection for its whole length; rolls back on error.
@@ -44,6 +48,16 @@ class Executor(Protocol):
         it all where its connection lives, in one trip (SQLite, on its thread), and
         then a cancel waits for the transaction to end rather than leave its outcome
         unknown.
+        """
+        ...
+
+    async def write_alone(self, sql: str, params: Params | None = None) -> Sequence[Row]:
+        """Run one statement as a transaction of its own; what it returns, fetched.
+
+        Outside any ``transaction()``. A dialect whose server commits a lone
+        statement by itself sends it in one round trip. When the connection is lost
+        once the statement went out, it may have committed: that raises
+        ``CommitOutcomeUnknown``, as a lost COMMIT does.
         """
         ...
 

@@ -149,6 +149,15 @@ class JournalWriter(StoreConcern):
     async def commit(self, batch: WriteBatch) -> WriteResults:
         if not len(batch):
             return WriteResults()
+        if len(batch.items) == len(batch):
+            try:
+                alone = await self._items.write_alone(batch.items)
+            except StoreError as exc:
+                if not exc.data_error:
+                    raise
+                alone = None
+            if alone is not None:
+                return WriteResults(items=tuple(alone))
         try:
             return await self._executor.run_transaction(lambda: self._write_all(batch))
         except ItemRefused:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored
@@ -11,6 +12,7 @@ from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import RunState, StepStatus, source_state
 from leaseward.runtime.settlements import Settlement
 from leaseward.storage.concern import StoreConcern
+from leaseward.storage.crash_points import ARMED, carries_outcome, crash_point
 from leaseward.storage.executor import Row
 from leaseward.storage.protocol import BatchItem
 from leaseward.storage.rows import json_set, step_from_row
@@ -50,8 +52,109 @@ class ItemRefused(Exception):
         self.outcome = Refused(error, data_error=data_error)
 
 
+def _fence_set(items: Sequence[BatchItem]) -> str:
+    """The items' fences, as renew_leases reads them."""
+    return json_set(
+        {"run_id": item.run_id, "epoch": item.epoch, "lease_seconds": item.lease_seconds}
+        for item in items
+    )
+
+
+def _new_step_set(items: Sequence[BatchItem], steps: _StepsByKey) -> str:
+    """New journal rows, in the positions insert_steps reads them from."""
+    return json_set(
+        [
+            items[position].run_id,
+            step.seq,
+            items[position].epoch,
+            step.kind.value,
+            step.tool,
+            step.call_id,
+            None if step.effect is None else step.effect.value,
+            step.status.value,
+            step.idempotency_key,
+            step.arguments_json,
+            step.output_json,
+            step.error,
+            step.started_at,
+            step.status is not StepStatus.STARTED,
+            step.source_json,
+        ]
+        for position, step in steps.values()
+    )
+
+
+def _outcome_set(items: Sequence[BatchItem], steps: _StepsByKey) -> str:
+    """Outcomes of open intents, as settle_steps reads them."""
+    return json_set(
+        {
+            "run_id": items[position].run_id,
+            "seq": step.seq,
+            "epoch": items[position].epoch,
+            "status": step.status.value,
+            "output_json": step.output_json,
+            "error": step.error,
+        }
+        for position, step in steps.values()
+    )
+
+
+def _answer(cancel_requested: bool | None) -> CommitOutcome:
+    """An item's outcome, from its run's cancel_requested where the fence held it (None
+    where it did not)."""
+    if cancel_requested is None:
+        return _FENCED
+    return _STORED_CANCEL_REQUESTED if cancel_requested else _STORED
+
+
 class ItemWriter(StoreConcern):
     """The items of one batch, with one statement per kind of change."""
+
+    async def write_alone(self, items: Sequence[BatchItem]) -> list[CommitOutcome] | None:
+        """The items in one statement committed on its own (``write_journal``), where
+        the executor gains by it and the items only renew leases and write steps.
+
+        None where that does not apply: an item with a settlement, requests or a
+        withdrawal, or a step written twice in the batch; and where a record was not
+        written as sent (one sent again after its commit's answer was lost, or one
+        recorded differently), which the statement tells by keeping nothing. The
+        caller then writes the items in a transaction, which tells those apart.
+        """
+        q = self._queries
+        if not self._executor.writes_alone:
+            return None
+        inserts: _StepsByKey = {}
+        settles: _StepsByKey = {}
+        for position, item in enumerate(items):
+            _check_integer(item.epoch)
+            if item.settlement is not None:
+                return None
+            for step in item.steps:
+                key = (item.run_id, step.seq)
+                if step.withdraws or key in inserts or key in settles:
+                    return None
+                _check_integer(step.seq)
+                (settles if step.settles else inserts)[key] = (position, step)
+        if ARMED and carries_outcome(step for item in items for step in item.steps):
+            # Where a transaction would have written the outcome and not committed it.
+            crash_point("outcome_commit")
+        try:
+            [row] = await self._executor.write_alone(
+                q["write_journal"],
+                {
+                    "items": _fence_set(items),
+                    "steps": _new_step_set(items, inserts),
+                    "outcomes": _outcome_set(items, settles),
+                    "source": RunState.RUNNING.value,
+                    "started": StepStatus.STARTED.value,
+                },
+            )
+        except StoreError as exc:
+            if exc.data_error:
+                return None
+            raise
+        held = {(run_id, epoch): cancel for run_id, epoch, cancel in json.loads(row["held"])}
+        return [_answer(held.get((item.run_id, item.epoch))) for item in items]
 
     async def write_items(self, items: Sequence[BatchItem], now: float) -> list[CommitOutcome]:
         """Write the items with one statement per kind of change, whatever their number
@@ -66,20 +169,9 @@ class ItemWriter(StoreConcern):
             _check_integer(item.epoch)
         fences = await self._executor.fetch_all(
             q["renew_leases"],
-            {
-                "items": json_set(
-                    {
-                        "run_id": item.run_id,
-                        "epoch": item.epoch,
-                        "lease_seconds": item.lease_seconds,
-                    }
-                    for item in items
-                ),
-                "source": RunState.RUNNING.value,
-                "now": now,
-            },
+            {"items": _fence_set(items), "source": RunState.RUNNING.value, "now": now},
         )
-        held = {(row["run_id"], row["epoch"]): row for row in fences}
+        held = {(row["run_id"], row["epoch"]): bool(row["cancel_requested"]) for row in fences}
         inserts: _StepsByKey = {}
         settles: _StepsByKey = {}
         withdrawals: _StepsByKey = {}
@@ -110,14 +202,7 @@ class ItemWriter(StoreConcern):
             for key, (position, _) in settlements.items():
                 if key not in settled:
                     raise ItemRefused(position, "the run changed under its own lease")
-        return [
-            _FENCED
-            if fence is None
-            else _STORED_CANCEL_REQUESTED
-            if fence["cancel_requested"]
-            else _STORED
-            for fence in (held.get((item.run_id, item.epoch)) for item in items)
-        ]
+        return [_answer(held.get((item.run_id, item.epoch))) for item in items]
 
     async def _insert_steps(
         self,
@@ -129,31 +214,7 @@ class ItemWriter(StoreConcern):
             await self._insert_each(items, steps, now)
             return
         rows = await self._executor.fetch_all(
-            self._queries["insert_steps"],
-            {
-                # In the positions insert_steps reads them from.
-                "steps": json_set(
-                    [
-                        items[position].run_id,
-                        step.seq,
-                        items[position].epoch,
-                        step.kind.value,
-                        step.tool,
-                        step.call_id,
-                        None if step.effect is None else step.effect.value,
-                        step.status.value,
-                        step.idempotency_key,
-                        step.arguments_json,
-                        step.output_json,
-                        step.error,
-                        step.started_at,
-                        step.status is not StepStatus.STARTED,
-                        step.source_json,
-                    ]
-                    for position, step in steps.values()
-                ),
-                "now": now,
-            },
+            self._queries["insert_steps"], {"steps": _new_step_set(items, steps), "now": now}
         )
         await self._check_unwritten(items, steps, rows, "is already recorded differently")
 
@@ -204,17 +265,7 @@ class ItemWriter(StoreConcern):
         rows = await self._executor.fetch_all(
             self._queries["settle_steps"],
             {
-                "steps": json_set(
-                    {
-                        "run_id": items[position].run_id,
-                        "seq": step.seq,
-                        "epoch": items[position].epoch,
-                        "status": step.status.value,
-                        "output_json": step.output_json,
-                        "error": step.error,
-                    }
-                    for position, step in steps.values()
-                ),
+                "steps": _outcome_set(items, steps),
                 "started": StepStatus.STARTED.value,
                 "now": now,
             },

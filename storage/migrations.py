@@ -64,4 +64,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(11, "step_sources"),
     Migration(12, "hot_renewals"),
     Migration(13, "journal_rowid"),
+    Migration(14, "journal_in_one_statement"),
 )

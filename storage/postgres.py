@@ -80,6 +80,9 @@ _SESSION_LOST: tuple[type[BaseException], ...] = (
     asyncpg.InternalClientError,
     OSError,
 )
+# Errors after which a statement that went out may have committed or not: the session
+# ended, or the command timed out and asyncpg cancelled it, perhaps too late.
+_SENT_AND_LOST: tuple[type[BaseException], ...] = (*_SESSION_LOST, TimeoutError)
 # Errors that say the URL is wrong, not that the server is unwell: retrying won't help.
 _CONFIGURATION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.InvalidCatalogNameError,
@@ -145,6 +148,7 @@ async def _keep_session(connection: asyncpg.Connection[asyncpg.Record]) -> None:
 
 class PostgresExecutor:
     dialect = "postgresql"
+    writes_alone = True
 
     def __init__(self, pool: asyncpg.Pool[asyncpg.Record], options: PostgresOptions) -> None:
         self._pool = pool
@@ -327,6 +331,28 @@ class PostgresExecutor:
         else:
             async with self._hold() as borrowed:
                 records = await self._call(borrowed.fetch, text, *args)
+        return [dict(record.items()) for record in records]
+
+    async def write_alone(self, sql: str, params: Params | None = None) -> Sequence[Row]:
+        if self._bound() is not None:
+            raise StoreError("postgresql: write_alone inside a transaction")
+        text, args = self._prepare(sql, params)
+        # Shielded: a statement cut off once sent may commit anyway, and the caller
+        # would be left with an outcome nobody knows; command_timeout bounds it.
+        with anyio.CancelScope(shield=True):
+            async with self._hold() as connection:
+                try:
+                    records = await connection.fetch(text, *args)
+                except _SENT_AND_LOST as exc:
+                    if isinstance(exc, _SESSION_LOST):
+                        await self._pool.expire_connections()
+                    raise CommitOutcomeUnknown(_describe(exc)) from exc
+                except _DRIVER_ERRORS as exc:
+                    # The server answered with an error: the statement's transaction
+                    # rolled back.
+                    raise StoreError(
+                        _describe(exc), data_error=isinstance(exc, _DATA_ERRORS)
+                    ) from exc
         return [dict(record.items()) for record in records]
 
     async def execute(self, sql: str, params: Params | None = None) -> None:

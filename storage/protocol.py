@@ -223,6 +223,10 @@ class WriteResults:
 
 
 class Store(Protocol):
+    concurrent_batches: int
+    """How many batches may commit side by side: one where the database has one
+    writer (SQLite), more where each commits on a connection of its own."""
+
     async def migrate(self) -> int:
         """Bring the schema to the newest version; returns that version."""
         ...

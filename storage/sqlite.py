@@ -218,6 +218,8 @@ async def _configure(connection: aiosqlite.Connection, options: SQLiteOptions) -
 
 class SQLiteExecutor:
     dialect = "sqlite"
+    # A transaction already runs on the connection's thread in one trip.
+    writes_alone = False
 
     def __init__(
         self,
@@ -326,6 +328,9 @@ class SQLiteExecutor:
             with anyio.CancelScope(shield=True):
                 done = await run_there(functools.partial(self._transaction_here, work))
         return done
+
+    async def write_alone(self, sql: str, params: Params | None = None) -> Sequence[Row]:
+        return await self.run_transaction(lambda: self.fetch_all(sql, params))
 
     def _transaction_here(self, work: Callable[[], Awaitable[T]]) -> T:
         """On the connection's thread: BEGIN, ``work`` driven to its end, COMMIT."""

@@ -50,6 +50,7 @@ class SQLStore:
 
     def __init__(self, executor: Executor, clock: Clock) -> None:
         self._executor = executor
+        self.concurrent_batches = 2 if executor.dialect == "postgresql" else 1
         queries = load_queries(executor.dialect)
         self._schema = Migrator(executor, queries, clock)
         self._journal = JournalWriter(executor, queries, clock)

@@ -118,6 +118,14 @@ class Statement:
     def steps(self) -> list[StepRecord]:
         """The journal records this statement writes; an outcome names the tool of the
         intent it settles, as far as this executor saw that intent written."""
+        if self.name == "write_journal":
+            # New rows as insert_steps has them, outcomes as settle_steps has them.
+            return [
+                *attrs.evolve(self, name="insert_steps").steps(),
+                *attrs.evolve(
+                    self, name="settle_steps", params={"steps": self.params["outcomes"]}
+                ).steps(),
+            ]
         if self.name == "insert_steps":
             return [
                 StepRecord(
@@ -183,9 +191,12 @@ class Injection:
 class FaultyExecutor:
     """The real executor, with faults injected at the statements they pick."""
 
-    def __init__(self, inner: Executor) -> None:
+    def __init__(self, inner: Executor, *, writes_alone: bool = False) -> None:
         self.inner = inner
         self.dialect = inner.dialect
+        # Most faults here pick a transaction's statements (the fence, the inserts):
+        # batches are written in transactions unless a test asks for one statement.
+        self.writes_alone = writes_alone and inner.writes_alone
         queries = load_queries(inner.dialect)
         self._names = {queries[name]: name for name in queries}
         self._injections: list[Injection] = []
@@ -228,6 +239,19 @@ class FaultyExecutor:
         # As a transaction() block, so that the faults still fall on single statements.
         async with self.transaction():
             return await work()
+
+    async def write_alone(self, sql: str, params: Params | None = None) -> Sequence[Row]:
+        # A transaction of one statement: faults fall on it as on any other statement.
+        current = Transaction()
+        token = self._transaction.set(current)
+        try:
+            rows = await self._statement(sql, params, lambda: self.inner.write_alone(sql, params))
+            await current.committed()
+        finally:
+            self._transaction.reset(token)
+            with anyio.CancelScope(shield=True):
+                await current.over()
+        return rows
 
     def savepoint(self, name: str) -> Any:
         return self.inner.savepoint(name)
@@ -301,12 +325,16 @@ class FaultyExecutor:
         return statement.answer
 
 
-async def faulty_store(url: str, *, clock: Clock | None = None) -> tuple[SQLStore, FaultyExecutor]:
-    """The store the URL names, opened as production opens it, over a faulty executor."""
+async def faulty_store(
+    url: str, *, clock: Clock | None = None, writes_alone: bool = False
+) -> tuple[SQLStore, FaultyExecutor]:
+    """The store the URL names, opened as production opens it, over a faulty executor
+    (which writes batches in one statement only with ``writes_alone``, where the
+    dialect does)."""
     opened: list[FaultyExecutor] = []
 
     def wrap(executor: Executor) -> Executor:
-        opened.append(FaultyExecutor(executor))
+        opened.append(FaultyExecutor(executor, writes_alone=writes_alone))
         return opened[-1]
 
     store = await open_store(url, clock=clock, wrap_executor=wrap)

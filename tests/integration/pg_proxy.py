@@ -4,7 +4,9 @@ It reads the client's side of the wire protocol message by message. Once armed,
 the next ``COMMIT`` a client sends goes to the server, the server's answer is
 read and thrown away (so the commit has certainly happened), and both sockets
 are closed: the client learns nothing of how its commit ended, exactly as when
-a network path dies at that moment. Clients must not ask for TLS
+a network path dies at that moment. A journal batch written in one statement
+(``leaseward_write_journal``, committed on its own at the Sync that follows its
+Execute) counts as a COMMIT. Clients must not ask for TLS
 (``sslmode=disable``): the proxy has to read their messages.
 
 It can also partition its clients from the server: while partitioned nothing
@@ -27,10 +29,29 @@ _SSL_REQUEST = 80877103
 _GSSENC_REQUEST = 80877104
 
 
+# A statement that commits on its own, outside a transaction.
+_COMMITS_ALONE = b"leaseward_write_journal("
+
+
+def _ready_for_query(stream: bytes) -> bool:
+    """Whether the server's messages in ``stream`` (from a message's start) reach a
+    ReadyForQuery."""
+    at = 0
+    while at + 5 <= len(stream):
+        if stream[at : at + 1] == b"Z":
+            return True
+        at += 1 + int.from_bytes(stream[at + 1 : at + 5], "big")
+    return False
+
+
 class _Link:
     def __init__(self) -> None:
         self.lose_answer = False
         self.writers: list[asyncio.StreamWriter] = []
+        # Prepared statements (by name) that commit alone, and whether one was bound
+        # since the last Sync.
+        self.committing_statements: set[bytes] = set()
+        self.commit_bound = False
 
     def close(self) -> None:
         for writer in self.writers:
@@ -138,17 +159,31 @@ class CommitDropper:
                 head = await reader.readexactly(4)
                 body = await reader.readexactly(int.from_bytes(head, "big") - 4)
                 message = kind + head + body
-                # asyncpg commits with a simple query, "COMMIT;".
+                # asyncpg commits with a simple query, "COMMIT;"; a statement that
+                # commits alone is bound to its prepared name, and commits at the Sync.
                 if kind == b"Q" and body.lstrip().upper().startswith(b"COMMIT"):
-                    self.commits_seen += 1
-                    if self._armed > 0:
-                        self._armed -= 1
-                        link.lose_answer = True
+                    self._commit_seen(link)
+                elif kind == b"P":
+                    name, _, rest = body.partition(b"\0")
+                    if _COMMITS_ALONE in rest.partition(b"\0")[0]:
+                        link.committing_statements.add(name)
+                elif kind == b"B":
+                    statement = body.split(b"\0", 2)[1]
+                    link.commit_bound = statement in link.committing_statements
+                elif kind == b"S" and link.commit_bound:
+                    link.commit_bound = False
+                    self._commit_seen(link)
             if self.partitioned:
                 await self._cut_at_heal(link)
                 return
             writer.write(message)
             await writer.drain()
+
+    def _commit_seen(self, link: _Link) -> None:
+        self.commits_seen += 1
+        if self._armed > 0:
+            self._armed -= 1
+            link.lose_answer = True
 
     async def _from_server(
         self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -159,8 +194,15 @@ class CommitDropper:
                 link.close()
                 return
             if link.lose_answer:
-                # The client sends nothing after COMMIT until it is answered, so
-                # this is the answer: the commit is done, and the client never hears.
+                # The client sends nothing after the commit until it is answered, so
+                # this is the answer, from a message's start: thrown away up to its
+                # ReadyForQuery, sent once the commit is done, the client never hears.
+                answer = data
+                while not _ready_for_query(answer):
+                    more = await reader.read(65536)
+                    if not more:
+                        break
+                    answer += more
                 self.dropped += 1
                 if self._partition_after_drop:
                     self._partition_after_drop = False

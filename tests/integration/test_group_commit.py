@@ -45,6 +45,7 @@ from leaseward.actors.messages import (
     Renew,
     Submit,
 )
+from leaseward.actors.persister import SPLIT_AT
 from leaseward.runtime.commits import CommitOutcome, Fenced, Stored, Unanswered
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.journal import StepWrite
@@ -474,3 +475,82 @@ async def start_renewal(
     # The renewal is in the mailbox before the Persister's first drain.
     await anyio.lowlevel.checkpoint()
     return answered
+
+
+class HeldStore:
+    """Stores every item, each commit held until ``let_go`` is set; counts how many
+    batches were in its hands at once."""
+
+    def __init__(self) -> None:
+        self.batches: list[WriteBatch] = []
+        self.let_go = anyio.Event()
+        self.in_hand = 0
+        self.most_in_hand = 0
+        self._handed = anyio.Event()
+
+    async def until_handed(self, batches: int) -> None:
+        while len(self.batches) < batches:
+            await self._handed.wait()
+
+    async def commit(self, batch: WriteBatch) -> WriteResults:
+        self.batches.append(batch)
+        self._handed.set()
+        self._handed = anyio.Event()
+        self.in_hand += 1
+        self.most_in_hand = max(self.most_in_hand, self.in_hand)
+        try:
+            await self.let_go.wait()
+        finally:
+            self.in_hand -= 1
+        return WriteResults(items=(Stored(),) * len(batch.items))
+
+
+async def committed_by(
+    store: HeldStore, persister: Persister, waiting: int, batches: int
+) -> tuple[list[int], list[CommitOutcome]]:
+    """With ``waiting`` journal items queued, the sizes of the first ``batches`` batches
+    ``persister`` hands ``store`` before any is answered, and then every answer."""
+    requests = [Persist(BatchItem(f"run-{n}", 1), Reply()) for n in range(waiting)]
+    for request in requests:
+        persister.mailbox.send_nowait(request)
+    async with anyio.create_task_group() as actors:
+        actors.start_soon(persister.run)
+        with anyio.fail_after(5):
+            await store.until_handed(batches)
+        # A batch more would have been handed over by now.
+        for _ in range(10):
+            await anyio.lowlevel.checkpoint()
+        sizes = [len(batch.items) for batch in store.batches]
+        store.let_go.set()
+        with anyio.fail_after(5):
+            answers = [await request.reply for request in requests]
+        actors.cancel_scope.cancel()
+    return sizes, answers
+
+
+async def test_a_store_that_commits_side_by_side_gets_half_of_what_waits_and_the_rest_at_once() -> (
+    None
+):
+    store = HeldStore()
+    persister = Persister(store, concurrent_batches=2)  # type: ignore[arg-type]
+    sizes, answers = await committed_by(store, persister, 40, 2)
+    assert sizes == [20, 20]
+    assert store.most_in_hand == 2
+    assert answers == [Stored()] * 40
+
+
+async def test_a_few_waiting_requests_are_not_split() -> None:
+    store = HeldStore()
+    persister = Persister(store, concurrent_batches=2)  # type: ignore[arg-type]
+    sizes, answers = await committed_by(store, persister, SPLIT_AT - 1, 1)
+    assert sizes == [SPLIT_AT - 1]
+    assert answers == [Stored()] * (SPLIT_AT - 1)
+
+
+async def test_a_store_with_one_writer_gets_one_batch_at_a_time_with_all_that_waits() -> None:
+    store = HeldStore()
+    persister = Persister(store)  # type: ignore[arg-type]
+    sizes, answers = await committed_by(store, persister, 40, 1)
+    assert sizes == [40]
+    assert store.most_in_hand == 1
+    assert answers == [Stored()] * 40

@@ -33,6 +33,7 @@ from leaseward import (
     RunState,
     Runtime,
     ScriptedProvider,
+    StepKind,
     StepStatus,
     StoreError,
     StoreNotFound,
@@ -43,13 +44,15 @@ from leaseward import (
 )
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.commits import Stored
+from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event
 from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, SQLStore, open_store, parse_store_url, pool_size_for
 from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.postgres import translate_params
+from tests.integration.faults import faulty_store, query
 from tests.integration.support import Calls, capture_logs, events
-from tests.integration.test_store_conformance import new_run
+from tests.integration.test_store_conformance import COMPLETE, new_run
 
 pytestmark = pytest.mark.anyio
 
@@ -673,3 +676,36 @@ async def test_lease_renewals_are_heap_only_updates(pg_url: str) -> None:
     # Later rounds reuse the room a page prunes first; a page not pruned in time may
     # send a row or two to the indexes.
     assert all(count >= 180 for count in rounds[1:]), rounds
+
+
+async def test_a_batch_of_steps_and_renewals_is_one_statement_and_one_settling_a_transaction(
+    pg_url: str,
+) -> None:
+    """A batch that only renews leases and writes steps is one statement committed on its
+    own, one round trip; a settlement's batch is a transaction, as is every batch of an
+    executor that gains nothing by the one statement."""
+    store, executor = await faulty_store(pg_url, writes_alone=True)
+    one_statement = executor.inject(query("write_journal"))
+    fence_apart = executor.inject(query("renew_leases"))
+    try:
+        await store.create_run(new_run())
+        (run,) = await store.claim_runs("w1", 1, 30.0, ["a"])
+        turn = StepWrite(
+            seq=0, kind=StepKind.PROVIDER, status=StepStatus.SUCCEEDED, output_json='{"text":"hi"}'
+        )
+        renewal_and_turn = [
+            BatchItem(run.id, run.epoch, lease_seconds=30.0),
+            BatchItem(run.id, run.epoch, steps=(turn,), lease_seconds=30.0),
+        ]
+        assert await store.commit_batch(renewal_and_turn) == [Stored(), Stored()]
+        assert (one_statement.fired, fence_apart.fired) == (1, 0)
+        assert [step.seq for step in await store.list_steps(run.id)] == [0]
+
+        assert await store.commit_batch([BatchItem(run.id, run.epoch, settlement=COMPLETE)]) == [
+            Stored()
+        ]
+        assert (one_statement.fired, fence_apart.fired) == (1, 1)
+        settled = await store.get_run(run.id)
+        assert settled is not None and settled.state is RunState.COMPLETED
+    finally:
+        await store.aclose()

@@ -417,19 +417,22 @@ def lose_commit_of(executor: FaultyExecutor, proxy: CommitDropper, status: StepS
 @pytest.mark.parametrize(
     "lost", [StepStatus.STARTED, StepStatus.SUCCEEDED], ids=["intent", "outcome"]
 )
+@pytest.mark.parametrize("alone", [False, True], ids=["transaction", "one_statement"])
 async def test_a_lost_commit_answer_is_decided_from_what_the_database_holds(
-    pg_server: Any, pg_database: str, lost: StepStatus
+    pg_server: Any, pg_database: str, lost: StepStatus, alone: bool
 ) -> None:
     """Hole 4: the answer to the COMMIT of the charge's intent, or of its outcome, never
     comes back, though the commit applied. Before, the outcome's case dead-lettered the
     run interrupted_write over a journal that says the charge succeeded, and neither
-    resolve nor redrive would move it. Now the worker reads its journal and goes on."""
+    resolve nor redrive would move it. Now the worker reads its journal and goes on,
+    whether the batch was a transaction or one statement committed on its own."""
     host, port, user = upstream(pg_server.admin_url)
     calls = Calls()
     app = App([one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")])
     async with CommitDropper(host, port) as proxy:
-        store, executor = await faulty_store(proxy.url(pg_database, user))
+        store, executor = await faulty_store(proxy.url(pg_database, user), writes_alone=alone)
         lose_commit_of(executor, proxy, lost)
+        one_statement = executor.inject(query("write_journal"))
         try:
             with capture_logs() as logs:
                 # One run at a time: no claim commits while the armed batch is in flight.
@@ -440,6 +443,7 @@ async def test_a_lost_commit_answer_is_decided_from_what_the_database_holds(
             await store.aclose()
 
     assert proxy.dropped == 1
+    assert bool(one_statement.fired) is alone
     assert "commit.stored" in events(logs)
     assert len(calls) == 1
     assert [s.status for s in journal if s.tool == "charge"] == [StepStatus.SUCCEEDED]

@@ -77,7 +77,8 @@ def point_fired(marker: str | None) -> bool:
 async def main(args: argparse.Namespace) -> None:
     if args.fault_rate > 0:
         # Injected once the store is open: its migrations are not the worker's writes.
-        store, executor = await faulty_store(args.store)
+        # Batches are written as production writes them (one statement on PostgreSQL).
+        store, executor = await faulty_store(args.store, writes_alone=True)
         faults = RandomFaults(args.fault_rate, Path(args.faults_file), args.seed)
         executor.inject(faults.picks, faults.fault)
     else:

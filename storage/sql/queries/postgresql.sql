@@ -68,6 +68,14 @@ FROM picked
 WHERE runs.id = picked.id AND runs.state = :source
 RETURNING runs.*;
 
+-- name: write_journal
+-- A batch of journal items without settlements, requests or withdrawals, in one
+-- statement committed on its own (see leaseward_write_journal): :items as for
+-- renew_leases, :steps as for insert_steps, :outcomes as for settle_steps.
+SELECT leaseward_write_journal(
+    :items::jsonb, :steps::jsonb, :outcomes::jsonb, :source, :started
+) AS held;
+
 -- name: renew_leases
 -- A batch's fence, for all its runs at once. :items is a JSON array of
 -- {run_id, epoch, lease_seconds}; a run returned is held, one missing is not.

@@ -1,0 +1,2 @@
+-- PostgreSQL only: SQLite runs a batch's transaction on its connection's thread in one
+-- trip, with no server round trips to save.
