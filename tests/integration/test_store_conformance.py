@@ -459,6 +459,17 @@ async def test_execute_each_counts_the_rows_its_statement_changed(store: SQLStor
     assert [row["n"] for row in rows] == [1, 2, 3, 4]
 
 
+async def test_a_statement_written_alone_is_committed_and_answers_what_it_returns(
+    store: SQLStore,
+) -> None:
+    record = await store.create_run(new_run())
+    sql = "UPDATE runs SET cancel_requested = :flag WHERE id = :id RETURNING id"
+    rows = await store._executor.write_alone(sql, {"flag": True, "id": record.id})
+    assert [row["id"] for row in rows] == [record.id]
+    stored = await store.get_run(record.id)
+    assert stored is not None and stored.cancel_requested
+
+
 # -- reaping ----------------------------------------------------------------------------
 
 
