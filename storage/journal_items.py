@@ -84,19 +84,23 @@ def _new_step_set(items: Sequence[BatchItem], steps: _StepsByKey) -> str:
     )
 
 
+def _outcome_row(item: BatchItem, step: StepWrite, **extra: object) -> dict[str, object]:
+    """The outcome of an open intent, as settle_steps and settle_step read it (the
+    latter with its ``extra`` parameters)."""
+    return {
+        "run_id": item.run_id,
+        "seq": step.seq,
+        "epoch": item.epoch,
+        "status": step.status.value,
+        "output_json": step.output_json,
+        "error": step.error,
+        **extra,
+    }
+
+
 def _outcome_set(items: Sequence[BatchItem], steps: _StepsByKey) -> str:
     """Outcomes of open intents, as settle_steps reads them."""
-    return json_set(
-        {
-            "run_id": items[position].run_id,
-            "seq": step.seq,
-            "epoch": items[position].epoch,
-            "status": step.status.value,
-            "output_json": step.output_json,
-            "error": step.error,
-        }
-        for position, step in steps.values()
-    )
+    return json_set(_outcome_row(items[position], step) for position, step in steps.values())
 
 
 def _answer(cancel_requested: bool | None) -> CommitOutcome:
@@ -282,16 +286,7 @@ class ItemWriter(StoreConcern):
         await self._write_each(
             "settle_step",
             [
-                {
-                    "run_id": items[position].run_id,
-                    "seq": step.seq,
-                    "epoch": items[position].epoch,
-                    "status": step.status.value,
-                    "output_json": step.output_json,
-                    "error": step.error,
-                    "started": StepStatus.STARTED.value,
-                    "now": now,
-                }
+                _outcome_row(items[position], step, started=StepStatus.STARTED.value, now=now)
                 for position, step in steps.values()
             ],
             items,
