@@ -19,7 +19,7 @@ from anyio.abc import TaskStatus
 
 from leaseward.actors.metrics import Metrics
 from leaseward.app import Runtime
-from leaseward.console.serve import CONSOLE_HOST, configured_token, serve_console
+from leaseward.console.listen import CONSOLE_HOST, configured_token
 from leaseward.otlp import TraceExport, export_traces
 from leaseward.runtime.agents import App
 from leaseward.runtime.errors import ConfigurationError, LeasewardError
@@ -173,6 +173,10 @@ async def _serve(
                 async with anyio.create_task_group() as counting:
                     counting.start_soon(_count_runs, runtime, metrics)
                     if settings.console_port is not None:
+                        # Here, not at the top: a daemon without the console, and every
+                        # other command of the CLI, starts without the web stack.
+                        from leaseward.console.serve import serve_console
+
                         await counting.start(
                             functools.partial(
                                 serve_console,

@@ -32,8 +32,7 @@ from leaseward.cli.json_output import (
 from leaseward.cli.tables import count, print_approvals, print_runs, print_workers, timestamp
 from leaseward.cli.timeline import print_timeline
 from leaseward.client import Client, default_operator, open_existing_store
-from leaseward.console.security import check_listen_address
-from leaseward.console.serve import configured_token, console_url, serve_console
+from leaseward.console.listen import check_listen_address, configured_token, console_url
 from leaseward.daemon import DaemonSettings, load_app, serve
 from leaseward.runtime.encoding import MAX_INPUT_BYTES
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
@@ -401,6 +400,9 @@ async def daemon(app_path: str | None, settings: DaemonSettings) -> int:
 
 
 async def console(store_url: str, host: str, port: int) -> int:
+    # Here, not at the top: the other commands start without the web stack.
+    from leaseward.console.serve import serve_console
+
     token = configured_token()
     check_listen_address(host, token)
     store = await open_existing_store(store_url)

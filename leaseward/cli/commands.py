@@ -40,7 +40,7 @@ from leaseward.cli.types import (
     REASON,
     RUN_STATE,
 )
-from leaseward.console.serve import CONSOLE_HOST, CONSOLE_PORT
+from leaseward.console.listen import CONSOLE_HOST, CONSOLE_PORT
 from leaseward.daemon import DaemonSettings
 from leaseward.runtime.lifecycle import Reason, RunState
 from leaseward.runtime.logs import LOG_LEVELS, configure_logging, default_log_format

@@ -4,7 +4,6 @@ comparison, the response headers, and which addresses it may listen on unguarded
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import secrets
 import time
 import unicodedata
@@ -16,25 +15,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from leaseward.runtime.errors import ConfigurationError, InvalidInput
+from leaseward.runtime.errors import InvalidInput
 
 __all__ = [
-    "MIN_TOKEN_CHARS",
     "SECURITY_HEADERS",
     "SESSION_COOKIE",
     "SESSION_SECONDS",
     "SecurityHeaders",
     "Session",
     "Sessions",
-    "check_listen_address",
     "check_operator_name",
-    "is_loopback",
     "token_matches",
 ]
 
 SESSION_COOKIE = "leaseward_console"
 SESSION_SECONDS = 12 * 3600
-MIN_TOKEN_CHARS = 16
 MAX_OPERATOR_CHARS = 100
 
 SECURITY_HEADERS = {
@@ -162,25 +157,3 @@ def check_operator_name(name: Any) -> str:
     if any(unicodedata.category(c) in ("Cc", "Cf") for c in text):
         raise InvalidInput("a name without control characters, please")
     return text
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_listen_address(host: str, token: str | None) -> None:
-    """Refuse to listen beyond this machine without an operator token, or with a short one."""
-    if token is not None and len(token) < MIN_TOKEN_CHARS:
-        raise ConfigurationError(
-            f"LEASEWARD_CONSOLE_TOKEN must be at least {MIN_TOKEN_CHARS} characters long"
-        )
-    if not is_loopback(host) and token is None:
-        raise ConfigurationError(
-            f"--host {host} is reachable from other machines: set LEASEWARD_CONSOLE_TOKEN "
-            "(the operators' login token) first, or listen on 127.0.0.1"
-        )

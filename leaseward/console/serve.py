@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import socket
 from collections.abc import Generator
 
@@ -15,36 +14,16 @@ from anyio.abc import TaskStatus
 
 from leaseward.client import Client
 from leaseward.console.app import create_app
-from leaseward.console.security import check_listen_address
+from leaseward.console.listen import CONSOLE_HOST, CONSOLE_PORT, check_listen_address, console_url
 from leaseward.runtime.errors import ConfigurationError
 from leaseward.runtime.logs import get_logger
 
-__all__ = [
-    "CONSOLE_HOST",
-    "CONSOLE_PORT",
-    "TOKEN_VARIABLE",
-    "configured_token",
-    "console_url",
-    "serve_console",
-]
+__all__ = ["serve_console"]
 
-CONSOLE_HOST = "127.0.0.1"
-CONSOLE_PORT = 8787
-TOKEN_VARIABLE = "LEASEWARD_CONSOLE_TOKEN"
 STOP_SECONDS = 2
 """How long requests in flight get to finish when the console stops."""
 
 log = get_logger("leaseward.console")
-
-
-def configured_token() -> str | None:
-    """The operators' login token: from the environment only, so it shows in no process
-    list and no ``--help``."""
-    return os.environ.get(TOKEN_VARIABLE) or None
-
-
-def console_url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
 class _Server(uvicorn.Server):
