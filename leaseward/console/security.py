@@ -1,5 +1,6 @@
-"""What keeps the console safe: the operator's session, its CSRF token, the login token's
-comparison, the response headers, and which addresses it may listen on unguarded."""
+"""What keeps the console safe while it serves: the operator's session, its CSRF token, the
+login token's comparison and the response headers. Which addresses it may listen on
+unguarded is checked before it serves (``listen.py``)."""
 
 from __future__ import annotations
 
