@@ -65,4 +65,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(12, "hot_renewals"),
     Migration(13, "journal_rowid"),
     Migration(14, "journal_in_one_statement"),
+    Migration(15, "journal_checks"),
 )

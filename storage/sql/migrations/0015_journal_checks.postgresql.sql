@@ -1,0 +1,2 @@
+-- SQLite only. PostgreSQL checks an IN list of constants as one comparison with an
+-- array, without building anything per row.
