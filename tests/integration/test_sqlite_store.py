@@ -28,6 +28,7 @@ from leaseward.storage import SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.queries import load_queries
 from leaseward.storage.sqlite import BUSY_TIMEOUT_MS, SQLiteExecutor, SQLiteOptions
+from tests.integration.test_purged_keys import migrate_to
 from tests.integration.test_store_conformance import new_run
 
 pytestmark = pytest.mark.anyio
@@ -534,3 +535,59 @@ async def test_a_cancel_waits_for_the_transaction_on_the_thread_to_end(
     assert scope.cancel_called
     assert counted == 3000000
     assert await names(executor) == ["a"]
+
+
+JOURNAL_ROWS = [
+    ("r1", 0, "provider", None, None, "succeeded"),
+    ("r1", 1, "tool", "lookup", "read_only", "succeeded"),
+    ("r1", 2, "tool", "charge", "non_idempotent_write", "started"),
+    ("r1", 3, "tool", "ship", "idempotent_write", "failed"),
+]
+
+
+async def test_migration_15_keeps_the_journal_and_what_its_checks_refuse(tmp_path: Path) -> None:
+    store = await open_store(f"sqlite:///{tmp_path / 'old.db'}", migrate=False)
+    try:
+        await migrate_to(store, 14)
+        executor = store._executor
+        await executor.execute(
+            "INSERT INTO runs (id, agent, mode, state, input_json, epoch, requeues, "
+            "available_at, cancel_requested, created_at, updated_at) "
+            "VALUES ('r1', 'payer', 'queued', 'running', '{}', 1, 0, 100, 0, 100, 100)"
+        )
+        for run_id, seq, kind, tool, effect, status in JOURNAL_ROWS:
+            await executor.execute(
+                "INSERT INTO steps (run_id, seq, epoch, kind, tool, effect, status, "
+                "arguments_json, started_at) "
+                "VALUES (:run_id, :seq, 1, :kind, :tool, :effect, :status, '{\"a\": 1}', 100)",
+                {
+                    "run_id": run_id,
+                    "seq": seq,
+                    "kind": kind,
+                    "tool": tool,
+                    "effect": effect,
+                    "status": status,
+                },
+            )
+        everything = "SELECT * FROM steps ORDER BY run_id, seq"
+        before = [tuple(row) for row in await executor.fetch_all(everything)]
+
+        assert await store.migrate() == 15 <= MIGRATIONS[-1].version
+        assert [tuple(row) for row in await executor.fetch_all(everything)] == before
+
+        refused = {
+            "kind": ("bogus", None, "started"),
+            "effect": ("tool", "bogus", "started"),
+            "status": ("tool", "read_only", "bogus"),
+        }
+        for column, (kind, effect, status) in refused.items():
+            with pytest.raises(StoreError, match=f"CHECK constraint failed: {column}") as caught:
+                await executor.execute(
+                    "INSERT INTO steps (run_id, seq, epoch, kind, effect, status, started_at) "
+                    "VALUES ('r1', 9, 1, :kind, :effect, :status, 100)",
+                    {"kind": kind, "effect": effect, "status": status},
+                )
+            assert caught.value.data_error
+        assert [tuple(row) for row in await executor.fetch_all(everything)] == before
+    finally:
+        await store.aclose()
