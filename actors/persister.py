@@ -36,7 +36,7 @@ from leaseward.storage.protocol import (
     unwrap,
 )
 
-__all__ = ["MAX_BATCH_ITEMS", "SPLIT_AT", "Persister", "PersisterStats"]
+__all__ = ["COHORT_AT", "MAX_BATCH_ITEMS", "SPLIT_AT", "Persister", "PersisterStats"]
 
 MAX_BATCH_ITEMS = 512
 """Requests after which a batch takes no more (a submit of many runs counts each run,
@@ -45,6 +45,12 @@ and is never split: one larger than this is a batch of its own, or ends one)."""
 SPLIT_AT = 32
 """Requests waiting, at least, for a store that commits batches side by side to split
 them into two batches when it commits none."""
+
+COHORT_AT = 256
+"""Requests waiting, at least, for a store that commits one batch at a time to take them
+as a batch at once, without first letting the runs answered by the last batch join
+them: those take their steps while this batch commits, and are the next. Fewer join,
+so that a batch waits for no more than one turn of the event loop."""
 
 log = get_logger("leaseward.persister")
 
@@ -155,15 +161,17 @@ class Persister:
         up to the batch's size (half of them, when ``slots`` says no batch is in flight)."""
         first = await self.mailbox.receive()
         batch, size = [first], first.size
-        try:
-            # One turn of the event loop lets the runs answered by the last batch
-            # send their next request, so they join this batch instead of the next.
-            await anyio.lowlevel.checkpoint()
-        except BaseException:
-            # Stopped with a request in hand (a batch beside this one crashed the
-            # actor): it goes back to the head of the mailbox for the restarted actor.
-            self.mailbox.send_first(first)
-            raise
+        cohort = slots is None and 1 + len(self.mailbox) >= COHORT_AT
+        if not cohort:
+            try:
+                # One turn of the event loop lets the runs answered by the last batch
+                # send their next request, so they join this batch instead of the next.
+                await anyio.lowlevel.checkpoint()
+            except BaseException:
+                # Stopped with a request in hand (a batch beside this one crashed the
+                # actor): it goes back to the head of the mailbox for the restarted actor.
+                self.mailbox.send_first(first)
+                raise
         limit = self._max_batch
         waiting = 1 + len(self.mailbox)
         idle = slots is not None and slots.value == self._concurrent_batches - 1

@@ -75,6 +75,11 @@ class Executor(Protocol):
 
     async def fetch_all(self, sql: str, params: Params | None = None) -> Sequence[Row]: ...
 
+    async def execute_counted(self, sql: str, params: Params | None = None) -> int:
+        """Run a statement; returns how many rows it changed (a set statement that returns
+        no rows, where each row returned would cost the dialect a trip of its own)."""
+        ...
+
     async def execute_each(self, sql: str, rows: Sequence[Params]) -> int:
         """Run ``sql`` once for each of ``rows``; returns how many rows it changed in all.
 

@@ -17,7 +17,7 @@ from leaseward.storage.executor import Row
 from leaseward.storage.protocol import BatchItem
 from leaseward.storage.rows import json_set, step_from_row
 
-__all__ = ["ItemRefused", "ItemWriter"]
+__all__ = ["SET_STATEMENTS_AT", "ItemRefused", "ItemWriter"]
 
 
 _StepsByKey = dict[tuple[str, int], tuple[int, StepWrite]]
@@ -41,6 +41,15 @@ def _check_integer(value: int) -> None:
     """
     if value not in _INTEGER_RANGE:
         raise StoreError(f"the integer {value} is out of range", data_error=True)
+
+
+SET_STATEMENTS_AT = 128
+"""Items in a batch from which a dialect that binds rows one by one faster (SQLite) writes
+them with one statement a kind of change instead, as PostgreSQL always does. Each row
+bound or returned on the connection's thread needs the interpreter's lock back, and
+while the event loop runs Python each wait for it can last the 5 ms switch interval:
+a batch this large is one the Persister commits while the runs answered by the last
+one take their steps (COHORT_AT), which a statement a row would hold up."""
 
 
 class ItemRefused(Exception):
@@ -171,11 +180,8 @@ class ItemWriter(StoreConcern):
         q = self._queries
         for item in items:
             _check_integer(item.epoch)
-        fences = await self._executor.fetch_all(
-            q["renew_leases"],
-            {"items": _fence_set(items), "source": RunState.RUNNING.value, "now": now},
-        )
-        held = {(row["run_id"], row["epoch"]): bool(row["cancel_requested"]) for row in fences}
+        in_sets = "insert_step" not in q or len(items) >= SET_STATEMENTS_AT
+        held = await self._renew_leases(items, now, in_sets)
         inserts: _StepsByKey = {}
         settles: _StepsByKey = {}
         withdrawals: _StepsByKey = {}
@@ -192,9 +198,9 @@ class ItemWriter(StoreConcern):
                 settlements[(item.run_id, item.epoch)] = (position, item.settlement)
                 requests.extend((item, request) for request in item.settlement.requests)
         if inserts:
-            await self._insert_steps(items, inserts, now)
+            await self._insert_steps(items, inserts, now, in_sets)
         if settles:
-            await self._settle_steps(items, settles, now)
+            await self._settle_steps(items, settles, now, in_sets)
         if withdrawals:
             await self._withdraw_steps(items, withdrawals)
         if requests:
@@ -208,14 +214,39 @@ class ItemWriter(StoreConcern):
                     raise ItemRefused(position, "the run changed under its own lease")
         return [_answer(held.get((item.run_id, item.epoch))) for item in items]
 
+    async def _renew_leases(
+        self, items: Sequence[BatchItem], now: float, in_sets: bool
+    ) -> dict[tuple[str, int], bool]:
+        """The fence: each held run's (run id, epoch), with whether a cancel was asked."""
+        q = self._queries
+        fence = {"items": _fence_set(items), "source": RunState.RUNNING.value}
+        if in_sets and "held_leases" in q:
+            await self._executor.execute(q["renew_lease_set"], {**fence, "now": now})
+            [row] = await self._executor.fetch_all(q["held_leases"], fence)
+            return {
+                (run_id, epoch): bool(cancel) for run_id, epoch, cancel in json.loads(row["held"])
+            }
+        fences = await self._executor.fetch_all(q["renew_leases"], {**fence, "now": now})
+        return {(row["run_id"], row["epoch"]): bool(row["cancel_requested"]) for row in fences}
+
     async def _insert_steps(
         self,
         items: Sequence[BatchItem],
         steps: _StepsByKey,
         now: float,
+        in_sets: bool,
     ) -> None:
-        if "insert_step" in self._queries:
+        if not in_sets:
             await self._insert_each(items, steps, now)
+            return
+        if "insert_step_set" in self._queries:
+            await self._write_set(
+                "insert_step_set",
+                {"steps": _new_step_set(items, steps), "now": now},
+                items,
+                steps,
+                "is already recorded differently",
+            )
             return
         rows = await self._executor.fetch_all(
             self._queries["insert_steps"], {"steps": _new_step_set(items, steps), "now": now}
@@ -262,9 +293,23 @@ class ItemWriter(StoreConcern):
         items: Sequence[BatchItem],
         steps: _StepsByKey,
         now: float,
+        in_sets: bool,
     ) -> None:
-        if "settle_step" in self._queries:
+        if not in_sets:
             await self._settle_each(items, steps, now)
+            return
+        if "settle_step_set" in self._queries:
+            await self._write_set(
+                "settle_step_set",
+                {
+                    "steps": _outcome_set(items, steps),
+                    "started": StepStatus.STARTED.value,
+                    "now": now,
+                },
+                items,
+                steps,
+                "has no open intent",
+            )
             return
         rows = await self._executor.fetch_all(
             self._queries["settle_steps"],
@@ -306,6 +351,19 @@ class ItemWriter(StoreConcern):
         changed = await self._executor.execute_each(self._queries[query], rows)
         if changed != len(steps):
             # Which rows changed nothing is not told: each step is compared with its row.
+            await self._check_unwritten(items, steps, (), problem)
+
+    async def _write_set(
+        self,
+        query: str,
+        params: Mapping[str, object],
+        items: Sequence[BatchItem],
+        steps: _StepsByKey,
+        problem: str,
+    ) -> None:
+        """Run a set statement that returns nothing, for ``steps``; as ``_write_each``."""
+        changed = await self._executor.execute_counted(self._queries[query], params)
+        if changed != len(steps):
             await self._check_unwritten(items, steps, (), problem)
 
     async def _insert_requests(

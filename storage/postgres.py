@@ -365,6 +365,9 @@ class PostgresExecutor:
         rows = await self._fetch(sql, params)
         return rows[0] if rows else None
 
+    async def execute_counted(self, sql: str, params: Params | None = None) -> int:
+        return await self.execute_each(sql, [params or {}])
+
     async def execute_each(self, sql: str, rows: Sequence[Params]) -> int:
         """Statement by statement: PostgreSQL's queries read sets from one parameter,
         in one round trip, and give no one-row forms for the hot path."""

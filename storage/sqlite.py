@@ -235,7 +235,10 @@ class SQLiteExecutor:
         self._options = options
         # One connection serves one statement sequence at a time: a transaction or
         # a read must not interleave with another task's statements.
-        self._lock = anyio.Lock()
+        # Taken without a turn of the event loop when free: the Persister's batch then
+        # reaches the connection's thread before the runs its last batch answered
+        # take their steps, and commits while they do.
+        self._lock = anyio.Lock(fast_acquire=True)
         self._read_lock = self._lock if reader is None else anyio.Lock()
         self._savepoints = 0
 
@@ -412,6 +415,9 @@ class SQLiteExecutor:
     async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
         rows = await self._run(sql, params)
         return rows[0] if rows else None
+
+    async def execute_counted(self, sql: str, params: Params | None = None) -> int:
+        return await self.execute_each(sql, [params or {}])
 
     async def execute_each(self, sql: str, rows: Sequence[Params]) -> int:
         """``executemany``: SQLite binds a batch's journal rows so in little more than

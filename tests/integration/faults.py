@@ -126,7 +126,7 @@ class Statement:
                     self, name="settle_steps", params={"steps": self.params["outcomes"]}
                 ).steps(),
             ]
-        if self.name == "insert_steps":
+        if self.name in ("insert_steps", "insert_step_set"):
             return [
                 StepRecord(
                     row[_RUN_ID],
@@ -150,7 +150,7 @@ class Statement:
                 )
                 for row in self.each
             ]
-        if self.name in ("settle_steps", "settle_step"):
+        if self.name in ("settle_steps", "settle_step", "settle_step_set"):
             return [
                 StepRecord(
                     row["run_id"],
@@ -276,6 +276,17 @@ class FaultyExecutor:
 
         rows = await self._statement(sql, params, run)
         return rows[0] if rows else None
+
+    async def execute_counted(self, sql: str, params: Params | None = None) -> int:
+        changed = 0
+
+        async def run() -> Sequence[Row]:
+            nonlocal changed
+            changed = await self.inner.execute_counted(sql, params)
+            return []
+
+        await self._statement(sql, params, run)
+        return changed
 
     async def execute_each(self, sql: str, rows: Sequence[Params]) -> int:
         changed = 0

@@ -45,7 +45,7 @@ from leaseward.actors.messages import (
     Renew,
     Submit,
 )
-from leaseward.actors.persister import SPLIT_AT
+from leaseward.actors.persister import COHORT_AT, SPLIT_AT
 from leaseward.runtime.commits import CommitOutcome, Fenced, Stored, Unanswered
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.journal import StepWrite
@@ -62,6 +62,7 @@ from leaseward.storage import (
     WriteResults,
     open_store,
 )
+from leaseward.storage.journal_items import SET_STATEMENTS_AT
 from tests.integration.faults import Injection, faulty_store, query
 from tests.stores import created
 
@@ -129,15 +130,16 @@ async def statements_for(store: SQLStore, statements: Injection, runs: int) -> i
     return statements.fired - before
 
 
-async def test_a_batch_costs_the_same_statements_for_one_item_or_two_hundred(
+async def test_a_batch_costs_the_same_statements_for_two_hundred_items_or_four_hundred(
     counted: tuple[SQLStore, Injection],
 ) -> None:
     store, statements = counted
-    one = await statements_for(store, statements, 1)
-    many = await statements_for(store, statements, 200)
-    assert one == many
     # The fence, and one insert of every row; BEGIN and COMMIT are the executor's own.
-    assert many == 2
+    assert await statements_for(store, statements, 1) == 2
+    # A large batch: the fence, the runs it held, and one insert of every row.
+    assert SET_STATEMENTS_AT <= 200
+    assert await statements_for(store, statements, 200) == 3
+    assert await statements_for(store, statements, 400) == 3
 
 
 async def test_a_claim_in_a_batch_leases_a_run_submitted_in_the_same_batch(
@@ -554,3 +556,39 @@ async def test_a_store_with_one_writer_gets_one_batch_at_a_time_with_all_that_wa
     assert sizes == [40]
     assert store.most_in_hand == 1
     assert answers == [Stored()] * 40
+
+
+async def first_batch_beside_a_late_request(waiting: int) -> int:
+    """The size of the first batch a one-writer Persister hands its store with ``waiting``
+    journal items queued, while one more is sent in the event loop's next turn."""
+    store = HeldStore()
+    persister = Persister(store)  # type: ignore[arg-type]
+    requests = [Persist(BatchItem(f"run-{n}", 1), Reply()) for n in range(waiting)]
+    for request in requests:
+        persister.mailbox.send_nowait(request)
+    late = Persist(BatchItem("late", 1), Reply())
+
+    async def send_late() -> None:
+        await anyio.lowlevel.checkpoint()
+        persister.mailbox.send_nowait(late)
+
+    async with anyio.create_task_group() as actors:
+        actors.start_soon(send_late)
+        actors.start_soon(persister.run)
+        with anyio.fail_after(5):
+            await store.until_handed(1)
+        size = len(store.batches[0].items)
+        store.let_go.set()
+        with anyio.fail_after(5):
+            for request in [*requests, late]:
+                assert await request.reply == Stored()
+        actors.cancel_scope.cancel()
+    return size
+
+
+async def test_a_cohort_waiting_is_committed_at_once_and_a_few_wait_for_the_next_turn() -> None:
+    """With COHORT_AT requests waiting, the batch is theirs at once: the runs the last
+    batch answered take their steps while it commits. Fewer wait one turn of the event
+    loop, in which those runs join them."""
+    assert await first_batch_beside_a_late_request(COHORT_AT) == COHORT_AT
+    assert await first_batch_beside_a_late_request(COHORT_AT - 1) == COHORT_AT

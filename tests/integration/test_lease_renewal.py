@@ -65,13 +65,18 @@ def _lease_expires_at(db_path: Path, run_id: str) -> float:
     return float(expires)
 
 
+# The statements of a batch's fence: a large batch's SQLite writes in sets.
+RENEWALS = ("renew_leases", "renew_lease_set")
+
 # The statements that write an item's steps, requests or settlement: an item with none
 # of these is a lease renewal alone.
 _ITEM_WRITES = {
     "insert_steps": "steps",
     "insert_step": "steps",
+    "insert_step_set": "steps",
     "settle_steps": "steps",
     "settle_step": "steps",
+    "settle_step_set": "steps",
     "withdraw_steps": "steps",
     "insert_requests": "requests",
     "settle_runs": "settlements",
@@ -103,7 +108,7 @@ def count_renewals(executor: FaultyExecutor) -> list[int]:
 
         transaction.after_commit(committed)
 
-    executor.inject(query("renew_leases"), after=count)
+    executor.inject(query(*RENEWALS), after=count)
     return per_write
 
 
@@ -214,7 +219,7 @@ async def test_the_keeper_renews_on_its_clock_and_cuts_a_call_off_before_the_lea
         stored = await store.get_run(record.id)
         assert stored is not None and stored.lease_expires_at == start + 4.0
 
-        executor.inject(query("renew_leases"), fail())
+        executor.inject(query(*RENEWALS), fail())
         for failures in (1, 2):
             clock.advance(1.0)
             await until(lambda: keeper.stats.renewals_failed == failures, 10)  # noqa: B023
@@ -245,7 +250,7 @@ async def test_a_call_admitted_with_less_lease_left_than_the_others_is_cut_off_o
     records = await store.claim_runs("w", 2, 3.0, ["payer"])
     persister = Persister(store)
     keeper = LeaseKeeper(persister.renew, clock, lease_seconds=3.0, margin_seconds=0.5)
-    executor.inject(query("renew_leases"), fail())
+    executor.inject(query(*RENEWALS), fail())
     far = Lease(records[0].id, records[0].epoch, deadline=start + 3.0)
     near = Lease(records[1].id, records[1].epoch, deadline=start + 1.25)
     cut_off_at: dict[str, float] = {}
@@ -303,7 +308,7 @@ async def test_a_round_of_renewals_is_one_write_dated_from_its_send(db_url: str)
         # The answer comes later on the keeper's clock than the send.
         clock.advance(0.125)
 
-    executor.inject(query("renew_leases"), dated)
+    executor.inject(query(*RENEWALS), dated)
 
     async def call(lease: Lease) -> None:
         with anyio.CancelScope() as scope, keeper.guarding(lease, scope):
@@ -356,7 +361,7 @@ async def test_a_round_due_while_one_is_written_follows_it_at_once(db_url: str) 
                 clock.advance(1.0)
                 await anyio.sleep(6 * GUARD_TICK_SECONDS)
 
-        executor.inject(query("renew_leases"), slow)
+        executor.inject(query(*RENEWALS), slow)
         await tg.start(persister.run)
         await tg.start(keeper.run)
         tg.start_soon(call, early_lease)

@@ -329,6 +329,8 @@ RUNS_BY_KEY: list[tuple[str, dict[str, Any]]] = [
         },
     ),
     ("renew_leases", {"items": "[]", "source": RunState.RUNNING.value, "now": 1.0}),
+    ("renew_lease_set", {"items": "[]", "source": RunState.RUNNING.value, "now": 1.0}),
+    ("held_leases", {"items": "[]", "source": RunState.RUNNING.value}),
     ("settle_runs", {"settlements": "[]", "now": 1.0}),
     (
         "expiring_runs",
@@ -360,6 +362,18 @@ async def test_statements_on_named_runs_find_them_by_key(
     assert "SEARCH runs USING INDEX sqlite_autoindex_runs_1 (id=?)" in details, details
     assert not any(d.startswith("SCAN approvals") and "USING" not in d for d in details)
     assert not any("runs_by_" in d for d in details), details
+
+
+async def test_a_large_batch_settles_its_outcomes_by_the_journal_key(
+    store: SQLStore, db_url: str
+) -> None:
+    details = plan(
+        db_url, QUERIES["settle_step_set"], {"steps": "[]", "started": "started", "now": 1.0}
+    )
+    assert "SEARCH steps USING INDEX sqlite_autoindex_steps_1 (run_id=? AND seq=?)" in details, (
+        details
+    )
+    assert not any(d.startswith("SCAN steps") for d in details), details
 
 
 async def test_the_purge_reads_the_partial_finished_index_and_deletes_by_key(

@@ -72,7 +72,7 @@ class CarriesRecordOf:
         runs = {step.run_id for step in statement.steps() if step.tool == self._tool}
         self._runs |= runs
         if runs or (
-            statement.name == "renew_leases"
+            statement.name in ("renew_leases", "renew_lease_set")
             and any(row["run_id"] in self._runs for row in statement.rows("items"))
         ):
             self._picked = statement.transaction

@@ -66,6 +66,28 @@ FROM (
 WHERE runs.id = wanted.run_id AND runs.epoch = wanted.epoch AND +runs.state = :source
 RETURNING runs.id AS run_id, runs.epoch AS epoch, runs.cancel_requested;
 
+-- name: renew_lease_set
+-- renew_leases for a large batch, answered by held_leases: every row a statement
+-- returns is a wait for the interpreter's lock on the connection's thread, and
+-- beside a busy event loop each such wait can last the 5 ms switch interval.
+UPDATE runs
+SET lease_expires_at = :now + wanted.lease_seconds, lease_seconds = wanted.lease_seconds,
+    renewals = renewals + 1, updated_at = :now
+FROM (
+    SELECT value ->> 'run_id' AS run_id, value ->> 'epoch' AS epoch,
+           value ->> 'lease_seconds' AS lease_seconds
+    FROM json_each(:items)
+) AS wanted
+WHERE runs.id = wanted.run_id AND runs.epoch = wanted.epoch AND +runs.state = :source;
+
+-- name: held_leases
+-- The runs of :items that renew_lease_set renewed, as one JSON array of
+-- [run_id, epoch, cancel_requested]: the fence it applied selects them still.
+SELECT json_group_array(json_array(runs.id, runs.epoch, runs.cancel_requested)) AS held
+FROM json_each(:items) AS wanted
+JOIN runs ON runs.id = wanted.value ->> 'run_id'
+WHERE runs.epoch = wanted.value ->> 'epoch' AND +runs.state = :source;
+
 -- name: insert_step
 -- One new journal row, run once for each row of a batch (executemany): SQLite binds
 -- them in little more than half the time it takes to read them from one JSON set,
@@ -90,6 +112,31 @@ ON CONFLICT (run_id, seq) DO NOTHING;
 UPDATE steps
 SET status = :status, output_json = :output_json, error = :error, finished_at = :now
 WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started;
+
+-- name: insert_step_set
+-- insert_step for a large batch, in one statement (see renew_lease_set): :steps as
+-- for PostgreSQL's insert_steps. Rows already here are not inserted, and the
+-- domain operation, seeing fewer rows changed than sent, compares each with its row.
+INSERT INTO steps (
+    run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,
+    arguments_json, output_json, error, started_at, finished_at, source_json
+)
+SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5,
+       value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 11,
+       COALESCE(value ->> 12, :now), CASE WHEN value ->> 13 THEN :now END, value ->> 14
+FROM json_each(:steps)
+-- The WHERE tells SQLite's parser that ON CONFLICT belongs to the INSERT.
+WHERE true
+ON CONFLICT (run_id, seq) DO NOTHING;
+
+-- name: settle_step_set
+-- settle_step for a large batch, in one statement (see renew_lease_set).
+UPDATE steps
+SET status = outcome.value ->> 'status', output_json = outcome.value ->> 'output_json',
+    error = outcome.value ->> 'error', finished_at = :now
+FROM json_each(:steps) AS outcome
+WHERE steps.run_id = outcome.value ->> 'run_id' AND steps.seq = outcome.value ->> 'seq'
+  AND steps.epoch = outcome.value ->> 'epoch' AND steps.status = :started;
 
 -- name: get_step
 SELECT * FROM steps WHERE run_id = :run_id AND seq = :seq;
