@@ -72,6 +72,11 @@ class Persister:
     every request that waited on it. ``group_commit=False`` commits one
     request a transaction (for comparison).
 
+    A store with one writer (SQLite) gets one batch at a time: the requests waiting,
+    and those of the runs the last batch answered, which take one turn of the event
+    loop to send them; or, when a cohort of COHORT_AT or more waits, that cohort at
+    once, committed while the runs just answered take their steps.
+
     A store that commits ``concurrent_batches`` batches side by side (PostgreSQL, on
     connections of its own) gets up to that many at once. With none in flight, half
     of what waits goes first and the rest right behind it: the runs answered by one
