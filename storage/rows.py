@@ -170,8 +170,9 @@ def json_set(rows: Iterable[dict[str, Any] | list[Any]]) -> str:
     """
     rows = list(rows)
     try:
-        # A batch's sets are encoded on the event loop for every commit: pydantic's
-        # encoder writes them in a third of the time the json module takes.
+        # Every commit encodes its batch's sets holding the interpreter's lock (on the
+        # event loop for PostgreSQL): pydantic's encoder takes a third of the json
+        # module's time.
         return pydantic_core.to_json(rows, inf_nan_mode="constants").decode()
     except pydantic_core.PydanticSerializationError:
         # It refuses a lone surrogate, which the driver is to refuse instead.
