@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
@@ -119,25 +119,12 @@ def run_async(body: Callable[[], Awaitable[Any]]) -> Any:
 
 @attrs.define
 class PgServer:
-    """The test server: runs admin statements on the maintenance database.
-
-    Copying the template is most of a PostgreSQL test's setup, and hundreds of tests want
-    a copy. While a test that does not use the server runs (the SQLite twin of a test of
-    both stores, say), the copy the next test of the server will get is made on a thread
-    of its own, by the same statement. Never while a test of the server runs: a
-    transaction anywhere on the server holds back what its database may prune, which a
-    test can see. Every way a test reaches the server waits for that copy first."""
+    """The test server: runs admin statements on the maintenance database."""
 
     admin_url: str
     template: str | None = None
-    _spare: Future[str] | None = attrs.field(default=None, init=False)
-    _maker: ThreadPoolExecutor | None = attrs.field(default=None, init=False)
 
     def run(self, *statements: str) -> None:
-        self.settle()
-        self._run_now(statements)
-
-    def _run_now(self, statements: tuple[str, ...]) -> None:
         run_async(lambda: self._run(statements))
 
     async def _run(self, statements: tuple[str, ...]) -> None:
@@ -151,7 +138,6 @@ class PgServer:
             await connection.close()
 
     def url_for(self, database: str, **options: str) -> str:
-        self.settle()
         url = with_database(self.admin_url, database)
         if options:
             url += ("&" if "?" in url else "?") + urlencode(options)
@@ -159,48 +145,10 @@ class PgServer:
 
     def create_database(self, *, migrated: bool = True) -> str:
         """A new database (from the migrated template, or empty); dropped by drop()."""
-        self.settle()
-        if migrated and self._spare is not None:
-            spare, self._spare = self._spare, None
-            return spare.result()
-        template = self.template if migrated else "template0"
-        assert template is not None
-        return self._copy(template)
-
-    def _copy(self, template: str) -> str:
         name = f"lw_{uuid.uuid4().hex[:16]}"
-        self._run_now((f'CREATE DATABASE "{name}" TEMPLATE "{template}"',))
+        template = self.template if migrated else "template0"
+        self.run(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
         return name
-
-    def prepare_spare(self) -> None:
-        """Start copying the template for the next test of the server, unless a copy is
-        made or being made."""
-        if self._spare is not None or self.template is None:
-            return
-        if self._maker is None:
-            self._maker = ThreadPoolExecutor(1, thread_name_prefix="pg-spare")
-        self._spare = self._maker.submit(self._copy, self.template)
-
-    def settle(self) -> None:
-        """Wait until no copy is being made. A copy that failed (the server restarted
-        meanwhile, say) is forgotten, and the next test's is made as before."""
-        spare = self._spare
-        if spare is None:
-            return
-        try:
-            spare.result()
-        except Exception:
-            self._spare = None
-
-    def close(self) -> None:
-        """Drop the copy no test took, if any."""
-        self.settle()
-        spare, self._spare = self._spare, None
-        if self._maker is not None:
-            self._maker.shutdown()
-            self._maker = None
-        if spare is not None:
-            self.drop(spare.result())
 
     def drop(self, database: str) -> None:
         self.run(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
@@ -225,7 +173,6 @@ def _unreachable(admin_url: str) -> str | None:
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     """The server with this session's template database; skips the test when unreachable."""
-    global _spares_from
     admin_url = pg_admin_url()
     reason = _unreachable(admin_url)
     if reason is not None:
@@ -239,55 +186,9 @@ def pg_server() -> Iterator[PgServer]:
         run_async(lambda: _migrate(server.url_for(template)))
         # A template must have no sessions while it is copied: _migrate closed its own.
         server.template = template
-        _spares_from = server
         yield server
     finally:
-        _spares_from = None
-        try:
-            server.close()
-        finally:
-            server.drop(template)
-
-
-# The server whose template is copied ahead, and the position of the last test that uses
-# it (pytest_runtest_setup below).
-_spares_from: PgServer | None = None
-_last_postgresql_test: int = -1
-_positions: dict[str, int] = {}
-
-
-def _uses_postgresql(item: pytest.Item) -> bool:
-    """Whether a test asks for the server: through a fixture of it, or as the PostgreSQL
-    case of a fixture of both stores. (A test that asks for one in its body reaches the
-    server through PgServer's methods, which wait for any copy being made.)"""
-    names = set(getattr(item, "fixturenames", ()))
-    if names & {"pg_server", "pg_database", "pg_url"}:
-        return True
-    callspec = getattr(item, "callspec", None)
-    params: dict[str, Any] = {} if callspec is None else callspec.params
-    return any(value == "postgresql" for value in params.values())
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    global _last_postgresql_test
-    _positions.clear()
-    _last_postgresql_test = -1
-    for position, item in enumerate(items):
-        _positions[item.nodeid] = position
-        if _uses_postgresql(item):
-            _last_postgresql_test = position
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    server = _spares_from
-    if server is None:
-        return
-    if _uses_postgresql(item):
-        server.settle()
-    elif _positions.get(item.nodeid, _last_postgresql_test) < _last_postgresql_test:
-        server.prepare_spare()
+        server.drop(template)
 
 
 async def _migrate(url: str) -> None:
