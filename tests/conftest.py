@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
@@ -119,12 +119,26 @@ def run_async(body: Callable[[], Awaitable[Any]]) -> Any:
 
 @attrs.define
 class PgServer:
-    """The test server: runs admin statements on the maintenance database."""
+    """The test server: runs admin statements on the maintenance database.
+
+    Copying the template is most of a PostgreSQL test's setup, and hundreds of tests want
+    a copy. While a test that does not use the server runs (the SQLite twin of a test of
+    both stores, say), the copies the next tests of the server will get are made on a
+    thread of its own, one after the other, by the same statement. Never while a test of
+    the server runs: a transaction anywhere on the server holds back what its database
+    may prune, which a test can see. Every way a test reaches the server first calls off
+    the copies not begun and waits for the one being made."""
 
     admin_url: str
     template: str | None = None
+    _spares: list[Future[str]] = attrs.field(factory=list, init=False)
+    _maker: ThreadPoolExecutor | None = attrs.field(default=None, init=False)
 
     def run(self, *statements: str) -> None:
+        self.settle()
+        self._run_now(statements)
+
+    def _run_now(self, statements: tuple[str, ...]) -> None:
         run_async(lambda: self._run(statements))
 
     async def _run(self, statements: tuple[str, ...]) -> None:
@@ -138,6 +152,7 @@ class PgServer:
             await connection.close()
 
     def url_for(self, database: str, **options: str) -> str:
+        self.settle()
         url = with_database(self.admin_url, database)
         if options:
             url += ("&" if "?" in url else "?") + urlencode(options)
@@ -145,10 +160,53 @@ class PgServer:
 
     def create_database(self, *, migrated: bool = True) -> str:
         """A new database (from the migrated template, or empty); dropped by drop()."""
-        name = f"lw_{uuid.uuid4().hex[:16]}"
+        self.settle()
+        if migrated and self._spares:
+            return self._spares.pop(0).result()
         template = self.template if migrated else "template0"
-        self.run(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        assert template is not None
+        return self._copy(template)
+
+    def _copy(self, template: str) -> str:
+        name = f"lw_{uuid.uuid4().hex[:16]}"
+        self._run_now((f'CREATE DATABASE "{name}" TEMPLATE "{template}"',))
         return name
+
+    def prepare_spares(self, count: int) -> None:
+        """Start copying the template until ``count`` copies are made or being made."""
+        if self.template is None or len(self._spares) >= count:
+            return
+        if self._maker is None:
+            self._maker = ThreadPoolExecutor(1, thread_name_prefix="pg-spares")
+        while len(self._spares) < count:
+            self._spares.append(self._maker.submit(self._copy, self.template))
+
+    def settle(self) -> None:
+        """Call off the copies not begun and wait for the one being made. A copy that
+        failed (the server restarted meanwhile, say) is forgotten: the test that would
+        have taken it gets one made as before."""
+        for spare in self._spares:
+            spare.cancel()
+        made: list[Future[str]] = []
+        for spare in self._spares:
+            if spare.cancelled():
+                continue
+            try:
+                spare.result()
+            except Exception:
+                continue
+            made.append(spare)
+        self._spares = made
+
+    def close(self) -> None:
+        """Drop the copies no test took."""
+        self.settle()
+        spares, self._spares = self._spares, []
+        if self._maker is not None:
+            self._maker.shutdown()
+            self._maker = None
+        for spare in spares:
+            self.drop(spare.result())
 
     def drop(self, database: str) -> None:
         self.run(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
@@ -173,6 +231,7 @@ def _unreachable(admin_url: str) -> str | None:
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     """The server with this session's template database; skips the test when unreachable."""
+    global _spares_from
     admin_url = pg_admin_url()
     reason = _unreachable(admin_url)
     if reason is not None:
@@ -186,9 +245,59 @@ def pg_server() -> Iterator[PgServer]:
         run_async(lambda: _migrate(server.url_for(template)))
         # A template must have no sessions while it is copied: _migrate closed its own.
         server.template = template
+        _spares_from = server
         yield server
     finally:
-        server.drop(template)
+        _spares_from = None
+        try:
+            server.close()
+        finally:
+            server.drop(template)
+
+
+# The server whose template is copied ahead, and how many copies to have ready while each
+# test that does not use it runs (pytest_runtest_setup below).
+_spares_from: PgServer | None = None
+_spares_wanted: dict[str, int] = {}
+MAX_SPARES = 8
+
+
+def _uses_postgresql(item: pytest.Item) -> bool:
+    """Whether a test asks for the server: through a fixture of it, or as the PostgreSQL
+    case of a fixture of both stores. (A test that asks for one in its body reaches the
+    server through PgServer's methods, which stop the copying first.)"""
+    names = set(getattr(item, "fixturenames", ()))
+    if names & {"pg_server", "pg_database", "pg_url"}:
+        return True
+    callspec = getattr(item, "callspec", None)
+    params: dict[str, Any] = {} if callspec is None else callspec.params
+    return any(value == "postgresql" for value in params.values())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test that does not use the server wants as many copies ready as the next
+    tests of the server in a row will take (at most MAX_SPARES)."""
+    _spares_wanted.clear()
+    upcoming = in_a_row = 0
+    for item in reversed(items):
+        if _uses_postgresql(item):
+            in_a_row += 1
+            continue
+        if in_a_row:
+            upcoming, in_a_row = in_a_row, 0
+        _spares_wanted[item.nodeid] = min(upcoming, MAX_SPARES)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    server = _spares_from
+    if server is None:
+        return
+    if _uses_postgresql(item):
+        server.settle()
+    else:
+        server.prepare_spares(_spares_wanted.get(item.nodeid, 0))
 
 
 async def _migrate(url: str) -> None:
