@@ -15,7 +15,7 @@ from tests.acceptance.acceptance_support import DaemonPool, ok, read_lines, show
 from tests.acceptance.demo_app import CHARGE_CALL_ID
 
 DRAIN = ("--drain-seconds", "1")
-CHARGE_SECONDS = 5.0
+CHARGE_SECONDS = 3.0
 
 
 def _calls(calls_file: Path, run_id: str, tool: str) -> list[dict[str, Any]]:
