@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Sequence
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -36,7 +38,15 @@ from leaseward.storage.protocol import (
     unwrap,
 )
 
-__all__ = ["COHORT_AT", "MAX_BATCH_ITEMS", "SPLIT_AT", "Persister", "PersisterStats"]
+__all__ = [
+    "AT_ONCE_RUNS",
+    "AT_ONCE_SECONDS",
+    "COHORT_AT",
+    "MAX_BATCH_ITEMS",
+    "SPLIT_AT",
+    "Persister",
+    "PersisterStats",
+]
 
 MAX_BATCH_ITEMS = 512
 """Requests after which a batch takes no more (a submit of many runs counts each run,
@@ -52,6 +62,15 @@ as a batch at once, without first letting the runs answered by the last batch jo
 them: those take their steps while this batch commits, and are the next. Fewer join,
 so that a batch waits for no more than one turn of the event loop."""
 
+AT_ONCE_SECONDS = 0.02
+"""How long submits committed at once may hold the event loop, in all, between two of its
+turns; they are one task's. Past it, or from another task, a submit joins the next
+batch, and whoever else waits gets the loop."""
+
+AT_ONCE_RUNS = 32
+"""Runs a submit carries, at most, to be committed at once: more make a write that would
+hold the loop long, for a wait that their number already shares out."""
+
 log = get_logger("leaseward.persister")
 
 
@@ -61,6 +80,36 @@ class PersisterStats:
     items: int = 0
     largest_batch: int = 0
     commit_seconds: float = 0.0
+    at_once: int = 0
+    """Submits committed at once, on their caller's turn; each is one of ``batches``."""
+
+
+class _TurnShare:
+    """What work done at once has taken of the event loop's turn, and for which task.
+
+    One task's at a turn: one task submitting after another is what waits a batch
+    each, where many tasks submitting together are what a batch is for.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self._spent = 0.0
+        self._holder: asyncio.Task[Any] | None = None
+
+    def allows(self) -> bool:
+        holder = self._holder
+        return holder is None or (self._spent < self._seconds and holder is asyncio.current_task())
+
+    def spend(self, seconds: float) -> None:
+        if self._holder is None:
+            self._holder = asyncio.current_task()
+            # Runs once the loop comes round again: everyone else has had a turn.
+            asyncio.get_running_loop().call_soon(self._turned)
+        self._spent += seconds
+
+    def _turned(self) -> None:
+        self._spent = 0.0
+        self._holder = None
 
 
 class Persister:
@@ -76,6 +125,13 @@ class Persister:
     and those of the runs the last batch answered, which take one turn of the event
     loop to send them; or, when a cohort of COHORT_AT or more waits, that cohort at
     once, committed while the runs just answered take their steps.
+
+    A submit of a few runs (AT_ONCE_RUNS) that finds the writer free is committed at
+    once, on its caller's turn of the event loop (``Store.commit_at_once``): one submit
+    after another, as a backfill makes them, would each wait for a batch, and a batch
+    at a time waits for every run it answered to take its step. Those at once hold the
+    loop for no more than AT_ONCE_SECONDS a turn, and are one task's; past it, from
+    another task, or with the writer busy, a submit joins the next batch.
 
     A store that commits ``concurrent_batches`` batches side by side (PostgreSQL, on
     connections of its own) gets up to that many at once. With none in flight, half
@@ -99,6 +155,7 @@ class Persister:
         self._concurrent_batches = concurrent_batches if group_commit else 1
         self.mailbox: Mailbox[PersisterMessage] = Mailbox()
         self.stats = PersisterStats()
+        self._at_once = _TurnShare(AT_ONCE_SECONDS)
 
     # -- requests ---------------------------------------------------------------------
 
@@ -117,6 +174,15 @@ class Persister:
         return await reply
 
     async def submit(self, runs: Sequence[NewRun]) -> tuple[RunRecord | LeasewardError, ...]:
+        if len(runs) <= AT_ONCE_RUNS and self._at_once.allows():
+            started = time.perf_counter()
+            results = self._store.commit_at_once(WriteBatch(new_runs=tuple(runs)))
+            elapsed = time.perf_counter() - started
+            self._at_once.spend(elapsed)
+            if results is not None:
+                self.stats.at_once += 1
+                self._committed(len(runs), elapsed)
+                return results.new_runs
         reply: Reply[tuple[RunRecord | LeasewardError, ...]] = Reply()
         self.mailbox.send_nowait(Submit(tuple(runs), reply))
         return await reply
@@ -220,14 +286,7 @@ class Persister:
             raise
         if ARMED and carries_outcome(step for item in writes.items for step in item.steps):
             crash_point("before_reply")
-        elapsed = time.perf_counter() - started
-        size = len(writes)
-        self.stats.batches += 1
-        self.stats.items += size
-        self.stats.largest_batch = max(self.stats.largest_batch, size)
-        self.stats.commit_seconds += elapsed
-        self._metrics.batch_committed(size, elapsed)
-        log.debug("persister.committed", items=size, seconds=round(elapsed, 6))
+        self._committed(len(writes), time.perf_counter() - started)
         try:
             if parts:
                 for request, share in zip(batch, results.shares(parts), strict=True):
@@ -244,6 +303,14 @@ class Persister:
             # a store's bug: whoever was not answered yet cannot know what was stored.
             _fail_all(batch, StoreError("the persister could not answer"), unanswered=True)
             raise
+
+    def _committed(self, size: int, elapsed: float) -> None:
+        self.stats.batches += 1
+        self.stats.items += size
+        self.stats.largest_batch = max(self.stats.largest_batch, size)
+        self.stats.commit_seconds += elapsed
+        self._metrics.batch_committed(size, elapsed)
+        log.debug("persister.committed", items=size, seconds=round(elapsed, 6))
 
 
 def _fail_all(batch: list[PersisterMessage], error: LeasewardError, *, unanswered: bool) -> None:

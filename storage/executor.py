@@ -6,11 +6,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["Executor", "Params", "Row"]
+__all__ = ["Executor", "Params", "Row", "WouldWait"]
 
 Params = Mapping[str, Any]
 Row = Mapping[str, Any]
 T = TypeVar("T")
+
+
+class WouldWait(Exception):
+    """``run_transaction_at_once`` could not begin without waiting, and did nothing."""
 
 
 class Executor(Protocol):
@@ -48,6 +52,17 @@ class Executor(Protocol):
         it all where its connection lives, in one trip (SQLite, on its thread), and
         then a cancel waits for the transaction to end rather than leave its outcome
         unknown.
+        """
+        ...
+
+    def run_transaction_at_once(self, work: Callable[[], Awaitable[T]]) -> T:
+        """``work()`` as one transaction, carried out before this returns, on the calling
+        thread, without a turn of the event loop.
+
+        Raises ``WouldWait``, having done nothing, where that cannot begin at once: the
+        connection is in use, another connection holds the database's write lock, or
+        the dialect's driver only awaits (PostgreSQL). ``work`` awaits nothing but this
+        executor's statements, as for ``run_transaction``.
         """
         ...
 

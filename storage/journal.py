@@ -20,7 +20,7 @@ from leaseward.runtime.runs import NewRun, RunRecord
 from leaseward.runtime.settlements import Settlement
 from leaseward.storage.concern import WORK_CHANNEL, StoreConcern
 from leaseward.storage.crash_points import ARMED, carries_outcome, crash_point
-from leaseward.storage.executor import Executor, Row
+from leaseward.storage.executor import Executor, Row, WouldWait
 from leaseward.storage.journal_items import ItemRefused, ItemWriter
 from leaseward.storage.protocol import (
     BatchItem,
@@ -168,6 +168,15 @@ class JournalWriter(StoreConcern):
         # Some request's data was refused, and a set statement cannot say whose: the
         # batch is written again, each request alone, so that only that one fails.
         return await self._commit_each(batch)
+
+    def commit_at_once(self, batch: WriteBatch) -> WriteResults | None:
+        """``batch`` committed before this returns, or None where that would wait (see
+        ``Store.commit_at_once``); a request whose data is refused, or a store unwell, is
+        left to ``commit``, which says which request failed and how."""
+        try:
+            return self._executor.run_transaction_at_once(lambda: self._write_all(batch))
+        except (WouldWait, ItemRefused, StoreError):
+            return None
 
     async def _write_all(self, batch: WriteBatch) -> WriteResults:
         # Read once the transaction holds SQLite's write lock: a "now" taken

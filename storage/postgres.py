@@ -30,7 +30,7 @@ from asyncpg.transaction import Transaction
 
 from leaseward.runtime.errors import CommitOutcomeUnknown, ConfigurationError, StoreError
 from leaseward.runtime.logs import get_logger
-from leaseward.storage.executor import Params, Row
+from leaseward.storage.executor import Params, Row, WouldWait
 from leaseward.storage.url import DEFAULT_POOL_SIZE, PostgresOptions
 
 __all__ = [
@@ -258,6 +258,10 @@ class PostgresExecutor:
     async def run_transaction(self, work: Callable[[], Awaitable[T]]) -> T:
         async with self.transaction():
             return await work()
+
+    def run_transaction_at_once(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Never: every statement is a round trip to the server, which asyncpg awaits."""
+        raise WouldWait
 
     @asynccontextmanager
     async def _begun(self) -> AsyncIterator[Transaction]:

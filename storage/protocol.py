@@ -264,6 +264,16 @@ class Store(Protocol):
         """
         ...
 
+    def commit_at_once(self, batch: WriteBatch) -> WriteResults | None:
+        """``batch`` committed in one transaction before this returns, without a turn of
+        the event loop; or None, with nothing stored, where that would wait (the writer
+        busy, another process writing, a driver that only awaits) or failed.
+
+        For one request that its caller would otherwise wait a whole group commit for:
+        the caller holds the event loop while the disk syncs.
+        """
+        ...
+
     async def commit_batch(self, items: Sequence[BatchItem]) -> list[CommitOutcome]:
         """Commit every item in one transaction; one outcome per item, in order."""
         ...

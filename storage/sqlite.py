@@ -28,7 +28,7 @@ import anyio
 import attrs
 
 from leaseward.runtime.errors import ConfigurationError, StoreError, StoreNotFound
-from leaseward.storage.executor import Params, Row
+from leaseward.storage.executor import Params, Row, WouldWait
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -121,6 +121,10 @@ _DATA_ERRORS: tuple[type[Exception], ...] = (
     sqlite3.DataError,
     sqlite3.IntegrityError,
 )
+
+
+# Another connection holds the write lock (BUSY), or this one's shared cache does (LOCKED).
+_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _describe(exc: Exception) -> str:
@@ -335,12 +339,54 @@ class SQLiteExecutor:
     async def write_alone(self, sql: str, params: Params | None = None) -> Sequence[Row]:
         return await self.run_transaction(lambda: self.fetch_all(sql, params))
 
-    def _transaction_here(self, work: Callable[[], Awaitable[T]]) -> T:
-        """On the connection's thread: BEGIN, ``work`` driven to its end, COMMIT."""
+    def run_transaction_at_once(self, work: Callable[[], Awaitable[T]]) -> T:
+        """``work()`` as one transaction on the calling thread, while the connection is
+        free and no other connection holds SQLite's write lock; else ``WouldWait``.
+
+        The writing connection is used here, outside its thread, only while this holds
+        the lock every use of it takes: the thread has nothing of it to run meanwhile.
+        """
+        if self._lock.locked() or _HERE.executor is not None:
+            raise WouldWait
+        try:
+            self._lock.acquire_nowait()
+        except anyio.WouldBlock:
+            raise WouldWait from None
+        try:
+            return self._transaction_here(work, wait_for_lock=False)
+        finally:
+            self._lock.release()
+
+    def _begin_at_once(self) -> None:
+        """BEGIN IMMEDIATE without the busy timeout: a thread that may not wait is
+        told that another connection writes, instead of waiting for it to end."""
+        raw = self._raw
+        try:
+            raw.execute("PRAGMA busy_timeout = 0")
+            try:
+                raw.execute("BEGIN IMMEDIATE")
+            finally:
+                raw.execute(f"PRAGMA busy_timeout = {int(self._options.busy_timeout_ms)}")
+        except sqlite3.Error as exc:
+            if raw.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    raw.execute("ROLLBACK")
+            if getattr(exc, "sqlite_errorcode", None) in _BUSY:
+                raise WouldWait from exc
+            raise StoreError(_located(exc, self._options.path)) from exc
+
+    def _transaction_here(
+        self, work: Callable[[], Awaitable[T]], *, wait_for_lock: bool = True
+    ) -> T:
+        """On the connection's thread, or a caller's with the connection to itself:
+        BEGIN, ``work`` driven to its end, COMMIT."""
         _HERE.executor = self
         try:
             # IMMEDIATE takes the write lock up front (see transaction()).
-            self._run_here("BEGIN IMMEDIATE")
+            if wait_for_lock:
+                self._run_here("BEGIN IMMEDIATE")
+            else:
+                self._begin_at_once()
             try:
                 done = _finish_here(work())
                 self._run_here("COMMIT")

@@ -76,6 +76,9 @@ class SQLStore:
     async def commit(self, batch: WriteBatch) -> WriteResults:
         return await self._journal.commit(batch)
 
+    def commit_at_once(self, batch: WriteBatch) -> WriteResults | None:
+        return self._journal.commit_at_once(batch)
+
     async def create_run(self, new: NewRun) -> RunRecord:
         return await self._journal.create_run(new)
 

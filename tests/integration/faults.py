@@ -24,7 +24,7 @@ from leaseward.runtime.clock import Clock
 from leaseward.runtime.errors import CommitOutcomeUnknown, StoreError
 from leaseward.runtime.lifecycle import StepKind, StepStatus
 from leaseward.storage import SQLStore, open_store
-from leaseward.storage.executor import Executor, Params, Row
+from leaseward.storage.executor import Executor, Params, Row, WouldWait
 from leaseward.storage.queries import load_queries
 
 __all__ = [
@@ -239,6 +239,10 @@ class FaultyExecutor:
         # As a transaction() block, so that the faults still fall on single statements.
         async with self.transaction():
             return await work()
+
+    def run_transaction_at_once(self, work: Callable[[], Awaitable[T]]) -> T:
+        # Never: the faults fall on statements that are awaited one by one.
+        raise WouldWait
 
     async def write_alone(self, sql: str, params: Params | None = None) -> Sequence[Row]:
         # A transaction of one statement: faults fall on it as on any other statement.
