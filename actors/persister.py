@@ -53,14 +53,15 @@ MAX_BATCH_ITEMS = 512
 and is never split: one larger than this is a batch of its own, or ends one)."""
 
 SPLIT_AT = 32
-"""Requests waiting, at least, for a store that commits batches side by side to split
-them into two batches when it commits none."""
+"""Requests waiting, at least, to be split into two batches, when none is in flight
+(a store that commits batches side by side) or when they all came together (a store
+with one writer)."""
 
-COHORT_AT = 256
-"""Requests waiting, at least, for a store that commits one batch at a time to take them
-as a batch at once, without first letting the runs answered by the last batch join
-them: those take their steps while this batch commits, and are the next. Fewer join,
-so that a batch waits for no more than one turn of the event loop."""
+COHORT_AT = 16
+"""Requests waiting, at least, when a store with one writer is free again, for them to be
+its next batch at once: they were sent while the last batch committed, and the runs it
+answered take their steps while this one commits. Fewer wait one turn of the event
+loop, in which those runs join them."""
 
 AT_ONCE_SECONDS = 0.02
 """How long submits committed at once may hold the event loop, in all, between two of its
@@ -121,10 +122,12 @@ class Persister:
     every request that waited on it. ``group_commit=False`` commits one
     request a transaction (for comparison).
 
-    A store with one writer (SQLite) gets one batch at a time: the requests waiting,
-    and those of the runs the last batch answered, which take one turn of the event
-    loop to send them; or, when a cohort of COHORT_AT or more waits, that cohort at
-    once, committed while the runs just answered take their steps.
+    A store with one writer (SQLite) gets one batch at a time. When it is free again and
+    a cohort of COHORT_AT or more waits, sent while the last batch committed, that
+    cohort is the batch at once, committed while the runs just answered take their
+    steps. Fewer are joined by those runs, which take one turn of the event loop to
+    send their requests; and when all of them came so, in step, half go first and the
+    rest right behind, which is how the runs fall into two cohorts that take turns.
 
     A submit of a few runs (AT_ONCE_RUNS) that finds the writer free is committed at
     once, on its caller's turn of the event loop (``Store.commit_at_once``): one submit
@@ -229,10 +232,11 @@ class Persister:
 
     async def _drain(self, slots: anyio.Semaphore | None = None) -> list[PersisterMessage]:
         """The next batch: the first request that comes, and every one waiting behind it
-        up to the batch's size (half of them, when ``slots`` says no batch is in flight)."""
+        up to the batch's size; half of them, when ``slots`` says no batch is in flight,
+        or for a store with one writer (no ``slots``), when they all came together."""
+        cohort = slots is None and len(self.mailbox) >= COHORT_AT
         first = await self.mailbox.receive()
         batch, size = [first], first.size
-        cohort = slots is None and 1 + len(self.mailbox) >= COHORT_AT
         if not cohort:
             try:
                 # One turn of the event loop lets the runs answered by the last batch
@@ -245,7 +249,10 @@ class Persister:
                 raise
         limit = self._max_batch
         waiting = 1 + len(self.mailbox)
-        idle = slots is not None and slots.value == self._concurrent_batches - 1
+        # With one writer, requests that all came in one turn are the runs of one batch in
+        # step: half of them commit while the other half wait, and from then on each
+        # half commits while the runs of the other take their steps.
+        idle = not cohort if slots is None else slots.value == self._concurrent_batches - 1
         if idle and waiting >= SPLIT_AT:
             limit = min(limit, (waiting + 1) // 2)
         while size < limit:

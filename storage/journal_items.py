@@ -43,14 +43,14 @@ def _check_integer(value: int) -> None:
         raise StoreError(f"the integer {value} is out of range", data_error=True)
 
 
-SET_STATEMENTS_AT = 256
+SET_STATEMENTS_AT = 16
 """Items in a batch from which a dialect that binds rows one by one faster (SQLite) writes
 them with one statement a kind of change instead, as PostgreSQL always does. Each row
-bound or returned on the connection's thread needs the interpreter's lock back, and
-while the event loop runs Python each wait for it can last the 5 ms switch interval.
-A batch this large is one the Persister commits while the runs answered by the last
-one take their steps (its COHORT_AT), which a statement a row would hold up; a smaller
-one commits while they wait, and binds its rows in half the time."""
+bound or returned on the connection's thread needs the interpreter's lock back, which
+the event loop holds while it runs Python. A batch this large is most likely one the
+Persister commits while the runs of another take their steps (its COHORT_AT), which a
+statement a row would hold up; a smaller one commits while they wait, and binds its
+rows in half the time."""
 
 
 class ItemRefused(Exception):

@@ -29,6 +29,7 @@ import attrs
 
 from leaseward.runtime.errors import ConfigurationError, StoreError, StoreNotFound
 from leaseward.storage.executor import Params, Row, WouldWait
+from leaseward.storage.handoffs import quick_handoffs
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -332,7 +333,7 @@ class SQLiteExecutor:
         async with self._lock:
             # Once on the thread the transaction commits or rolls back whatever the
             # caller does: a cancel must not leave the caller without the outcome.
-            with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True), quick_handoffs():
                 done = await run_there(functools.partial(self._transaction_here, work))
         return done
 
