@@ -97,6 +97,9 @@ class _TurnShare:
         self._spent = 0.0
         self._holder: asyncio.Task[Any] | None = None
 
+    def left(self) -> float:
+        return max(0.0, self._seconds - self._spent)
+
     def allows(self) -> bool:
         holder = self._holder
         return holder is None or (self._spent < self._seconds and holder is asyncio.current_task())
@@ -179,7 +182,9 @@ class Persister:
     async def submit(self, runs: Sequence[NewRun]) -> tuple[RunRecord | LeasewardError, ...]:
         if len(runs) <= AT_ONCE_RUNS and self._at_once.allows():
             started = time.perf_counter()
-            results = self._store.commit_at_once(WriteBatch(new_runs=tuple(runs)))
+            results = self._store.commit_at_once(
+                WriteBatch(new_runs=tuple(runs)), wait_seconds=self._at_once.left()
+            )
             elapsed = time.perf_counter() - started
             self._at_once.spend(elapsed)
             if results is not None:

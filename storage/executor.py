@@ -55,14 +55,18 @@ class Executor(Protocol):
         """
         ...
 
-    def run_transaction_at_once(self, work: Callable[[], Awaitable[T]]) -> T:
+    def run_transaction_at_once(
+        self, work: Callable[[], Awaitable[T]], *, wait_seconds: float = 0.0
+    ) -> T:
         """``work()`` as one transaction, carried out before this returns, on the calling
         thread, without a turn of the event loop.
 
         Raises ``WouldWait``, having done nothing, where that cannot begin at once: the
-        connection is in use, another connection holds the database's write lock, or
-        the dialect's driver only awaits (PostgreSQL). ``work`` awaits nothing but this
-        executor's statements, as for ``run_transaction``.
+        connection is in use (a dialect may wait up to ``wait_seconds``, holding the
+        calling thread, for a transaction it runs elsewhere to end), another connection
+        holds the database's write lock, or the dialect's driver only awaits
+        (PostgreSQL). ``work`` awaits nothing but this executor's statements, as for
+        ``run_transaction``.
         """
         ...
 

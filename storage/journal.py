@@ -169,12 +169,16 @@ class JournalWriter(StoreConcern):
         # batch is written again, each request alone, so that only that one fails.
         return await self._commit_each(batch)
 
-    def commit_at_once(self, batch: WriteBatch) -> WriteResults | None:
+    def commit_at_once(
+        self, batch: WriteBatch, *, wait_seconds: float = 0.0
+    ) -> WriteResults | None:
         """``batch`` committed before this returns, or None where that would wait (see
         ``Store.commit_at_once``); a request whose data is refused, or a store unwell, is
         left to ``commit``, which says which request failed and how."""
         try:
-            return self._executor.run_transaction_at_once(lambda: self._write_all(batch))
+            return self._executor.run_transaction_at_once(
+                lambda: self._write_all(batch), wait_seconds=wait_seconds
+            )
         except (WouldWait, ItemRefused, StoreError):
             return None
 

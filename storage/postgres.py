@@ -259,7 +259,9 @@ class PostgresExecutor:
         async with self.transaction():
             return await work()
 
-    def run_transaction_at_once(self, work: Callable[[], Awaitable[T]]) -> T:
+    def run_transaction_at_once(
+        self, work: Callable[[], Awaitable[T]], *, wait_seconds: float = 0.0
+    ) -> T:
         """Never: every statement is a round trip to the server, which asyncpg awaits."""
         raise WouldWait
 

@@ -264,13 +264,17 @@ class Store(Protocol):
         """
         ...
 
-    def commit_at_once(self, batch: WriteBatch) -> WriteResults | None:
+    def commit_at_once(
+        self, batch: WriteBatch, *, wait_seconds: float = 0.0
+    ) -> WriteResults | None:
         """``batch`` committed in one transaction before this returns, without a turn of
         the event loop; or None, with nothing stored, where that would wait (the writer
-        busy, another process writing, a driver that only awaits) or failed.
+        busy past ``wait_seconds``, another process writing, a driver that only awaits)
+        or failed.
 
         For one request that its caller would otherwise wait a whole group commit for:
-        the caller holds the event loop while the disk syncs.
+        the caller holds the event loop while the disk syncs, and while the batch in
+        flight, if there is one, ends.
         """
         ...
 

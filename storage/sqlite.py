@@ -246,6 +246,10 @@ class SQLiteExecutor:
         self._lock = anyio.Lock(fast_acquire=True)
         self._read_lock = self._lock if reader is None else anyio.Lock()
         self._savepoints = 0
+        # A transaction given whole to the connection's thread: while one is, the lock's
+        # holder awaits nothing but its end, and the connection is free once it ended.
+        self._handed_over = False
+        self._thread_done = threading.Event()
 
     @classmethod
     async def connect(
@@ -331,24 +335,44 @@ class SQLiteExecutor:
         """
         run_there: Callable[[Callable[[], T]], Awaitable[T]] = self._connection._execute
         async with self._lock:
-            # Once on the thread the transaction commits or rolls back whatever the
-            # caller does: a cancel must not leave the caller without the outcome.
-            with anyio.CancelScope(shield=True), quick_handoffs():
-                done = await run_there(functools.partial(self._transaction_here, work))
+            self._thread_done.clear()
+            self._handed_over = True
+            try:
+                # Once on the thread the transaction commits or rolls back whatever the
+                # caller does: a cancel must not leave the caller without the outcome.
+                with anyio.CancelScope(shield=True), quick_handoffs():
+                    done = await run_there(functools.partial(self._handed_here, work))
+            finally:
+                self._handed_over = False
         return done
+
+    def _handed_here(self, work: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return self._transaction_here(work)
+        finally:
+            self._thread_done.set()
 
     async def write_alone(self, sql: str, params: Params | None = None) -> Sequence[Row]:
         return await self.run_transaction(lambda: self.fetch_all(sql, params))
 
-    def run_transaction_at_once(self, work: Callable[[], Awaitable[T]]) -> T:
+    def run_transaction_at_once(
+        self, work: Callable[[], Awaitable[T]], *, wait_seconds: float = 0.0
+    ) -> T:
         """``work()`` as one transaction on the calling thread, while the connection is
         free and no other connection holds SQLite's write lock; else ``WouldWait``.
 
-        The writing connection is used here, outside its thread, only while this holds
-        the lock every use of it takes: the thread has nothing of it to run meanwhile.
+        The writing connection is used here, outside its thread, only when nothing else
+        can use it meanwhile: its lock is free, or its holder handed a transaction whole
+        to the thread and that transaction has ended, the holder yet to hear of it (it
+        will hear only once the caller lets the event loop go on). That end is waited
+        for, on this thread, up to ``wait_seconds``.
         """
-        if self._lock.locked() or _HERE.executor is not None:
+        if _HERE.executor is not None:
             raise WouldWait
+        if self._lock.locked():
+            if not self._handed_over or not self._thread_done.wait(wait_seconds):
+                raise WouldWait
+            return self._transaction_here(work, wait_for_lock=False)
         try:
             self._lock.acquire_nowait()
         except anyio.WouldBlock:

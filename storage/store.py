@@ -76,8 +76,10 @@ class SQLStore:
     async def commit(self, batch: WriteBatch) -> WriteResults:
         return await self._journal.commit(batch)
 
-    def commit_at_once(self, batch: WriteBatch) -> WriteResults | None:
-        return self._journal.commit_at_once(batch)
+    def commit_at_once(
+        self, batch: WriteBatch, *, wait_seconds: float = 0.0
+    ) -> WriteResults | None:
+        return self._journal.commit_at_once(batch, wait_seconds=wait_seconds)
 
     async def create_run(self, new: NewRun) -> RunRecord:
         return await self._journal.create_run(new)

@@ -240,7 +240,9 @@ class FaultyExecutor:
         async with self.transaction():
             return await work()
 
-    def run_transaction_at_once(self, work: Callable[[], Awaitable[T]]) -> T:
+    def run_transaction_at_once(
+        self, work: Callable[[], Awaitable[T]], *, wait_seconds: float = 0.0
+    ) -> T:
         # Never: the faults fall on statements that are awaited one by one.
         raise WouldWait
 

@@ -237,3 +237,55 @@ async def test_a_transaction_at_once_waits_for_nothing_and_rolls_back_what_fails
         assert [row["text"] for row in rows] == ["kept"]
     finally:
         await executor.aclose()
+
+
+async def test_a_transaction_at_once_waits_on_its_thread_for_the_one_handed_to_the_connection(
+    tmp_path: Path,
+) -> None:
+    """A batch handed whole to the connection's thread has ended there before the task
+    that handed it hears of it: a transaction at once waits for that end, and no more."""
+    executor = await SQLiteExecutor.connect(SQLiteOptions(str(tmp_path / "handed.db")))
+    try:
+        await executor.run_transaction(
+            lambda: executor.execute("CREATE TABLE notes (text TEXT NOT NULL)")
+        )
+
+        async def add(text: str) -> None:
+            await executor.execute("INSERT INTO notes VALUES (:text)", {"text": text})
+
+        async def slow_batch() -> None:
+            # Long enough on the thread for the transaction at once to find it there.
+            await executor.fetch_all(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000)"
+                " SELECT count(*) FROM n"
+            )
+            await add("handed")
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(executor.run_transaction, slow_batch)
+            # The batch is on the thread, its task waiting for the answer.
+            await anyio.lowlevel.checkpoint()
+            with pytest.raises(WouldWait):
+                executor.run_transaction_at_once(lambda: add("no wait"), wait_seconds=0.0)
+            executor.run_transaction_at_once(lambda: add("at once"), wait_seconds=30.0)
+        rows = await executor.fetch_all("SELECT text FROM notes ORDER BY rowid")
+        assert [row["text"] for row in rows] == ["handed", "at once"]
+        # A transaction() block holds the connection between its statements: never used.
+        entered, leave = anyio.Event(), anyio.Event()
+
+        async def hold() -> None:
+            async with executor.transaction():
+                await add("in a block")
+                entered.set()
+                await leave.wait()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(hold)
+            await entered.wait()
+            with pytest.raises(WouldWait):
+                executor.run_transaction_at_once(lambda: add("beside a block"), wait_seconds=1.0)
+            leave.set()
+        rows = await executor.fetch_all("SELECT text FROM notes ORDER BY rowid")
+        assert [row["text"] for row in rows] == ["handed", "at once", "in a block"]
+    finally:
+        await executor.aclose()
