@@ -132,12 +132,13 @@ class Persister:
     send their requests; and when all of them came so, in step, half go first and the
     rest right behind, which is how the runs fall into two cohorts that take turns.
 
-    A submit of a few runs (AT_ONCE_RUNS) that finds the writer free is committed at
-    once, on its caller's turn of the event loop (``Store.commit_at_once``): one submit
-    after another, as a backfill makes them, would each wait for a batch, and a batch
-    at a time waits for every run it answered to take its step. Those at once hold the
-    loop for no more than AT_ONCE_SECONDS a turn, and are one task's; past it, from
-    another task, or with the writer busy, a submit joins the next batch.
+    A submit of a few runs (AT_ONCE_RUNS) is committed at once, on its caller's turn of
+    the event loop (``Store.commit_at_once``), waiting there for a batch in flight on
+    SQLite's thread to end: one submit after another, as a backfill makes them, would
+    each wait for a batch, and with the runs taking turns the writer is never idle.
+    Those at once hold the loop for no more than AT_ONCE_SECONDS a turn, waits
+    included, and are one task's; past it, from another task, or with the writer held
+    otherwise (another process), a submit joins the next batch.
 
     A store that commits ``concurrent_batches`` batches side by side (PostgreSQL, on
     connections of its own) gets up to that many at once. With none in flight, half
