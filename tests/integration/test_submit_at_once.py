@@ -135,8 +135,10 @@ async def test_submits_at_once_leave_the_event_loop_to_the_runs_between_turns(
 
     assert held, "no submit was committed at once"
     # Within a turn, submits at once stop once they have held the loop AT_ONCE_SECONDS;
-    # the one that crosses it, and the bookkeeping around each, come on top.
-    assert max(held.values()) < 3 * AT_ONCE_SECONDS
+    # the one that crosses it, and the bookkeeping around each, come on top, and two
+    # turns of the Persister's count may fall between two of this task's. Held for
+    # the whole loop, it would be the loop's half second.
+    assert max(held.values()) < 10 * AT_ONCE_SECONDS
     assert steps.count > steps_before, "the runs took no step while the loop submitted"
 
 
@@ -157,7 +159,7 @@ async def test_another_connections_write_lock_is_waited_for_off_the_event_loop(
                 tasks.start_soon(submit)
                 # The loop goes on while the submit waits, on the connection's thread:
                 # held by a busy timeout (5 s) on the loop, this would time out.
-                with anyio.fail_after(2):
+                with anyio.fail_after(4):
                     for _ in range(10):
                         await anyio.sleep(0.01)
                 assert submitted == []
