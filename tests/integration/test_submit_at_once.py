@@ -1,10 +1,11 @@
-"""A submit that finds the writer free is committed at once, on its caller's turn.
+"""A submit is committed at once, on its caller's turn of the event loop.
 
 One ``await rt.submit(...)`` after another, beside runs that keep the Persister busy,
 used to wait for a whole group commit each. Committed at once it is as durable when
-it returns, holds the event loop for no more than ``AT_ONCE_SECONDS`` a turn, never
-waits on the event loop for another connection's write lock, and keeps what submits
-promise: one run a key, the conflict refused.
+it returns, holds the event loop for no more than ``AT_ONCE_SECONDS`` a turn, waits
+on its own thread for a batch in flight on SQLite's, never waits on the event loop
+for another connection's write lock, and keeps what submits promise: one run a key,
+the conflict refused.
 """
 
 from __future__ import annotations
