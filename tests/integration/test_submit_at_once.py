@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, closing, contextmanager
 from pathlib import Path
 
 import anyio
@@ -192,54 +192,57 @@ async def test_postgresql_submits_join_a_batch(pg_url: str) -> None:
         assert rt.supervisor.persister.stats.at_once == 0
 
 
-async def test_a_transaction_at_once_waits_for_nothing_and_rolls_back_what_fails(
-    tmp_path: Path,
-) -> None:
-    # A busy timeout that nobody would wait out: a transaction at once must not wait.
-    options = SQLiteOptions(str(tmp_path / "plain.db"), busy_timeout_ms=60_000)
+class Notes:
+    """A SQLite executor with a table of notes, to write in transactions at once."""
+
+    def __init__(self, executor: SQLiteExecutor) -> None:
+        self.executor = executor
+
+    async def add(self, text: str) -> None:
+        await self.executor.execute("INSERT INTO notes VALUES (:text)", {"text": text})
+
+    async def texts(self) -> list[str]:
+        rows = await self.executor.fetch_all("SELECT text FROM notes ORDER BY rowid")
+        return [row["text"] for row in rows]
+
+
+@asynccontextmanager
+async def notes_in(options: SQLiteOptions) -> AsyncIterator[Notes]:
     executor = await SQLiteExecutor.connect(options)
     try:
         await executor.run_transaction(
             lambda: executor.execute("CREATE TABLE notes (text TEXT NOT NULL)")
         )
+        yield Notes(executor)
+    finally:
+        await executor.aclose()
 
-        async def add(text: str) -> None:
-            await executor.execute("INSERT INTO notes VALUES (:text)", {"text": text})
+
+async def test_a_transaction_at_once_waits_for_nothing_and_rolls_back_what_fails(
+    tmp_path: Path,
+) -> None:
+    # A busy timeout that nobody would wait out: a transaction at once must not wait.
+    path = tmp_path / "plain.db"
+    async with notes_in(SQLiteOptions(str(path), busy_timeout_ms=60_000)) as notes:
+        executor = notes.executor
 
         async def add_then_fail() -> None:
-            await add("rolled back")
+            await notes.add("rolled back")
             raise RuntimeError("the work failed")
 
-        executor.run_transaction_at_once(lambda: add("kept"))
+        executor.run_transaction_at_once(lambda: notes.add("kept"))
         with pytest.raises(RuntimeError, match="the work failed"):
             executor.run_transaction_at_once(add_then_fail)
-        # The connection in another task's transaction: nothing is done.
-        entered, leave = anyio.Event(), anyio.Event()
-
-        async def hold() -> None:
-            async with executor.transaction():
-                entered.set()
-                await leave.wait()
-
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(hold)
-            await entered.wait()
-            with pytest.raises(WouldWait):
-                executor.run_transaction_at_once(lambda: add("while held"))
-            leave.set()
         # Another connection's write lock: refused at once, not waited for.
-        with write_lock_held(f"sqlite:///{tmp_path / 'plain.db'}"):
+        with write_lock_held(f"sqlite:///{path}"):
             began = time.perf_counter()
             with pytest.raises(WouldWait):
-                executor.run_transaction_at_once(lambda: add("while locked"))
+                executor.run_transaction_at_once(lambda: notes.add("while locked"))
             assert time.perf_counter() - began < 30.0
         # The busy timeout is the connection's again.
         timeout = await executor.fetch_one("PRAGMA busy_timeout")
         assert timeout is not None and timeout["timeout"] == 60_000
-        rows = await executor.fetch_all("SELECT text FROM notes")
-        assert [row["text"] for row in rows] == ["kept"]
-    finally:
-        await executor.aclose()
+        assert await notes.texts() == ["kept"]
 
 
 async def test_a_transaction_at_once_waits_on_its_thread_for_the_one_handed_to_the_connection(
@@ -247,14 +250,8 @@ async def test_a_transaction_at_once_waits_on_its_thread_for_the_one_handed_to_t
 ) -> None:
     """A batch handed whole to the connection's thread has ended there before the task
     that handed it hears of it: a transaction at once waits for that end, and no more."""
-    executor = await SQLiteExecutor.connect(SQLiteOptions(str(tmp_path / "handed.db")))
-    try:
-        await executor.run_transaction(
-            lambda: executor.execute("CREATE TABLE notes (text TEXT NOT NULL)")
-        )
-
-        async def add(text: str) -> None:
-            await executor.execute("INSERT INTO notes VALUES (:text)", {"text": text})
+    async with notes_in(SQLiteOptions(str(tmp_path / "handed.db"))) as notes:
+        executor = notes.executor
 
         async def slow_batch() -> None:
             # Long enough on the thread for the transaction at once to find it there.
@@ -262,23 +259,23 @@ async def test_a_transaction_at_once_waits_on_its_thread_for_the_one_handed_to_t
                 "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000)"
                 " SELECT count(*) FROM n"
             )
-            await add("handed")
+            await notes.add("handed")
 
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(executor.run_transaction, slow_batch)
             # The batch is on the thread, its task waiting for the answer.
             await anyio.lowlevel.checkpoint()
             with pytest.raises(WouldWait):
-                executor.run_transaction_at_once(lambda: add("no wait"), wait_seconds=0.0)
-            executor.run_transaction_at_once(lambda: add("at once"), wait_seconds=30.0)
-        rows = await executor.fetch_all("SELECT text FROM notes ORDER BY rowid")
-        assert [row["text"] for row in rows] == ["handed", "at once"]
-        # A transaction() block holds the connection between its statements: never used.
+                executor.run_transaction_at_once(lambda: notes.add("no wait"), wait_seconds=0.0)
+            executor.run_transaction_at_once(lambda: notes.add("at once"), wait_seconds=30.0)
+        assert await notes.texts() == ["handed", "at once"]
+        # A transaction() block holds the connection between its statements: never used,
+        # however long the caller would wait.
         entered, leave = anyio.Event(), anyio.Event()
 
         async def hold() -> None:
             async with executor.transaction():
-                await add("in a block")
+                await notes.add("in a block")
                 entered.set()
                 await leave.wait()
 
@@ -286,9 +283,8 @@ async def test_a_transaction_at_once_waits_on_its_thread_for_the_one_handed_to_t
             tasks.start_soon(hold)
             await entered.wait()
             with pytest.raises(WouldWait):
-                executor.run_transaction_at_once(lambda: add("beside a block"), wait_seconds=1.0)
+                executor.run_transaction_at_once(
+                    lambda: notes.add("beside a block"), wait_seconds=1.0
+                )
             leave.set()
-        rows = await executor.fetch_all("SELECT text FROM notes ORDER BY rowid")
-        assert [row["text"] for row in rows] == ["handed", "at once", "in a block"]
-    finally:
-        await executor.aclose()
+        assert await notes.texts() == ["handed", "at once", "in a block"]
