@@ -1,5 +1,6 @@
 """The actors: mailboxes, messages, Supervisor, RunActor, Persister, LeaseReaper, metrics."""
 
+from leaseward.actors.bounds import SharedBounds
 from leaseward.actors.lease_keeper import KeeperStats, Lease, LeaseKeeper, default_margin
 from leaseward.actors.mailbox import Mailbox, Reply
 from leaseward.actors.messages import (
@@ -45,6 +46,7 @@ __all__ = [
     "RunActor",
     "RunEnded",
     "RunSettings",
+    "SharedBounds",
     "Supervisor",
     "SupervisorMessage",
     "SupervisorSettings",

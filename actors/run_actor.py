@@ -12,6 +12,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 
+from leaseward.actors.bounds import SharedBounds
 from leaseward.actors.first_step import Finished, first_step
 from leaseward.actors.lease_keeper import Lease, LeaseKeeper, default_margin
 from leaseward.actors.metrics import Metrics
@@ -87,6 +88,7 @@ class RunActor:
         draining: anyio.Event | None = None,
         metrics: Metrics | None = None,
         under_way: Callable[[str, int], None] | None = None,
+        bounds: SharedBounds | None = None,
     ) -> None:
         self.run_id = run.id
         self.epoch = run.epoch
@@ -106,6 +108,8 @@ class RunActor:
         self._keeper = keeper
         self._metrics = metrics if metrics is not None else Metrics()
         self._draining = draining
+        # The bounds of intents' commits: one timer for all the runs that share them.
+        self._bounds = bounds if bounds is not None else SharedBounds()
         # Told once, at the first commit answered or the first call begun: from then on
         # the lease is renewed by the run's commits or the keeper, not only by its claim.
         self._under_way = under_way
@@ -310,11 +314,15 @@ class RunActor:
             if not isinstance(action, m.RecordIntent):
                 return m.Committed(await self._persist(item), sent_at)
             # Shielded, within a bound: a stop that lands while the intent is on its way
-            # waits for the answer, unless the store hangs. (move_on_after, spared its
-            # look-ups of the running backend, as in _guarded.)
+            # waits for the answer, unless the store hangs. The bound is kept by the
+            # timer the runs share, not by a timer of the scope's own.
             bound = asyncio.get_running_loop().time() + SETTLE_TIMEOUT_SECONDS
-            with anyio.CancelScope(deadline=bound, shield=True):
-                return m.Committed(await self._persist(item), sent_at)
+            with anyio.CancelScope(shield=True) as scope:
+                self._bounds.bound(scope, bound)
+                try:
+                    return m.Committed(await self._persist(item), sent_at)
+                finally:
+                    self._bounds.release(scope)
             unanswered = f"the intent's commit was not answered within {SETTLE_TIMEOUT_SECONDS:g} s"
             return m.Committed(Unanswered(unanswered), sent_at)
         finally:

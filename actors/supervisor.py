@@ -13,6 +13,7 @@ import anyio.lowlevel
 import attrs
 from anyio.abc import TaskGroup, TaskStatus
 
+from leaseward.actors.bounds import SharedBounds
 from leaseward.actors.lease_keeper import LeaseKeeper
 from leaseward.actors.mailbox import Mailbox
 from leaseward.actors.messages import LeasesReaped, RunEnded, SupervisorMessage, Wake
@@ -136,6 +137,7 @@ class Supervisor:
             margin_seconds=settings.run.deadline_margin_seconds,
             metrics=self.metrics,
         )
+        self._bounds = SharedBounds()
         self._agents = tuple(agent.name for agent in app.agents)
         self.registration = WorkerRegistration(
             id=settings.worker_id,
@@ -337,6 +339,7 @@ class Supervisor:
             draining=self._draining,
             metrics=self.metrics,
             under_way=self._under_way if claimed else None,
+            bounds=self._bounds,
         )
 
     def _start(self, runs: TaskGroup, record: RunRecord, lease_deadline: float) -> None:

@@ -21,7 +21,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.actors import LeaseKeeper, RunActor, RunSettings
+from leaseward.actors import LeaseKeeper, RunActor, RunSettings, SharedBounds
 from leaseward.client import new_run_id
 from leaseward.runtime.clock import SystemClock
 from leaseward.runtime.commits import CommitOutcome, Stored
@@ -160,6 +160,7 @@ def lone_actor(
     keeper: LeaseKeeper,
     lease_seconds: float,
     lease_deadline: float,
+    bounds: SharedBounds | None = None,
 ) -> RunActor:
     """The actor of one run claimed by hand, outside any Supervisor: the test runs the
     Persister and the keeper it is given, and stands between it and ``persist``."""
@@ -174,4 +175,5 @@ def lone_actor(
         worker_id="w",
         lease_deadline=lease_deadline,
         keeper=keeper,
+        bounds=bounds,
     )

@@ -1,0 +1,190 @@
+"""The bound on an intent's shielded commit, kept by one timer for every run.
+
+An intent is committed in a shielded scope, so that a stop landing meanwhile waits for
+the answer; the bound is there for a store that never answers. The runs share one
+timer for their bounds (``SharedBounds``): a timer of each scope's own cost a tenth of
+a write step, for a bound almost never reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+import anyio
+import pytest
+
+from leaseward import (
+    Agent,
+    ProviderReply,
+    ProviderRequest,
+    Role,
+    RunMode,
+    ScriptedProvider,
+    StepStatus,
+    ToolCall,
+    ToolContext,
+    ToolEffect,
+    tool,
+)
+from leaseward.actors import LeaseKeeper, Persister, SharedBounds, run_actor
+from leaseward.client import new_run_id
+from leaseward.runtime.clock import SystemClock
+from leaseward.runtime.commits import CommitOutcome
+from leaseward.runtime.runs import NewRun
+from leaseward.storage import BatchItem, open_store
+from tests.integration.support import lone_actor
+
+pytestmark = pytest.mark.anyio
+
+SLACK_SECONDS = 0.05
+BOUND_SECONDS = 0.3
+WAIT_SECONDS = 10.0
+
+
+class CountedTimers:
+    """Counts the timers put on the running event loop from now on."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._loop = asyncio.get_running_loop()
+        call_at = self._loop.call_at
+
+        def counted(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return call_at(when, callback, *args, **kwargs)
+
+        # On the instance: the class's method comes back when it is deleted.
+        setattr(self._loop, "call_at", counted)  # noqa: B010
+
+    def close(self) -> None:
+        delattr(self._loop, "call_at")
+
+
+async def test_a_scope_is_cancelled_once_its_deadline_has_passed() -> None:
+    bounds = SharedBounds(SLACK_SECONDS)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with anyio.fail_after(WAIT_SECONDS):
+        with anyio.CancelScope(shield=True) as scope:
+            bounds.bound(scope, started + 0.1)
+            try:
+                await anyio.sleep(WAIT_SECONDS)
+            finally:
+                bounds.release(scope)
+    waited = loop.time() - started
+    assert scope.cancelled_caught
+    # Not before its deadline; the upper side is only a loaded machine's margin.
+    assert 0.1 <= waited < WAIT_SECONDS / 2
+    assert len(bounds) == 0
+
+
+async def test_scopes_released_in_time_are_never_cancelled_and_share_one_timer() -> None:
+    bounds = SharedBounds(SLACK_SECONDS)
+    loop = asyncio.get_running_loop()
+    timers = CountedTimers()
+    try:
+        scopes = []
+        first_deadline = loop.time() + BOUND_SECONDS
+        while loop.time() < first_deadline - BOUND_SECONDS / 2:
+            with anyio.CancelScope(shield=True) as scope:
+                bounds.bound(scope, loop.time() + BOUND_SECONDS)
+                await anyio.lowlevel.checkpoint()
+                bounds.release(scope)
+            scopes.append(scope)
+        assert timers.count == 1
+        # Past every deadline: the timer fires, finds nobody, and is not set again.
+        await anyio.sleep(BOUND_SECONDS + 3 * SLACK_SECONDS)
+    finally:
+        timers.close()
+    assert len(scopes) > 100
+    assert not any(scope.cancel_called for scope in scopes)
+    # The test's own sleep put the second.
+    assert timers.count == 2
+    assert len(bounds) == 0
+
+
+async def test_an_earlier_deadline_given_after_a_later_one_is_kept() -> None:
+    bounds = SharedBounds(SLACK_SECONDS)
+    loop = asyncio.get_running_loop()
+    late = anyio.CancelScope(shield=True)
+    bounds.bound(late, loop.time() + WAIT_SECONDS)
+    started = loop.time()
+    with anyio.fail_after(WAIT_SECONDS / 2):
+        with anyio.CancelScope(shield=True) as early:
+            bounds.bound(early, started + 0.1)
+            await anyio.sleep(WAIT_SECONDS)
+    assert early.cancelled_caught
+    assert not late.cancel_called
+    assert len(bounds) == 1
+    bounds.release(late)
+
+
+async def test_an_intent_the_store_never_answers_is_given_up_at_its_bound(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write is never called: without an answer, the intent is read back, found not
+    stored, and the run fails closed instead of waiting on its shielded commit forever."""
+    monkeypatch.setattr(run_actor, "SETTLE_TIMEOUT_SECONDS", BOUND_SECONDS)
+    charged: list[str] = []
+
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def charge(ctx: ToolContext) -> str:
+        """Its intent is never answered, so it must never run."""
+        charged.append(ctx.run_id)
+        return "charged"
+
+    def reply(request: ProviderRequest) -> ProviderReply:
+        if any(message.role is Role.TOOL for message in request.messages):
+            return ProviderReply(text="done")
+        return ProviderReply(tool_calls=(ToolCall("charge", {}, "c0"),))
+
+    agent = Agent("payer", ScriptedProvider(reply), tools=[charge])
+    store = await open_store(db_url, clock=SystemClock())
+    await store.create_run(
+        NewRun(id=new_run_id(), agent="payer", mode=RunMode.QUEUED, input_json='"hi"')
+    )
+    claimed_at = time.monotonic()
+    [record] = await store.claim_runs("w", 1, 30.0, ["payer"])
+    persister = Persister(store)
+    keeper = LeaseKeeper(persister.renew, SystemClock(), lease_seconds=30.0, margin_seconds=1.0)
+    intents_sent: list[float] = []
+
+    async def never_answered(item: BatchItem) -> CommitOutcome:
+        intents_sent.append(time.monotonic())
+        await anyio.sleep_forever()
+        raise AssertionError("never answered")
+
+    def persist(item: BatchItem) -> Awaitable[CommitOutcome]:
+        if any(step.status is StepStatus.STARTED and not step.withdraws for step in item.steps):
+            return never_answered(item)
+        return persister.persist(item)
+
+    async with anyio.create_task_group() as actors:
+        actor = lone_actor(
+            record,
+            agent,
+            store,
+            persist=persist,
+            keeper=keeper,
+            lease_seconds=30.0,
+            lease_deadline=claimed_at + 30.0,
+            bounds=SharedBounds(SLACK_SECONDS),
+        )
+        await actors.start(persister.run)
+        await actors.start(keeper.run)
+        with anyio.fail_after(WAIT_SECONDS):
+            settlement = await actor.run()
+        ended = time.monotonic()
+        actors.cancel_scope.cancel()
+    journal = await store.list_steps(record.id)
+    await store.aclose()
+
+    assert charged == []
+    assert len(intents_sent) == 1
+    assert ended - intents_sent[0] >= BOUND_SECONDS
+    assert settlement is not None and settlement.error is not None
+    assert "the intent of charge (call c0) could not be stored" in settlement.error
+    assert [step for step in journal if step.tool == "charge"] == []
