@@ -29,7 +29,7 @@ from leaseward.runtime.logs import get_logger
 from leaseward.runtime.runs import RunRecord
 from leaseward.runtime.settlements import Settlement
 from leaseward.runtime.tools import ToolContext
-from leaseward.storage.crash_points import crash_point
+from leaseward.storage.crash_points import ARMED, crash_point
 from leaseward.storage.protocol import BatchItem
 
 __all__ = ["SETTLE_TIMEOUT_SECONDS", "RunActor", "RunSettings", "WriteInFlight"]
@@ -184,7 +184,9 @@ class RunActor:
         """Carry out commands in ``guard`` until the machine stops (None), or until a call
         ended as the guard was cancelled (the commands to go on with in a new guard)."""
         while True:
-            action = self._observe(commands)
+            action = commands[-1]
+            if len(commands) > 1:
+                self._observe(commands)
             if isinstance(action, m.Stop):
                 self.settlement = action.settlement
                 return None
@@ -244,20 +246,22 @@ class RunActor:
         if self._draining is not None and self._draining.is_set():
             self._machine.feed(m.DrainRequested())
 
-    def _observe(self, commands: Sequence[m.Command]) -> m.Command:
-        """Carry out the observations of a batch; returns its action."""
+    def _observe(self, commands: Sequence[m.Command]) -> None:
+        """Carry out the observations of a batch: every command but the last, its action."""
+        # In the order of how often they come: a step has metrics and crash points
+        # to pass, and logs only when something goes wrong or is watched.
         for command in commands[:-1]:
-            if isinstance(command, m.Log):
+            if isinstance(command, m.Metric):
+                getattr(self._metrics, command.name)(*command.args)
+            elif isinstance(command, m.CrashPoint):
+                if ARMED:
+                    crash_point(command.name)
+            elif isinstance(command, m.Log):
                 # Most of a step's events are below the level logged: their fields
                 # are not even gathered.
                 if self._log.enabled_for(command.level):
                     self._emit(command)
                 self._trace.observed(command)
-            elif isinstance(command, m.Metric):
-                getattr(self._metrics, command.name)(*command.args)
-            elif isinstance(command, m.CrashPoint):
-                crash_point(command.name)
-        return commands[-1]
 
     def _emit(self, command: m.Log) -> None:
         if command.traceback and self._raised is not None:

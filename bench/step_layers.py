@@ -49,7 +49,7 @@ import anyio
 from step_cost import BY_NAME, Workload, make_app, run_workload
 
 from leaseward import Agent, App
-from leaseward.actors import LeaseKeeper, RunActor, RunSettings
+from leaseward.actors import LeaseKeeper, Metrics, RunActor, RunSettings
 from leaseward.actors.first_step import Finished, first_step
 from leaseward.actors.mailbox import Reply
 from leaseward.runtime import machine as m
@@ -165,6 +165,8 @@ async def actors_alone(app: App, runs: int, *, answer_next_turn: bool) -> float:
     keeper = LeaseKeeper(
         renew, clock, lease_seconds=LEASE_SECONDS, margin_seconds=ADMISSION_SECONDS / 2
     )
+    # One for all, as a Supervisor hands its own to every actor.
+    metrics = Metrics()
     actors = [
         RunActor(
             claimed_run(index),
@@ -177,6 +179,7 @@ async def actors_alone(app: App, runs: int, *, answer_next_turn: bool) -> float:
             worker_id="bench",
             lease_deadline=clock.monotonic() + LEASE_SECONDS,
             keeper=keeper,
+            metrics=metrics,
         )
         for index in range(runs)
     ]
