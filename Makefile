@@ -82,17 +82,21 @@ typecheck: $(STAMP)
 
 # Two pytest worker processes (pytest-xdist): most tests wait on real worker processes,
 # servers and browsers rather than compute, so two share the machine's two cores and
-# take about half the time of one. TEST_WORKERS=0 runs the suite in this process.
+# take about half the time of one. TEST_WORKERS=0 runs the suite in this process. The
+# tests marked serial restart the PostgreSQL server every test shares: they run alone,
+# after the rest.
 TEST_WORKERS ?= 2
 
 test: lint typecheck $(CHROMIUM_STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not serial"
+	$(BIN)/python -m pytest -m serial
 
 # Everything but the tests marked slow (real worker processes killed, paused and
 # waited for; benchmarks and the wheel built end to end), for the edit-test loop.
 # make test runs them all.
 test-fast: lint typecheck
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not slow"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not slow and not serial"
+	$(BIN)/python -m pytest -m "serial and not slow"
 
 DOCS_STAMP := $(VENV)/.docs-installed
 

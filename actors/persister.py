@@ -53,9 +53,9 @@ MAX_BATCH_ITEMS = 512
 and is never split: one larger than this is a batch of its own, or ends one)."""
 
 SPLIT_AT = 32
-"""Requests waiting, at least, to be split into two batches, when none is in flight
-(a store that commits batches side by side) or when they all came together (a store
-with one writer)."""
+"""Requests, at least, to be shared out between batches: those waiting and in flight,
+for a store that commits batches side by side; those waiting, when they all came
+together, for a store with one writer (split in two)."""
 
 COHORT_AT = 16
 """Requests waiting, at least, when a store with one writer is free again, for them to be
@@ -141,10 +141,11 @@ class Persister:
     otherwise (another process), a submit joins the next batch.
 
     A store that commits ``concurrent_batches`` batches side by side (PostgreSQL, on
-    connections of its own) gets up to that many at once. With none in flight, half
-    of what waits goes first and the rest right behind it: the runs answered by one
-    take their next steps while the other's commit is on the server, instead of
-    every run waiting for every commit together.
+    connections of its own) gets up to that many at once, each with its share of the
+    requests waiting and in flight: with none in flight, half of what waits goes first
+    and the rest right behind it, and from then on the batches stay even. The runs
+    answered by one take their next steps while the other's commit is on the server,
+    instead of every run waiting for every commit together.
     """
 
     def __init__(
@@ -163,6 +164,8 @@ class Persister:
         self.mailbox: Mailbox[PersisterMessage] = Mailbox()
         self.stats = PersisterStats()
         self._at_once = _TurnShare(AT_ONCE_SECONDS)
+        # Requests in the batches on their way, for a store that commits side by side.
+        self._in_flight = 0
 
     # -- requests ---------------------------------------------------------------------
 
@@ -224,6 +227,7 @@ class Persister:
             while True:
                 await slots.acquire()
                 batch = await self._drain(slots)
+                self._in_flight += len(batch)
                 batches.start_soon(self._commit_in, slots, batch)
 
     async def _commit_in(self, slots: anyio.Semaphore, batch: list[PersisterMessage]) -> None:
@@ -234,6 +238,7 @@ class Persister:
             with anyio.CancelScope(shield=True):
                 await self._commit(batch)
         finally:
+            self._in_flight -= len(batch)
             slots.release()
 
     async def _drain(self, slots: anyio.Semaphore | None = None) -> list[PersisterMessage]:
@@ -258,9 +263,18 @@ class Persister:
         # With one writer, requests that all came in one turn are the runs of one batch in
         # step: half of them commit while the other half wait, and from then on each
         # half commits while the runs of the other take their steps.
-        idle = not cohort if slots is None else slots.value == self._concurrent_batches - 1
-        if idle and waiting >= SPLIT_AT:
-            limit = min(limit, (waiting + 1) // 2)
+        if slots is None:
+            if not cohort and waiting >= SPLIT_AT:
+                limit = min(limit, (waiting + 1) // 2)
+        else:
+            # Batches side by side: each takes its share of every request waiting or in
+            # flight, so that they stay even (a batch taking all that waited while a
+            # small one was in flight left the two at a quarter and three quarters,
+            # and the loop idle while the large one committed).
+            sharing = waiting + self._in_flight
+            if sharing >= SPLIT_AT:
+                share = -(-sharing // self._concurrent_batches)
+                limit = min(limit, max(share, 1))
         while size < limit:
             more = self.mailbox.receive_nowait()
             if more is None:

@@ -541,6 +541,40 @@ async def test_a_store_that_commits_side_by_side_gets_half_of_what_waits_and_the
     assert answers == [Stored()] * 40
 
 
+async def test_batches_side_by_side_stay_even_when_many_come_while_a_small_one_is_in_flight() -> (
+    None
+):
+    """Before, a batch took every request that waited while a small one was in flight:
+    at N=100 on PostgreSQL the two settled at a quarter and three quarters of the runs,
+    and the loop waited while the large one committed. Now each takes its share of
+    what waits or is in flight: 25 in flight and 75 waiting make a batch of 50."""
+    store = HeldStore()
+    persister = Persister(store, concurrent_batches=2)  # type: ignore[arg-type]
+    first = [Persist(BatchItem(f"first-{n}", 1), Reply()) for n in range(25)]
+    later = [Persist(BatchItem(f"later-{n}", 1), Reply()) for n in range(75)]
+    for request in first:
+        persister.mailbox.send_nowait(request)
+    async with anyio.create_task_group() as actors:
+        actors.start_soon(persister.run)
+        with anyio.fail_after(5):
+            await store.until_handed(1)
+            for request in later:
+                persister.mailbox.send_nowait(request)
+            await store.until_handed(2)
+        # A batch more would have been handed over by now, were a slot free.
+        for _ in range(10):
+            await anyio.lowlevel.checkpoint()
+        sizes = [len(batch.items) for batch in store.batches]
+        store.let_go.set()
+        with anyio.fail_after(5):
+            answers = [await request.reply for request in [*first, *later]]
+        actors.cancel_scope.cancel()
+    assert sizes[:2] == [25, 50]
+    assert sum(len(batch.items) for batch in store.batches) == 100
+    assert store.most_in_hand == 2
+    assert answers == [Stored()] * 100
+
+
 async def test_a_few_waiting_requests_are_not_split() -> None:
     store = HeldStore()
     persister = Persister(store, concurrent_batches=2)  # type: ignore[arg-type]

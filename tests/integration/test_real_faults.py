@@ -376,6 +376,7 @@ async def until_the_server_answers(admin_url: str) -> None:
             return
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(os.geteuid() != 0, reason="restarting the server takes root")
 async def test_postgres_server_restarted_mid_batch(pg_server: Any, pg_database: str) -> None:
     """The only test that restarts the shared server: it waits until it answers again."""
