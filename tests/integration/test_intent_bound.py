@@ -2,8 +2,8 @@
 
 An intent is committed in a shielded scope, so that a stop landing meanwhile waits for
 the answer; the bound is there for a store that never answers. The runs share one
-timer for their bounds (``SharedBounds``): a timer of each scope's own cost a tenth of
-a write step, for a bound almost never reached.
+timer for their bounds (``SharedBounds``): a timer of each scope's own was put on the
+event loop and taken off at every write, for a bound almost never reached.
 """
 
 from __future__ import annotations
