@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
 import anyio
+import attrs
 import structlog
 
 from leaseward import (
@@ -21,7 +23,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.actors import LeaseKeeper, RunActor, RunSettings, SharedBounds
+from leaseward.actors import LeaseKeeper, Persister, RunActor, RunSettings, SharedBounds
 from leaseward.client import new_run_id
 from leaseward.runtime.clock import SystemClock
 from leaseward.runtime.commits import CommitOutcome, Stored
@@ -30,7 +32,10 @@ from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import RunMode, StepKind, StepStatus
 from leaseward.runtime.runs import NewRun, RunRecord
+from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, SQLStore
+
+PersistFn = Callable[[BatchItem], Awaitable[CommitOutcome]]
 
 
 class Calls:
@@ -156,7 +161,7 @@ def lone_actor(
     agent: Agent,
     store: SQLStore,
     *,
-    persist: Callable[[BatchItem], Awaitable[CommitOutcome]],
+    persist: PersistFn,
     keeper: LeaseKeeper,
     lease_seconds: float,
     lease_deadline: float,
@@ -177,3 +182,54 @@ def lone_actor(
         keeper=keeper,
         bounds=bounds,
     )
+
+
+@attrs.frozen
+class HandRun:
+    """A run carried out by ``run_by_hand``: as claimed, how it settled, the keeper that
+    held its lease, and when (monotonic) its actor returned."""
+
+    record: RunRecord
+    settlement: Settlement | None
+    keeper: LeaseKeeper
+    ended_at: float
+
+
+async def run_by_hand(
+    store: SQLStore,
+    agent: Agent,
+    *,
+    lease_seconds: float,
+    margin_seconds: float,
+    persist_through: Callable[[Persister], PersistFn],
+    bounds: SharedBounds | None = None,
+    timeout_seconds: float = 20.0,
+) -> HandRun:
+    """One queued run of ``agent``, claimed by hand and carried out to its settlement by a
+    lone actor, with a Persister and a keeper of its own. The actor persists through what
+    ``persist_through`` makes of that Persister: where the test stands between them."""
+    await store.create_run(queued_run(agent.name))
+    claimed_at = time.monotonic()
+    [record] = await store.claim_runs("w", 1, lease_seconds, [agent.name])
+    persister = Persister(store)
+    keeper = LeaseKeeper(
+        persister.renew, SystemClock(), lease_seconds=lease_seconds, margin_seconds=margin_seconds
+    )
+    async with anyio.create_task_group() as actors:
+        actor = lone_actor(
+            record,
+            agent,
+            store,
+            persist=persist_through(persister),
+            keeper=keeper,
+            lease_seconds=lease_seconds,
+            lease_deadline=claimed_at + lease_seconds,
+            bounds=bounds,
+        )
+        await actors.start(persister.run)
+        await actors.start(keeper.run)
+        with anyio.fail_after(timeout_seconds):
+            settlement = await actor.run()
+        ended_at = time.monotonic()
+        actors.cancel_scope.cancel()
+    return HandRun(record, settlement, keeper, ended_at)

@@ -16,26 +16,12 @@ from typing import Any
 import anyio
 import pytest
 
-from leaseward import (
-    Agent,
-    ProviderReply,
-    ProviderRequest,
-    Role,
-    RunMode,
-    ScriptedProvider,
-    StepStatus,
-    ToolCall,
-    ToolContext,
-    ToolEffect,
-    tool,
-)
-from leaseward.actors import LeaseKeeper, Persister, SharedBounds, run_actor
-from leaseward.client import new_run_id
+from leaseward import StepStatus, ToolEffect
+from leaseward.actors import Persister, SharedBounds, run_actor
 from leaseward.runtime.clock import SystemClock
 from leaseward.runtime.commits import CommitOutcome
-from leaseward.runtime.runs import NewRun
 from leaseward.storage import BatchItem, open_store
-from tests.integration.support import lone_actor
+from tests.integration.support import Calls, PersistFn, one_call_agent, run_by_hand
 
 pytestmark = pytest.mark.anyio
 
@@ -128,63 +114,40 @@ async def test_an_intent_the_store_never_answers_is_given_up_at_its_bound(
     """The write is never called: without an answer, the intent is read back, found not
     stored, and the run fails closed instead of waiting on its shielded commit forever."""
     monkeypatch.setattr(run_actor, "SETTLE_TIMEOUT_SECONDS", BOUND_SECONDS)
-    charged: list[str] = []
-
-    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
-    async def charge(ctx: ToolContext) -> str:
-        """Its intent is never answered, so it must never run."""
-        charged.append(ctx.run_id)
-        return "charged"
-
-    def reply(request: ProviderRequest) -> ProviderReply:
-        if any(message.role is Role.TOOL for message in request.messages):
-            return ProviderReply(text="done")
-        return ProviderReply(tool_calls=(ToolCall("charge", {}, "c0"),))
-
-    agent = Agent("payer", ScriptedProvider(reply), tools=[charge])
+    calls = Calls()
+    agent = one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")
     store = await open_store(db_url, clock=SystemClock())
-    await store.create_run(
-        NewRun(id=new_run_id(), agent="payer", mode=RunMode.QUEUED, input_json='"hi"')
-    )
-    claimed_at = time.monotonic()
-    [record] = await store.claim_runs("w", 1, 30.0, ["payer"])
-    persister = Persister(store)
-    keeper = LeaseKeeper(persister.renew, SystemClock(), lease_seconds=30.0, margin_seconds=1.0)
     intents_sent: list[float] = []
 
-    async def never_answered(item: BatchItem) -> CommitOutcome:
-        intents_sent.append(time.monotonic())
-        await anyio.sleep_forever()
-        raise AssertionError("never answered")
+    def intents_never_answered(persister: Persister) -> PersistFn:
+        async def never_answered(item: BatchItem) -> CommitOutcome:
+            intents_sent.append(time.monotonic())
+            await anyio.sleep_forever()
+            raise AssertionError("never answered")
 
-    def persist(item: BatchItem) -> Awaitable[CommitOutcome]:
-        if any(step.status is StepStatus.STARTED and not step.withdraws for step in item.steps):
-            return never_answered(item)
-        return persister.persist(item)
+        def persist(item: BatchItem) -> Awaitable[CommitOutcome]:
+            if any(step.status is StepStatus.STARTED and not step.withdraws for step in item.steps):
+                return never_answered(item)
+            return persister.persist(item)
 
-    async with anyio.create_task_group() as actors:
-        actor = lone_actor(
-            record,
-            agent,
-            store,
-            persist=persist,
-            keeper=keeper,
-            lease_seconds=30.0,
-            lease_deadline=claimed_at + 30.0,
-            bounds=SharedBounds(SLACK_SECONDS),
-        )
-        await actors.start(persister.run)
-        await actors.start(keeper.run)
-        with anyio.fail_after(WAIT_SECONDS):
-            settlement = await actor.run()
-        ended = time.monotonic()
-        actors.cancel_scope.cancel()
-    journal = await store.list_steps(record.id)
+        return persist
+
+    run = await run_by_hand(
+        store,
+        agent,
+        lease_seconds=30.0,
+        margin_seconds=1.0,
+        persist_through=intents_never_answered,
+        bounds=SharedBounds(SLACK_SECONDS),
+        timeout_seconds=WAIT_SECONDS,
+    )
+    journal = await store.list_steps(run.record.id)
     await store.aclose()
+    settlement, ended = run.settlement, run.ended_at
 
-    assert charged == []
+    assert len(calls) == 0
     assert len(intents_sent) == 1
     assert ended - intents_sent[0] >= BOUND_SECONDS
     assert settlement is not None and settlement.error is not None
-    assert "the intent of charge (call c0) could not be stored" in settlement.error
+    assert "the intent of charge (call call-1) could not be stored" in settlement.error
     assert [step for step in journal if step.tool == "charge"] == []

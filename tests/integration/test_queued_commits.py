@@ -9,9 +9,6 @@ of runs waiting for a commit, as it renews those of runs in a call.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable
-
 import anyio
 import pytest
 
@@ -20,21 +17,17 @@ from leaseward import (
     ProviderReply,
     ProviderRequest,
     Role,
-    RunMode,
     ScriptedProvider,
     ToolCall,
     ToolContext,
     ToolEffect,
     tool,
 )
-from leaseward.actors import LeaseKeeper, Persister
-from leaseward.client import new_run_id
-from leaseward.runtime.clock import SystemClock
+from leaseward.actors import Persister
 from leaseward.runtime.commits import CommitOutcome
-from leaseward.runtime.runs import NewRun
 from leaseward.storage import BatchItem
 from tests.integration.faults import faulty_store
-from tests.integration.support import lone_actor
+from tests.integration.support import PersistFn, run_by_hand
 
 pytestmark = pytest.mark.anyio
 
@@ -62,41 +55,25 @@ async def test_a_run_whose_commit_waits_long_in_the_queue_keeps_its_lease(
 
     agent = Agent("payer", ScriptedProvider(reply), tools=[charge])
     store, _ = await faulty_store(db_url)
-    await store.create_run(
-        NewRun(id=new_run_id(), agent="payer", mode=RunMode.QUEUED, input_json='"hi"')
+
+    def queued_behind_others(persister: Persister) -> PersistFn:
+        async def queued(item: BatchItem) -> CommitOutcome:
+            if not charged:
+                # Behind other runs' writes, until the call begins.
+                await anyio.sleep(QUEUED_SECONDS)
+            return await persister.persist(item)
+
+        return queued
+
+    run = await run_by_hand(
+        store,
+        agent,
+        lease_seconds=LEASE_SECONDS,
+        margin_seconds=0.5,
+        persist_through=queued_behind_others,
     )
-    claimed_at = time.monotonic()
-    [record] = await store.claim_runs("w", 1, LEASE_SECONDS, ["payer"])
-    persister = Persister(store)
-    keeper = LeaseKeeper(
-        persister.renew, SystemClock(), lease_seconds=LEASE_SECONDS, margin_seconds=0.5
-    )
-
-    async def queued(item: BatchItem) -> CommitOutcome:
-        if not charged:
-            # Behind other runs' writes, until the call begins.
-            await anyio.sleep(QUEUED_SECONDS)
-        return await persister.persist(item)
-
-    def persist(item: BatchItem) -> Awaitable[CommitOutcome]:
-        return queued(item)
-
-    async with anyio.create_task_group() as actors:
-        actor = lone_actor(
-            record,
-            agent,
-            store,
-            persist=persist,
-            keeper=keeper,
-            lease_seconds=LEASE_SECONDS,
-            lease_deadline=claimed_at + LEASE_SECONDS,
-        )
-        await actors.start(persister.run)
-        await actors.start(keeper.run)
-        with anyio.fail_after(20):
-            settlement = await actor.run()
-        actors.cancel_scope.cancel()
     await store.aclose()
+    record, settlement, keeper = run.record, run.settlement, run.keeper
 
     assert charged == [record.id]
     assert settlement is not None and settlement.reason is not None
