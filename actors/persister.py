@@ -54,8 +54,9 @@ and is never split: one larger than this is a batch of its own, or ends one)."""
 
 SPLIT_AT = 32
 """Requests, at least, to be shared out between batches: those waiting and in flight,
-for a store that commits batches side by side; those waiting, when they all came
-together, for a store with one writer (split in two)."""
+for a store that commits batches side by side; for a store with one writer (split in
+two), those waiting when they all came together, or a cohort waiting and the runs the
+last batch answered."""
 
 COHORT_AT = 16
 """Requests waiting, at least, when a store with one writer is free again, for them to be
@@ -131,6 +132,8 @@ class Persister:
     steps. Fewer are joined by those runs, which take one turn of the event loop to
     send their requests; and when all of them came so, in step, half go first and the
     rest right behind, which is how the runs fall into two cohorts that take turns.
+    A cohort takes no more than half of itself and the runs just answered, so that the
+    two stay even: the loop steps one half of the runs while the other half commits.
 
     A submit of a few runs (AT_ONCE_RUNS) is committed at once, on its caller's turn of
     the event loop (``Store.commit_at_once``), waiting there for a batch in flight on
@@ -166,6 +169,9 @@ class Persister:
         self._at_once = _TurnShare(AT_ONCE_SECONDS)
         # Requests in the batches on their way, for a store that commits side by side.
         self._in_flight = 0
+        # Requests of the last batch, for a store with one writer: their runs take their
+        # next steps while the next batch commits.
+        self._answered = 0
 
     # -- requests ---------------------------------------------------------------------
 
@@ -220,7 +226,9 @@ class Persister:
         if self._concurrent_batches == 1:
             task_status.started()
             while True:
-                await self._commit(await self._drain())
+                batch = await self._drain()
+                await self._commit(batch)
+                self._answered = len(batch)
         slots = anyio.Semaphore(self._concurrent_batches)
         async with anyio.create_task_group() as batches:
             task_status.started()
@@ -264,7 +272,15 @@ class Persister:
         # step: half of them commit while the other half wait, and from then on each
         # half commits while the runs of the other take their steps.
         if slots is None:
-            if not cohort and waiting >= SPLIT_AT:
+            if cohort:
+                # A cohort takes its share of what waits and of the runs the last batch
+                # answered, which join the rest of it: a whole cohort of 75 after a batch
+                # of 25 kept the runs at a quarter and three quarters for good, and the
+                # loop idle while the 75 committed, the 25 runs' steps long done.
+                sharing = waiting + self._answered
+                if sharing >= SPLIT_AT:
+                    limit = min(limit, -(-sharing // 2))
+            elif waiting >= SPLIT_AT:
                 limit = min(limit, (waiting + 1) // 2)
         else:
             # Batches side by side: each takes its share of every request waiting or in

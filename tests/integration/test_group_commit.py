@@ -583,11 +583,11 @@ async def test_a_few_waiting_requests_are_not_split() -> None:
     assert answers == [Stored()] * (SPLIT_AT - 1)
 
 
-async def test_a_store_with_one_writer_gets_one_batch_at_a_time_with_all_that_waits() -> None:
+async def test_a_store_with_one_writer_gets_one_batch_at_a_time_half_of_a_cohort_first() -> None:
     store = HeldStore()
     persister = Persister(store)  # type: ignore[arg-type]
     sizes, answers = await committed_by(store, persister, 40, 1)
-    assert sizes == [40]
+    assert sizes == [20]
     assert store.most_in_hand == 1
     assert answers == [Stored()] * 40
 
@@ -660,3 +660,32 @@ async def test_a_cohort_waiting_is_committed_at_once_and_a_few_wait_for_the_next
     loop, in which those runs join them."""
     assert await first_batch_beside_a_late_request(COHORT_AT) == COHORT_AT
     assert await first_batch_beside_a_late_request(COHORT_AT - 1) == COHORT_AT
+
+
+async def test_a_store_with_one_writer_keeps_its_two_cohorts_even() -> None:
+    """Before, a cohort waiting was the next batch whole: at N=100 the runs fell into
+    cohorts of 25 and 75 that stayed so, and the loop waited while the 75 committed,
+    the 25 runs' steps long done. Now a cohort takes its share of what waits and of the
+    runs the last batch answered: after 25, a cohort of 75 waiting makes a batch of 50."""
+    store = HeldStore()
+    persister = Persister(store)  # type: ignore[arg-type]
+    first = [Persist(BatchItem(f"first-{n}", 1), Reply()) for n in range(25)]
+    later = [Persist(BatchItem(f"later-{n}", 1), Reply()) for n in range(75)]
+    for request in first:
+        persister.mailbox.send_nowait(request)
+    async with anyio.create_task_group() as actors:
+        actors.start_soon(persister.run)
+        with anyio.fail_after(5):
+            await store.until_handed(1)
+            for request in later:
+                persister.mailbox.send_nowait(request)
+            while sum(len(batch.items) for batch in store.batches) < 100:
+                store.let_go.set()
+                store.let_go = anyio.Event()
+                await store.until_handed(len(store.batches) + 1)
+            store.let_go.set()
+            answers = [await request.reply for request in [*first, *later]]
+        actors.cancel_scope.cancel()
+    assert [len(batch.items) for batch in store.batches] == [25, 50, 25]
+    assert store.most_in_hand == 1
+    assert answers == [Stored()] * 100
