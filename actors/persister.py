@@ -268,20 +268,12 @@ class Persister:
                 raise
         limit = self._max_batch
         waiting = 1 + len(self.mailbox)
-        # With one writer, requests that all came in one turn are the runs of one batch in
-        # step: half of them commit while the other half wait, and from then on each
-        # half commits while the runs of the other take their steps.
         if slots is None:
-            if cohort:
-                # A cohort takes its share of what waits and of the runs the last batch
-                # answered, which join the rest of it: a whole cohort of 75 after a batch
-                # of 25 kept the runs at a quarter and three quarters for good, and the
-                # loop idle while the 75 committed, the 25 runs' steps long done.
-                sharing = waiting + self._answered
-                if sharing >= SPLIT_AT:
-                    limit = min(limit, -(-sharing // 2))
-            elif waiting >= SPLIT_AT:
-                limit = min(limit, (waiting + 1) // 2)
+            # With one writer, only runs' steps are shared out (see _one_writer_share): a
+            # burst of submits is no cohort of runs, and the claim sent behind it takes
+            # every run it queued when the two commit together.
+            if type(first) is Persist:
+                limit = self._one_writer_share(waiting, limit, cohort=cohort)
         else:
             # Batches side by side: each takes its share of every request waiting or in
             # flight, so that they stay even (a batch taking all that waited while a
@@ -298,6 +290,20 @@ class Persister:
             batch.append(more)
             size += more.size
         return batch
+
+    def _one_writer_share(self, waiting: int, limit: int, *, cohort: bool) -> int:
+        """How many of the ``waiting`` requests the next batch of one writer takes, at most
+        ``limit``.
+
+        Requests that all came in one turn are the runs of one batch in step: half of
+        them commit while the other half wait, and from then on each half commits while
+        the runs of the other take their steps. A cohort takes its share of what waits
+        and of the runs the last batch answered, which join the rest of it: a whole
+        cohort of 75 after a batch of 25 kept the runs at a quarter and three quarters
+        for good, and the loop idle while the 75 committed, the 25 runs' steps long done.
+        """
+        sharing = waiting + self._answered if cohort else waiting
+        return min(limit, -(-sharing // 2)) if sharing >= SPLIT_AT else limit
 
     async def _commit(self, batch: list[PersisterMessage]) -> None:
         started = time.perf_counter()

@@ -689,3 +689,33 @@ async def test_a_store_with_one_writer_keeps_its_two_cohorts_even() -> None:
     assert [len(batch.items) for batch in store.batches] == [25, 50, 25]
     assert store.most_in_hand == 1
     assert answers == [Stored()] * 100
+
+
+async def test_a_burst_of_submits_is_one_batch_with_the_claim_sent_behind_it(
+    store_url: str,
+) -> None:
+    """Before, 40 submits that came together were split as runs' steps are, and the claim
+    sent after the first of them leased only the runs of its half: the others waited a
+    batch more for a claim of their own. Submits are no cohort of runs: they commit
+    together, and the claim leases every one of them."""
+    store = await open_store(store_url)
+    try:
+        first = Submit((queued(),), Reply())
+        claim = Claim(ClaimRequest("w", 100, 30.0, ("a",)), Reply())
+        rest = [Submit((queued(),), Reply()) for _ in range(39)]
+        requests: list[PersisterMessage] = [first, claim, *rest]
+        persister = Persister(store)
+        for request in requests:
+            persister.mailbox.send_nowait(request)
+        async with anyio.create_task_group() as actors:
+            actors.start_soon(persister.run)
+            with anyio.fail_after(10):
+                leased = await claim.reply
+                for request in [first, *rest]:
+                    await request.reply
+            actors.cancel_scope.cancel()
+    finally:
+        await store.aclose()
+    assert isinstance(leased, tuple)
+    assert len(leased) == 40
+    assert persister.stats.batches == 1
