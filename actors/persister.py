@@ -149,6 +149,11 @@ class Persister:
     and the rest right behind it, and from then on the batches stay even. The runs
     answered by one take their next steps while the other's commit is on the server,
     instead of every run waiting for every commit together.
+
+    Only runs' steps are shared out so: a batch that a submit, a claim or another request
+    begins takes all that waits, up to its size. A burst of submits is no cohort of
+    runs, and the claim sent behind the first of them leases every run of the burst
+    when they commit together.
     """
 
     def __init__(
@@ -251,8 +256,8 @@ class Persister:
 
     async def _drain(self, slots: anyio.Semaphore | None = None) -> list[PersisterMessage]:
         """The next batch: the first request that comes, and every one waiting behind it
-        up to the batch's size; half of them, when ``slots`` says no batch is in flight,
-        or for a store with one writer (no ``slots``), when they all came together."""
+        up to the batch's size; when the first is a run's step, its share of them (see
+        the class's description)."""
         cohort = slots is None and len(self.mailbox) >= COHORT_AT
         first = await self.mailbox.receive()
         batch, size = [first], first.size
@@ -268,13 +273,9 @@ class Persister:
                 raise
         limit = self._max_batch
         waiting = 1 + len(self.mailbox)
-        if slots is None:
-            # With one writer, only runs' steps are shared out (see _one_writer_share): a
-            # burst of submits is no cohort of runs, and the claim sent behind it takes
-            # every run it queued when the two commit together.
-            if type(first) is Persist:
-                limit = self._one_writer_share(waiting, limit, cohort=cohort)
-        else:
+        if type(first) is Persist and slots is None:
+            limit = self._one_writer_share(waiting, limit, cohort=cohort)
+        elif type(first) is Persist:
             # Batches side by side: each takes its share of every request waiting or in
             # flight, so that they stay even (a batch taking all that waited while a
             # small one was in flight left the two at a quarter and three quarters,

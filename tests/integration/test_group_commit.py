@@ -691,20 +691,22 @@ async def test_a_store_with_one_writer_keeps_its_two_cohorts_even() -> None:
     assert answers == [Stored()] * 100
 
 
+@pytest.mark.parametrize("side_by_side", [1, 2])
 async def test_a_burst_of_submits_is_one_batch_with_the_claim_sent_behind_it(
-    store_url: str,
+    store_url: str, side_by_side: int
 ) -> None:
     """Before, 40 submits that came together were split as runs' steps are, and the claim
-    sent after the first of them leased only the runs of its half: the others waited a
-    batch more for a claim of their own. Submits are no cohort of runs: they commit
-    together, and the claim leases every one of them."""
+    sent after the first of them leased only the runs of its half: the others waited
+    for a claim of their own. Submits are no cohort of runs: they commit together,
+    and the claim leases every one of them, whether batches commit one at a time or
+    side by side."""
     store = await open_store(store_url)
     try:
         first = Submit((queued(),), Reply())
         claim = Claim(ClaimRequest("w", 100, 30.0, ("a",)), Reply())
         rest = [Submit((queued(),), Reply()) for _ in range(39)]
         requests: list[PersisterMessage] = [first, claim, *rest]
-        persister = Persister(store)
+        persister = Persister(store, concurrent_batches=side_by_side)
         for request in requests:
             persister.mailbox.send_nowait(request)
         async with anyio.create_task_group() as actors:
