@@ -73,6 +73,9 @@ AT_ONCE_RUNS = 32
 """Runs a submit carries, at most, to be committed at once: more make a write that would
 hold the loop long, for a wait that their number already shares out."""
 
+# Requests whose batch takes all that waits: a burst of them is no cohort of runs.
+_TAKING_ALL = (Submit, Claim)
+
 log = get_logger("leaseward.persister")
 
 
@@ -150,10 +153,9 @@ class Persister:
     answered by one take their next steps while the other's commit is on the server,
     instead of every run waiting for every commit together.
 
-    Only runs' steps are shared out so: a batch that a submit, a claim or another request
-    begins takes all that waits, up to its size. A burst of submits is no cohort of
-    runs, and the claim sent behind the first of them leases every run of the burst
-    when they commit together.
+    A batch that a submit or a claim begins is not shared out: it takes all that waits,
+    up to its size. A burst of submits is no cohort of runs, and the claim sent behind
+    the first of them leases every run of the burst when they commit together.
     """
 
     def __init__(
@@ -256,8 +258,8 @@ class Persister:
 
     async def _drain(self, slots: anyio.Semaphore | None = None) -> list[PersisterMessage]:
         """The next batch: the first request that comes, and every one waiting behind it
-        up to the batch's size; when the first is a run's step, its share of them (see
-        the class's description)."""
+        up to the batch's size; unless the first is a submit or a claim, its share of
+        them (see the class's description)."""
         cohort = slots is None and len(self.mailbox) >= COHORT_AT
         first = await self.mailbox.receive()
         batch, size = [first], first.size
@@ -273,17 +275,12 @@ class Persister:
                 raise
         limit = self._max_batch
         waiting = 1 + len(self.mailbox)
-        if type(first) is Persist and slots is None:
-            limit = self._one_writer_share(waiting, limit, cohort=cohort)
-        elif type(first) is Persist:
-            # Batches side by side: each takes its share of every request waiting or in
-            # flight, so that they stay even (a batch taking all that waited while a
-            # small one was in flight left the two at a quarter and three quarters,
-            # and the loop idle while the large one committed).
-            sharing = waiting + self._in_flight
-            if sharing >= SPLIT_AT:
-                share = -(-sharing // self._concurrent_batches)
-                limit = min(limit, max(share, 1))
+        if type(first) not in _TAKING_ALL:
+            limit = (
+                self._one_writer_share(waiting, limit, cohort=cohort)
+                if slots is None
+                else self._side_by_side_share(waiting, limit)
+            )
         while size < limit:
             more = self.mailbox.receive_nowait()
             if more is None:
@@ -305,6 +302,17 @@ class Persister:
         """
         sharing = waiting + self._answered if cohort else waiting
         return min(limit, -(-sharing // 2)) if sharing >= SPLIT_AT else limit
+
+    def _side_by_side_share(self, waiting: int, limit: int) -> int:
+        """How many of the ``waiting`` requests the next of batches committed side by side
+        takes, at most ``limit``: its share of every request waiting or in flight, so that
+        they stay even. A batch taking all that waited while a small one was in flight
+        left the two at a quarter and three quarters, and the loop idle while the large
+        one committed."""
+        sharing = waiting + self._in_flight
+        if sharing < SPLIT_AT:
+            return limit
+        return min(limit, max(-(-sharing // self._concurrent_batches), 1))
 
     async def _commit(self, batch: list[PersisterMessage]) -> None:
         started = time.perf_counter()

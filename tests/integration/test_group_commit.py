@@ -721,3 +721,26 @@ async def test_a_burst_of_submits_is_one_batch_with_the_claim_sent_behind_it(
     assert isinstance(leased, tuple)
     assert len(leased) == 40
     assert persister.stats.batches == 1
+
+
+async def test_a_renewal_ahead_of_a_cohort_leaves_it_shared_out() -> None:
+    """The keeper's renewals go to the head of the mailbox, ahead of the runs' steps:
+    the batch it begins still takes only its share of them, as any cohort's would."""
+    store = HeldStore()
+    persister = Persister(store)  # type: ignore[arg-type]
+    steps = [Persist(BatchItem(f"run-{n}", 1), Reply()) for n in range(40)]
+    for request in steps:
+        persister.mailbox.send_nowait(request)
+    renewal = Renew((BatchItem("kept", 3, lease_seconds=30.0),), Reply())
+    persister.mailbox.send_first(renewal)
+    async with anyio.create_task_group() as actors:
+        actors.start_soon(persister.run)
+        with anyio.fail_after(5):
+            await store.until_handed(1)
+            store.let_go.set()
+            assert await renewal.reply == (Stored(),)
+            answers = [await request.reply for request in steps]
+        actors.cancel_scope.cancel()
+    assert [item.run_id for item in store.batches[0].items][:1] == ["kept"]
+    assert len(store.batches[0].items) == 21
+    assert answers == [Stored()] * 40
