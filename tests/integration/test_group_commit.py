@@ -530,6 +530,23 @@ async def committed_by(
     return sizes, answers
 
 
+async def a_quarter_then_the_rest(
+    store: HeldStore, persister: Persister, actors: anyio.abc.TaskGroup
+) -> list[Persist]:
+    """Start ``persister`` in ``actors`` with 25 journal items waiting, and send 75 more
+    once the 25 are in ``store``'s hands; returns the 100, in the order sent."""
+    first = [Persist(BatchItem(f"first-{n}", 1), Reply()) for n in range(25)]
+    later = [Persist(BatchItem(f"later-{n}", 1), Reply()) for n in range(75)]
+    for request in first:
+        persister.mailbox.send_nowait(request)
+    actors.start_soon(persister.run)
+    with anyio.fail_after(5):
+        await store.until_handed(1)
+    for request in later:
+        persister.mailbox.send_nowait(request)
+    return [*first, *later]
+
+
 async def test_a_store_that_commits_side_by_side_gets_half_of_what_waits_and_the_rest_at_once() -> (
     None
 ):
@@ -550,16 +567,9 @@ async def test_batches_side_by_side_stay_even_when_many_come_while_a_small_one_i
     what waits or is in flight: 25 in flight and 75 waiting make a batch of 50."""
     store = HeldStore()
     persister = Persister(store, concurrent_batches=2)  # type: ignore[arg-type]
-    first = [Persist(BatchItem(f"first-{n}", 1), Reply()) for n in range(25)]
-    later = [Persist(BatchItem(f"later-{n}", 1), Reply()) for n in range(75)]
-    for request in first:
-        persister.mailbox.send_nowait(request)
     async with anyio.create_task_group() as actors:
-        actors.start_soon(persister.run)
+        requests = await a_quarter_then_the_rest(store, persister, actors)
         with anyio.fail_after(5):
-            await store.until_handed(1)
-            for request in later:
-                persister.mailbox.send_nowait(request)
             await store.until_handed(2)
         # A batch more would have been handed over by now, were a slot free.
         for _ in range(10):
@@ -567,7 +577,7 @@ async def test_batches_side_by_side_stay_even_when_many_come_while_a_small_one_i
         sizes = [len(batch.items) for batch in store.batches]
         store.let_go.set()
         with anyio.fail_after(5):
-            answers = [await request.reply for request in [*first, *later]]
+            answers = [await request.reply for request in requests]
         actors.cancel_scope.cancel()
     assert sizes[:2] == [25, 50]
     assert sum(len(batch.items) for batch in store.batches) == 100
@@ -669,22 +679,15 @@ async def test_a_store_with_one_writer_keeps_its_two_cohorts_even() -> None:
     runs the last batch answered: after 25, a cohort of 75 waiting makes a batch of 50."""
     store = HeldStore()
     persister = Persister(store)  # type: ignore[arg-type]
-    first = [Persist(BatchItem(f"first-{n}", 1), Reply()) for n in range(25)]
-    later = [Persist(BatchItem(f"later-{n}", 1), Reply()) for n in range(75)]
-    for request in first:
-        persister.mailbox.send_nowait(request)
     async with anyio.create_task_group() as actors:
-        actors.start_soon(persister.run)
+        requests = await a_quarter_then_the_rest(store, persister, actors)
         with anyio.fail_after(5):
-            await store.until_handed(1)
-            for request in later:
-                persister.mailbox.send_nowait(request)
             while sum(len(batch.items) for batch in store.batches) < 100:
                 store.let_go.set()
                 store.let_go = anyio.Event()
                 await store.until_handed(len(store.batches) + 1)
             store.let_go.set()
-            answers = [await request.reply for request in [*first, *later]]
+            answers = [await request.reply for request in requests]
         actors.cancel_scope.cancel()
     assert [len(batch.items) for batch in store.batches] == [25, 50, 25]
     assert store.most_in_hand == 1
@@ -695,11 +698,11 @@ async def test_a_store_with_one_writer_keeps_its_two_cohorts_even() -> None:
 async def test_a_burst_of_submits_is_one_batch_with_the_claim_sent_behind_it(
     store_url: str, side_by_side: int
 ) -> None:
-    """Before, 40 submits that came together were split as runs' steps are, and the claim
-    sent after the first of them leased only the runs of its half: the others waited
-    for a claim of their own. Submits are no cohort of runs: they commit together,
-    and the claim leases every one of them, whether batches commit one at a time or
-    side by side."""
+    """Before, 40 submits that came together, to a Persister waiting for mail, were split
+    as runs' steps are, and the claim sent after the first of them leased only the
+    runs of its half: the others waited for a claim of their own. Submits are no
+    cohort of runs: they commit together, and the claim leases every one of them,
+    whether batches commit one at a time or side by side."""
     store = await open_store(store_url)
     try:
         first = Submit((queued(),), Reply())
@@ -707,10 +710,13 @@ async def test_a_burst_of_submits_is_one_batch_with_the_claim_sent_behind_it(
         rest = [Submit((queued(),), Reply()) for _ in range(39)]
         requests: list[PersisterMessage] = [first, claim, *rest]
         persister = Persister(store, concurrent_batches=side_by_side)
-        for request in requests:
-            persister.mailbox.send_nowait(request)
         async with anyio.create_task_group() as actors:
             actors.start_soon(persister.run)
+            # The Persister waits on an empty mailbox before any of them is sent.
+            for _ in range(3):
+                await anyio.lowlevel.checkpoint()
+            for request in requests:
+                persister.mailbox.send_nowait(request)
             with anyio.fail_after(10):
                 leased = await claim.reply
                 for request in [first, *rest]:
