@@ -7,7 +7,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -517,16 +517,25 @@ async def committed_by(
         persister.mailbox.send_nowait(request)
     async with anyio.create_task_group() as actors:
         actors.start_soon(persister.run)
-        with anyio.fail_after(5):
-            await store.until_handed(batches)
-        # A batch more would have been handed over by now.
-        for _ in range(10):
-            await anyio.lowlevel.checkpoint()
-        sizes = [len(batch.items) for batch in store.batches]
-        store.let_go.set()
-        with anyio.fail_after(5):
-            answers = [await request.reply for request in requests]
+        sizes, answers = await held_then_answered(store, batches, requests)
         actors.cancel_scope.cancel()
+    return sizes, answers
+
+
+async def held_then_answered(
+    store: HeldStore, batches: int, requests: Sequence[Persist]
+) -> tuple[list[int], list[CommitOutcome]]:
+    """The sizes of the batches ``store`` holds once it has ``batches`` of them and no
+    more come, and then, each let go, every answer to ``requests``."""
+    with anyio.fail_after(5):
+        await store.until_handed(batches)
+    # A batch more would have been handed over by now, were it to be.
+    for _ in range(10):
+        await anyio.lowlevel.checkpoint()
+    sizes = [len(batch.items) for batch in store.batches]
+    store.let_go.set()
+    with anyio.fail_after(5):
+        answers = [await request.reply for request in requests]
     return sizes, answers
 
 
@@ -569,15 +578,7 @@ async def test_batches_side_by_side_stay_even_when_many_come_while_a_small_one_i
     persister = Persister(store, concurrent_batches=2)  # type: ignore[arg-type]
     async with anyio.create_task_group() as actors:
         requests = await a_quarter_then_the_rest(store, persister, actors)
-        with anyio.fail_after(5):
-            await store.until_handed(2)
-        # A batch more would have been handed over by now, were a slot free.
-        for _ in range(10):
-            await anyio.lowlevel.checkpoint()
-        sizes = [len(batch.items) for batch in store.batches]
-        store.let_go.set()
-        with anyio.fail_after(5):
-            answers = [await request.reply for request in requests]
+        sizes, answers = await held_then_answered(store, 2, requests)
         actors.cancel_scope.cancel()
     assert sizes[:2] == [25, 50]
     assert sum(len(batch.items) for batch in store.batches) == 100
@@ -602,6 +603,18 @@ async def test_a_store_with_one_writer_gets_one_batch_at_a_time_half_of_a_cohort
     assert answers == [Stored()] * 40
 
 
+async def send_to_a_waiting_persister(
+    persister: Persister, actors: anyio.abc.TaskGroup, requests: Sequence[PersisterMessage]
+) -> None:
+    """Start ``persister`` in ``actors`` and, once it waits on an empty mailbox, send it
+    ``requests`` in one turn of the event loop, as a batch's runs or a burst send theirs."""
+    actors.start_soon(persister.run)
+    for _ in range(3):
+        await anyio.lowlevel.checkpoint()
+    for request in requests:
+        persister.mailbox.send_nowait(request)
+
+
 async def batches_of_requests_sent_together(sent: int) -> list[int]:
     """The sizes of the batches a one-writer Persister, idle with nothing waiting, makes of
     ``sent`` journal items that come in one turn of the event loop, as the runs a batch
@@ -610,12 +623,7 @@ async def batches_of_requests_sent_together(sent: int) -> list[int]:
     persister = Persister(store)  # type: ignore[arg-type]
     requests = [Persist(BatchItem(f"run-{n}", 1), Reply()) for n in range(sent)]
     async with anyio.create_task_group() as actors:
-        actors.start_soon(persister.run)
-        # The Persister waits on an empty mailbox before any of them is sent.
-        for _ in range(3):
-            await anyio.lowlevel.checkpoint()
-        for request in requests:
-            persister.mailbox.send_nowait(request)
+        await send_to_a_waiting_persister(persister, actors, requests)
         with anyio.fail_after(5):
             while sum(len(batch.items) for batch in store.batches) < sent:
                 await store.until_handed(len(store.batches) + 1)
@@ -711,12 +719,7 @@ async def test_a_burst_of_submits_is_one_batch_with_the_claim_sent_behind_it(
         requests: list[PersisterMessage] = [first, claim, *rest]
         persister = Persister(store, concurrent_batches=side_by_side)
         async with anyio.create_task_group() as actors:
-            actors.start_soon(persister.run)
-            # The Persister waits on an empty mailbox before any of them is sent.
-            for _ in range(3):
-                await anyio.lowlevel.checkpoint()
-            for request in requests:
-                persister.mailbox.send_nowait(request)
+            await send_to_a_waiting_persister(persister, actors, requests)
             with anyio.fail_after(10):
                 leased = await claim.reply
                 for request in [first, *rest]:
