@@ -8,12 +8,13 @@ One command (``make bench-peers``) that measures, in one invocation:
    NON_IDEMPOTENT_WRITE tool: intent committed before each call, outcome after),
    DBOS, LangGraph, and ``leaseward-no-group-commit`` (read, one commit per row).
 2. The raw SQLite limits (``raw_sqlite.py``): rows/s with one commit per row and
-   with 100 rows per commit, journal-shaped rows, once per repetition.
+   with 100 rows per commit, journal-shaped rows, and a run row committed alone
+   into leaseward's own schema, once per repetition.
 3. The ratios per N, with their targets marked: leaseward read and write over
    each peer (steps/s), and leaseward's journal rows/s over raw SQLite.
 4. The wait for one durable write, p50 and p99, per system and N.
 5. A submit loop (``submit_loop.py``) beside 100 write runs, and with nothing else
-   running, beside the raw one-commit-per-row rate.
+   running, beside the raw one-commit-per-row rate and the run-row rate.
 6. PostgreSQL at N=100: leaseward read and write (one worker process), DBOS, and
    procrastinate (N jobs, one worker), each in a fresh database.
 7. ``bench/claims.py --workers 1,2,4`` and ``bench/memory.py --quick``, run as they are.
@@ -284,7 +285,8 @@ def progress(where: str, outcome: Outcome) -> None:
     else:
         line = (
             f"{r['single']['rows_per_second']:.0f} rows/s single, "
-            f"{r['batched']['rows_per_second']:.0f} batched"
+            f"{r['batched']['rows_per_second']:.0f} batched, "
+            f"{r['run_row']['rows_per_second']:.0f} run rows"
         )
     print(f"{where}: {line} ({outcome.wall_seconds:.1f} s)", file=sys.stderr, flush=True)
 

@@ -82,6 +82,10 @@ def test_quick_run_reports_ratios_computed_from_its_own_measurements(tmp_path: P
     batched = raw_result["batched"]["rows_per_second"]
     assert raw["batched"]["rows_per_second"]["median"] == batched
     assert 200 < raw["batched"]["row_bytes"] < 1000
+    # A run row, into leaseward's own schema: a submit's input, one row a commit.
+    assert raw["run_row"]["rows_per_commit"] == 1
+    assert raw["run_row"]["rows_per_second"]["median"] == raw_result["run_row"]["rows_per_second"]
+    assert 0 < raw["run_row"]["row_bytes"] < 100
 
     ratios = {(r["ratio"], r["concurrency"]): r for r in document["ratios"]}
     journal = ratios[("leaseward-write journal/raw batched", 10)]
@@ -134,3 +138,23 @@ def test_targets_hold_only_at_their_levels_and_only_when_met() -> None:
     assert found[("leaseward-read/dbos", 10)]["value"] == pytest.approx(3.0)
     assert found[("leaseward-read/dbos", 10)]["holds"] is None
     assert found[("leaseward-write/dbos", 10)]["value"] is None
+
+
+def test_a_submit_loop_is_given_beside_both_raw_rates(capsys: pytest.CaptureFixture[str]) -> None:
+    loop = {
+        "system": "submit-loop",
+        "samples": 3,
+        "submits_per_second": {"median": 2000.0, "min": 1900.0, "max": 2100.0},
+        "submit_p50_ms": {"median": 0.4},
+        "submit_p99_ms": {"median": 9.0},
+    }
+    raw = {
+        "single": {"rows_per_second": {"median": 8000.0}},
+        "run_row": {"rows_per_second": {"median": 4000.0}},
+    }
+
+    tables.print_loops([loop], raw)
+
+    printed = capsys.readouterr().out
+    assert "25.0% of raw one-commit-per-row (8000 rows/s)" in printed
+    assert "50.0% of a run row committed alone (4000 rows/s)" in printed
