@@ -345,6 +345,7 @@ def report(
     tables.print_matrix("SQLite: durable tool steps/s and rows/s, median (min-max)", matrix)
     tables.print_ratios(ratios, raw)
     tables.print_latency(matrix + pg)
+    tables.print_collector(matrix + pg)
     tables.print_loops(loops, raw)
     pg_ratios = tables.print_pg(pg, matrix, args.pg_level) if pg_systems else []
     configs = configurations(outcomes)

@@ -14,8 +14,10 @@ actors. Right after the open, ``rt.supervisor.persister.persist`` is wrapped
 how long a run waits for each durable write, queueing included. Timed, from
 before the first submit until every run has finished: N ``rt.submit`` calls
 at once in a task group (one call per run, as an application makes them),
-then ``rt.wait`` on each run. Afterwards, untimed, the journal rows are
-counted with ``rt.steps``.
+then ``rt.wait_all`` on the runs. The garbage collector's time in that window is
+given too (``gc_seconds``): Python's default collector, as an application that
+embeds leaseward leaves it. Afterwards, untimed, the journal rows are counted with
+``rt.steps``.
 
 Run with leaseward's venv (``.venv/bin/python``); prints one JSON line.
 """
@@ -23,6 +25,7 @@ Run with leaseward's venv (``.venv/bin/python``); prints one JSON line.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -87,6 +90,30 @@ def make_app(used: Tool, steps_per_run: int) -> App:
 
     agent = Agent(AGENT, ScriptedProvider(reply), tools=[used], max_steps=steps_per_run + 1)
     return App(agents=[agent])
+
+
+class CollectorTime:
+    """Seconds the garbage collector ran while this watched: each collection holds the
+    event loop, and at a thousand runs the live runs' objects make them long."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = 0
+        self._began = 0.0
+
+    def __enter__(self) -> CollectorTime:
+        gc.callbacks.append(self._observe)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        gc.callbacks.remove(self._observe)
+
+    def _observe(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._began
+            self.collections += 1
 
 
 def time_journal_writes(rt: Runtime) -> list[float]:
@@ -161,16 +188,17 @@ async def main() -> None:
             async def submit(index: int) -> None:
                 run_ids[index] = await rt.submit(AGENT, {"n": index})
 
-            started = time.perf_counter()
-            async with anyio.create_task_group() as tg:
-                for index in range(args.concurrency):
-                    tg.start_soon(submit, index)
-            submitted = time.perf_counter() - started
-            # One waiter for all: it reads the runs left unfinished together, as a caller
-            # of many would, so the clock stops soon after the last run settles instead
-            # of after a read of each run in turn.
-            infos = await rt.wait_all(run_ids, timeout=WAIT_TIMEOUT_SECONDS)
-            seconds = time.perf_counter() - started
+            with CollectorTime() as collector:
+                started = time.perf_counter()
+                async with anyio.create_task_group() as tg:
+                    for index in range(args.concurrency):
+                        tg.start_soon(submit, index)
+                submitted = time.perf_counter() - started
+                # One waiter for all: it reads the runs left unfinished together, as a
+                # caller of many would, so the clock stops soon after the last run
+                # settles instead of after a read of each run in turn.
+                infos = await rt.wait_all(run_ids, timeout=WAIT_TIMEOUT_SECONDS)
+                seconds = time.perf_counter() - started
 
             stats = rt.supervisor.persister.stats
             rows = 0
@@ -215,6 +243,8 @@ async def main() -> None:
                 "open_seconds": open_seconds,
                 "submit_seconds": submitted,
                 "persister": persister,
+                "gc_seconds": collector.seconds,
+                "gc_collections": collector.collections,
                 "journal_writes": len(journal_waits),
                 "journal_writes_per_second": len(journal_waits) / seconds if seconds else 0.0,
                 "wait": waits(

@@ -16,7 +16,9 @@ from systems import BY_NAME, LOOP, Outcome, System
 __all__ = [
     "PEER_TARGET",
     "RAW_BATCHED_TARGET",
+    "RAW_MODES",
     "TARGET_LEVELS",
+    "print_collector",
     "print_latency",
     "print_loops",
     "print_matrix",
@@ -84,6 +86,8 @@ def summarize(
                     wait_p99_ms=spread([r["wait"]["p99_ms"] for r in results]),
                     wait_what=results[0]["wait"]["what"],
                 )
+                if "gc_seconds" in results[0]:
+                    entry.update(gc_share=spread([r["gc_seconds"] / r["seconds"] for r in results]))
             summary.append(entry)
     return summary
 
@@ -273,6 +277,22 @@ def print_ratios(found: Sequence[dict[str, Any]], raw: dict[str, Any] | None) ->
                 shown += " ok" if r["holds"] else " MISS"
             cells.append(shown)
         print(f"{name:<{width}} " + " ".join(f"{cell:>15}" for cell in cells))
+    print()
+
+
+def print_collector(summary: Sequence[dict[str, Any]]) -> None:
+    rows = [e for e in summary if e["samples"] and "gc_share" in e]
+    if not rows:
+        return
+    print("garbage collection in leaseward's process, share of the timed wall (median, min-max)")
+    for name in dict.fromkeys(e["system"] for e in rows):
+        cells = [
+            f"N={e['concurrency']} {e['gc_share']['median']:.1%} "
+            f"({e['gc_share']['min']:.1%}-{e['gc_share']['max']:.1%})"
+            for e in rows
+            if e["system"] == name
+        ]
+        print(f"  {label(name)}: " + ", ".join(cells))
     print()
 
 

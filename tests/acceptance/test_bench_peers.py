@@ -75,6 +75,10 @@ def test_quick_run_reports_ratios_computed_from_its_own_measurements(tmp_path: P
         assert entry["samples"] == 1
         assert entry["steps_per_second"]["median"] == result["steps_per_second"]
         assert entry["wait_p99_ms"]["median"] == wait["p99_ms"]
+        assert 0 <= result["gc_seconds"] <= result["seconds"]
+        share = result["gc_seconds"] / result["seconds"]
+        assert entry["gc_share"]["median"] == pytest.approx(share)
+        assert f"N=10 {share:.1%}" in printed
 
     raw = document["raw"]
     assert raw["batched"]["rows_per_commit"] == 100 and raw["single"]["rows_per_commit"] == 1
