@@ -162,6 +162,11 @@ async def main() -> None:
         help="Runtime.open(group_commit=False): one commit per journal row",
     )
     parser.add_argument(
+        "--default-collector",
+        action="store_true",
+        help="Runtime.open(tune_collector=False): CPython's collector thresholds as they are",
+    )
+    parser.add_argument(
         "--poll-interval",
         type=float,
         default=POLL_INTERVAL_SECONDS,
@@ -181,6 +186,7 @@ async def main() -> None:
             concurrency=args.concurrency,
             poll_interval_seconds=args.poll_interval,
             group_commit=group_commit,
+            tune_collector=not args.default_collector,
         ) as rt:
             open_seconds = time.perf_counter() - opened
             journal_waits = time_journal_writes(rt)
@@ -238,6 +244,9 @@ async def main() -> None:
                 "group_commit": group_commit,
                 "tool": "NON_IDEMPOTENT_WRITE (intent + outcome)" if args.write else "read-only",
                 "durable": f"journal rows (provider and tool steps), {mode}",
+                "collector": "as the process has it"
+                if args.default_collector
+                else "tuned by Runtime.open",
             },
             extra={
                 "open_seconds": open_seconds,

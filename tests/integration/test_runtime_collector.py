@@ -1,0 +1,39 @@
+"""An open Runtime raises CPython's first collection threshold, where the process has it
+lower, and puts it back on exit; ``tune_collector=False`` leaves the collector alone."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from leaseward import App, Runtime
+from leaseward.collector import RUNTIME_FIRST_THRESHOLD
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def interpreter_default() -> Iterator[None]:
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
+async def test_an_open_runtime_raises_the_first_threshold_and_restores_it(
+    tmp_path: Path,
+) -> None:
+    async with Runtime.open(f"sqlite:///{tmp_path / 'runs.db'}", App([])):
+        assert gc.get_threshold() == (RUNTIME_FIRST_THRESHOLD, 10, 10)
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+async def test_a_runtime_told_not_to_leaves_the_collector_alone(tmp_path: Path) -> None:
+    async with Runtime.open(f"sqlite:///{tmp_path / 'runs.db'}", App([]), tune_collector=False):
+        assert gc.get_threshold() == (700, 10, 10)
+    assert gc.get_threshold() == (700, 10, 10)
