@@ -136,6 +136,7 @@ async def run_workload(
     turns: int,
     directory: Path,
     profiler: cProfile.Profile | None = None,
+    tune_collector: bool = True,
 ) -> Sample:
     """N runs of ``workload`` on a fresh file, timed from the first submit to the last finish."""
     path = directory / f"{workload.name}-{time.monotonic_ns()}.db"
@@ -145,6 +146,7 @@ async def run_workload(
         make_app(workload, turns),
         concurrency=runs,
         poll_interval_seconds=POLL_INTERVAL_SECONDS,
+        tune_collector=tune_collector,
     ) as rt:
         cpu, loop_cpu, wall = time.process_time(), time.thread_time(), time.perf_counter()
         if profiler is not None:

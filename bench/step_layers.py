@@ -26,11 +26,14 @@ Each layer's figure less the one above it is what that layer adds. Layers 1-3 ha
 no submit, claim or store; layer 4's figure divides its runs' whole cost (what
 ``step_cost.py`` calls the run overhead included) by their steps. The layers are
 interleaved over the repetitions; the least and the median of each are printed (what
-else the machine runs only adds to a figure, so the least is the estimate). This is a
-benchmark: it asserts nothing about time.
+else the machine runs only adds to a figure, so the least is the estimate). Every
+layer runs with CPython's collector as an open Runtime sets it
+(``leaseward.collector``), or, with ``--default-collector``, as the process has it.
+This is a benchmark: it asserts nothing about time.
 
     .venv/bin/python bench/step_layers.py
     .venv/bin/python bench/step_layers.py --runs 100 --turns 10 --repetitions 5
+    .venv/bin/python bench/step_layers.py --default-collector
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Awaitable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +56,7 @@ from leaseward import Agent, App
 from leaseward.actors import LeaseKeeper, Metrics, RunActor, RunSettings
 from leaseward.actors.first_step import Finished, first_step
 from leaseward.actors.mailbox import Reply
+from leaseward.collector import collector_tuned
 from leaseward.runtime import machine as m
 from leaseward.runtime.clock import SystemClock
 from leaseward.runtime.commits import CommitOutcome, Stored
@@ -197,18 +202,23 @@ async def measure(
     runs: int = args.runs
     turns: int = args.turns
     app = make_app(workload, turns)
+    tuned: bool = not args.default_collector
     # What the layer measured before it left behind is not this layer's to collect.
     gc.collect()
     seconds: float
-    if layer == "machine":
-        seconds = machines_alone(app, runs)
-    elif layer == "actor":
-        seconds = await actors_alone(app, runs, answer_next_turn=False)
-    elif layer == "actor, answers next turn":
-        seconds = await actors_alone(app, runs, answer_next_turn=True)
-    else:
-        sample = await run_workload(workload, runs=runs, turns=turns, directory=directory)
-        seconds = sample.loop_cpu_seconds
+    # The collector as an open Runtime sets it, for every layer alike.
+    with collector_tuned() if tuned else nullcontext():
+        if layer == "machine":
+            seconds = machines_alone(app, runs)
+        elif layer == "actor":
+            seconds = await actors_alone(app, runs, answer_next_turn=False)
+        elif layer == "actor, answers next turn":
+            seconds = await actors_alone(app, runs, answer_next_turn=True)
+        else:
+            sample = await run_workload(
+                workload, runs=runs, turns=turns, directory=directory, tune_collector=tuned
+            )
+            seconds = sample.loop_cpu_seconds
     return seconds / (runs * turns) * 1e6
 
 
@@ -217,6 +227,12 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=100, help="concurrent runs (default 100)")
     parser.add_argument("--turns", type=int, default=10, help="tool steps a run (default 10)")
     parser.add_argument("--repetitions", type=int, default=5, help="(default 5)")
+    parser.add_argument(
+        "--default-collector",
+        action="store_true",
+        help="CPython's collector thresholds as the process has them, in every layer "
+        "(Runtime.open(tune_collector=False)); by default as an open Runtime sets them",
+    )
     args = parser.parse_args()
     if min(args.runs, args.turns, args.repetitions) < 1:
         parser.error("--runs, --turns and --repetitions must be at least 1")
