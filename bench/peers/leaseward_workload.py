@@ -15,9 +15,9 @@ how long a run waits for each durable write, queueing included. Timed, from
 before the first submit until every run has finished: N ``rt.submit`` calls
 at once in a task group (one call per run, as an application makes them),
 then ``rt.wait_all`` on the runs. The garbage collector's time in that window is
-given too (``gc_seconds``): Python's default collector, as an application that
-embeds leaseward leaves it. Afterwards, untimed, the journal rows are counted with
-``rt.steps``.
+given too (``gc_seconds``), with the collector as ``Runtime.open`` sets it, or with
+``--default-collector`` as the process has it. Afterwards, untimed, the journal
+rows are counted with ``rt.steps``.
 
 Run with leaseward's venv (``.venv/bin/python``); prints one JSON line.
 """

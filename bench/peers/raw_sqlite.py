@@ -107,6 +107,7 @@ def write(
         connection.execute("PRAGMA synchronous=FULL")
         made = batches(connection)
         values = next(made)
+        per_commit = len(values)
         rows, commits, waits = 0, 0, []
         started = time.perf_counter()
         while time.perf_counter() - started < seconds:
@@ -128,7 +129,7 @@ def write(
         return waits[max(1, math.ceil(q / 100 * len(waits))) - 1] * 1000
 
     return {
-        "rows_per_commit": rows // commits,
+        "rows_per_commit": per_commit,
         "rows": rows,
         "commits": commits,
         "seconds": elapsed,
