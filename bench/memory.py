@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import gc
 import json
 import os
 import resource
@@ -79,6 +78,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from collector_pauses import CollectorPauses
 from pg_support import admin, fresh_database
 from steps import RESULTS_DIR, environment, shown, write_results
 
@@ -142,42 +142,6 @@ def make_app(parking: Parking, *, approval: bool = False) -> App:
         return ProviderReply(text="done")
 
     return App(agents=[Agent(AGENT, ScriptedProvider(reply), tools=[park], max_steps=2)])
-
-
-class CollectorPauses:
-    """How long the cyclic garbage collector held the process: with a hundred thousand
-    runs parked, a full collection walks every object they hold while the event loop,
-    and with it every lease renewal, waits."""
-
-    def __init__(self) -> None:
-        self._began = 0.0
-        self.full_collections = 0
-        self.full_seconds = 0.0
-        self.longest_seconds = 0.0
-
-    def __enter__(self) -> CollectorPauses:
-        gc.callbacks.append(self._observe)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        gc.callbacks.remove(self._observe)
-
-    def _observe(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._began = time.perf_counter()
-            return
-        pause = time.perf_counter() - self._began
-        self.longest_seconds = max(self.longest_seconds, pause)
-        if info["generation"] == 2:
-            self.full_collections += 1
-            self.full_seconds += pause
-
-    def figures(self) -> dict[str, float]:
-        return {
-            "full_collections": self.full_collections,
-            "full_seconds": round(self.full_seconds, 3),
-            "longest_seconds": round(self.longest_seconds, 3),
-        }
 
 
 def current_rss_kb() -> float:

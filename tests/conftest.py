@@ -15,6 +15,7 @@ server is up).
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shutil
 import tempfile
@@ -78,6 +79,17 @@ def anyio_backend() -> str:
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'runs.db'}"
+
+
+@pytest.fixture
+def interpreter_collector() -> Iterator[None]:
+    """CPython's own collection thresholds for the test, and the process's after it."""
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 # -- PostgreSQL ------------------------------------------------------------------------------

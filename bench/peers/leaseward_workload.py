@@ -25,7 +25,6 @@ Run with leaseward's venv (``.venv/bin/python``); prints one JSON line.
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -55,8 +54,10 @@ from leaseward import (
 from leaseward.runtime.commits import CommitOutcome
 from leaseward.storage.protocol import BatchItem
 
-# bench/pg_support.py, one folder up: the fresh databases every PostgreSQL benchmark uses.
+# bench/pg_support.py and bench/collector_pauses.py, one folder up: the fresh databases
+# every PostgreSQL benchmark uses, and the collector's time.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from collector_pauses import CollectorPauses
 from pg_support import fresh_database
 
 AGENT = "bench"
@@ -90,30 +91,6 @@ def make_app(used: Tool, steps_per_run: int) -> App:
 
     agent = Agent(AGENT, ScriptedProvider(reply), tools=[used], max_steps=steps_per_run + 1)
     return App(agents=[agent])
-
-
-class CollectorTime:
-    """Seconds the garbage collector ran while this watched: each collection holds the
-    event loop, and at a thousand runs the live runs' objects make them long."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.collections = 0
-        self._began = 0.0
-
-    def __enter__(self) -> CollectorTime:
-        gc.callbacks.append(self._observe)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        gc.callbacks.remove(self._observe)
-
-    def _observe(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._began = time.perf_counter()
-        else:
-            self.seconds += time.perf_counter() - self._began
-            self.collections += 1
 
 
 def time_journal_writes(rt: Runtime) -> list[float]:
@@ -194,7 +171,7 @@ async def main() -> None:
             async def submit(index: int) -> None:
                 run_ids[index] = await rt.submit(AGENT, {"n": index})
 
-            with CollectorTime() as collector:
+            with CollectorPauses() as collector:
                 started = time.perf_counter()
                 async with anyio.create_task_group() as tg:
                     for index in range(args.concurrency):

@@ -4,7 +4,6 @@ lower, and puts it back on exit; ``tune_collector=False`` leaves the collector a
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,17 +11,7 @@ import pytest
 from leaseward import App, Runtime
 from leaseward.collector import RUNTIME_FIRST_THRESHOLD
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(autouse=True)
-def interpreter_default() -> Iterator[None]:
-    before = gc.get_threshold()
-    gc.set_threshold(700, 10, 10)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("interpreter_collector")]
 
 
 async def test_an_open_runtime_raises_the_first_threshold_and_restores_it(

@@ -5,21 +5,12 @@ set it itself meanwhile, and a higher one the process chose is never lowered."""
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 
 import pytest
 
 from leaseward.collector import RUNTIME_FIRST_THRESHOLD, collector_tuned
 
-
-@pytest.fixture(autouse=True)
-def interpreter_default() -> Iterator[None]:
-    before = gc.get_threshold()
-    gc.set_threshold(700, 10, 10)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
+pytestmark = pytest.mark.usefixtures("interpreter_collector")
 
 
 def test_the_threshold_is_raised_inside_and_restored_after() -> None:
