@@ -153,7 +153,7 @@ class Runtime:
 
         ``tune_collector`` raises CPython's first garbage-collection threshold to
         10,000 while the Runtime is open, where the process has it lower (the
-        interpreter's default is 700), and puts it back on exit: at the default, the
+        default of CPython 3.11 is 700), and puts it back on exit: at the default, the
         collector walks every run in flight over and over, 15-20% of a worker's time
         at 1,000 runs (``leaseward.collector`` says why). False leaves the process's
         collector as it is.

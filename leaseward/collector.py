@@ -2,7 +2,7 @@
 
 Every run in flight holds a hundred or so objects the collector tracks (its
 conversation, its actor's task and cancel scopes), and they live as long as the
-run. With the interpreter's first threshold (700 objects allocated and not yet
+run. With CPython 3.11's first threshold (700 objects allocated and not yet
 freed), the collector runs every few steps and promotes those objects early, so
 that its full collections come often and walk every run in flight while the event
 loop waits: at 1,000 runs of one worker that took 15-20% of its time, a full
