@@ -312,7 +312,7 @@ class Persister:
         sharing = waiting + self._in_flight
         if sharing < SPLIT_AT:
             return limit
-        return min(limit, max(-(-sharing // self._concurrent_batches), 1))
+        return min(limit, -(-sharing // self._concurrent_batches))
 
     async def _commit(self, batch: list[PersisterMessage]) -> None:
         started = time.perf_counter()
