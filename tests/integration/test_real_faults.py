@@ -17,6 +17,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -83,6 +84,9 @@ class Workload:
         self.intent_found: list[bool] = []
         self.first_charge = anyio.Event()
         self.fault_on = anyio.Event()
+        # When the first charge returned (the host's clock): its outcome's batch is sent
+        # after this, where a lease renewal of its run may have been sent before.
+        self.first_returned_at: float | None = None
         self.charged_run = ""
         self._probe = probe
 
@@ -100,6 +104,7 @@ class Workload:
                 self.charged_run = ctx.run_id
                 self.first_charge.set()
                 await self.fault_on.wait()
+                self.first_returned_at = time.time()
             return amount
 
         def answer(request: ProviderRequest) -> ProviderReply:
@@ -319,16 +324,29 @@ async def outcome_batch_blocked(url: str, run_id: str) -> AsyncIterator[asyncpg.
         admin.terminate()
 
 
-async def until_a_batch_waits(admin: asyncpg.Connection, database: str) -> None:
+async def until_the_outcome_waits(
+    admin: asyncpg.Connection, database: str, workload: Workload
+) -> None:
+    """Until the first charge's outcome batch waits for the run's row.
+
+    A batch that waits may be a lease renewal of that run, sent while the charge was in
+    its call: a fault brought on then meets the renewal, and the outcome, sent after it,
+    finds the fault over and is recorded. So the batch looked for is one whose statement
+    began after the charge returned (the server is on this host: one clock).
+    """
     with anyio.fail_after(10):
         for _ in itertools.count():
-            waiting = await admin.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1"
-                " AND wait_event_type = 'Lock' AND application_name = 'leaseward'",
-                database,
-            )
-            if waiting:
-                return
+            returned_at = workload.first_returned_at
+            if returned_at is not None:
+                waiting = await admin.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1"
+                    " AND wait_event_type = 'Lock' AND application_name = 'leaseward'"
+                    " AND extract(epoch FROM query_start) >= $2",
+                    database,
+                    returned_at,
+                )
+                if waiting:
+                    return
             await anyio.sleep(0.01)
 
 
@@ -340,7 +358,7 @@ async def test_postgres_backends_terminated_mid_batch(pg_server: Any, pg_databas
     async def terminated(run_id: str) -> AsyncIterator[None]:
         async with outcome_batch_blocked(url, run_id) as admin:
             yield
-            await until_a_batch_waits(admin, pg_database)
+            await until_the_outcome_waits(admin, pg_database, workload)
             killed = await admin.fetchval(
                 "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
                 " WHERE datname = $1 AND application_name LIKE 'leaseward%'",
@@ -387,7 +405,7 @@ async def test_postgres_server_restarted_mid_batch(pg_server: Any, pg_database: 
     async def restarted(run_id: str) -> AsyncIterator[None]:
         async with outcome_batch_blocked(url, run_id) as admin:
             yield
-            await until_a_batch_waits(admin, pg_database)
+            await until_the_outcome_waits(admin, pg_database, workload)
             try:
                 done = await anyio.run_process(RESTART, check=False)
             finally:
