@@ -413,8 +413,15 @@ async def test_postgres_server_restarted_mid_batch(pg_server: Any, pg_database: 
             assert done.returncode == 0, done.stderr
 
     with capture_logs() as logs:
-        await under_fault(url, workload, restarted)
-    assert "audit.failed" in events(logs)
+        _, journals = await under_fault(url, workload, restarted)
+    # The restart ends the lock's holder too, and the server may end it before the
+    # backend of the batch waiting for it: that batch then commits before it goes, and
+    # the charge is recorded. Otherwise the batch is cut off and the run fails closed.
+    recorded = any(
+        step.call_id == "c1" and step.status is StepStatus.SUCCEEDED
+        for step in journals[workload.charged_run]
+    )
+    assert recorded or "audit.failed" in events(logs)
 
 
 def lose_commit_of(executor: FaultyExecutor, proxy: CommitDropper, status: StepStatus) -> None:
