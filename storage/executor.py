@@ -70,6 +70,18 @@ class Executor(Protocol):
         """
         ...
 
+    async def rehearse(self, work: Callable[[], Awaitable[None]], *, connections: int) -> None:
+        """Run ``work`` now on ``connections`` connections, and from then on on every
+        connection opened, each time in a transaction that is rolled back.
+
+        For a server that plans statements and loads its catalogs per connection
+        (PostgreSQL): a worker's first batches then find them ready, instead of
+        waiting for each connection to open and plan. ``work`` runs statements that
+        change nothing, and whatever they did is rolled back; a failure is logged, not
+        raised. A dialect with nothing to gain (SQLite) does nothing.
+        """
+        ...
+
     async def write_alone(self, sql: str, params: Params | None = None) -> Sequence[Row]:
         """Run one statement as a transaction of its own; what it returns, fetched.
 

@@ -15,7 +15,15 @@ from leaseward.runtime.errors import (
     RunPurged,
     StoreError,
 )
-from leaseward.runtime.lifecycle import TRANSITIONS, Event, Reason, RunMode, RunState, source_state
+from leaseward.runtime.lifecycle import (
+    TRANSITIONS,
+    Event,
+    Reason,
+    RunMode,
+    RunState,
+    StepStatus,
+    source_state,
+)
 from leaseward.runtime.runs import NewRun, RunRecord
 from leaseward.runtime.settlements import Settlement
 from leaseward.storage.concern import WORK_CHANNEL, StoreConcern
@@ -36,6 +44,18 @@ from leaseward.storage.queries import Queries
 from leaseward.storage.rows import json_set, purged_from_row, run_from_row
 
 __all__ = ["JournalWriter"]
+
+# A batch's statements, in one statement or in a transaction, a settlement's and a
+# submit's: what a worker writes all the time.
+_REHEARSED = (
+    "write_journal",
+    "renew_leases",
+    "insert_steps",
+    "settle_steps",
+    "settle_runs",
+    "insert_keys",
+    "insert_runs",
+)
 
 _CANCEL_EVENTS = {
     RunState.QUEUED: Event.CANCEL_QUEUED,
@@ -168,6 +188,36 @@ class JournalWriter(StoreConcern):
         # Some request's data was refused, and a set statement cannot say whose: the
         # batch is written again, each request alone, so that only that one fails.
         return await self._commit_each(batch)
+
+    async def rehearsal(self) -> None:
+        """The statements of a worker's writes, each given empty sets: they change
+        nothing, yet the database parses and plans them (``Executor.rehearse``)."""
+        nothing: dict[str, Any] = {
+            "items": "[]",
+            "steps": "[]",
+            "outcomes": "[]",
+            "settlements": "[]",
+            "keys": "[]",
+            "runs": "[]",
+            "source": RunState.RUNNING.value,
+            "started": StepStatus.STARTED.value,
+            "now": 0.0,
+        }
+        claim_source, claim_target = TRANSITIONS[Event.CLAIM]
+        assert claim_source is not None
+        nobody: dict[str, Any] = {
+            "source": claim_source.value,
+            "target": claim_target.value,
+            "worker_id": "",
+            "lease_seconds": 0.0,
+            "limit": 0,
+            "agents": [],
+            "exclude": [],
+            "now": 0.0,
+        }
+        for name, params in (*((name, nothing) for name in _REHEARSED), ("claim_runs", nobody)):
+            if name in self._queries:
+                await self._executor.fetch_all(self._queries[name], params)
 
     def commit_at_once(
         self, batch: WriteBatch, *, wait_seconds: float = 0.0

@@ -53,6 +53,8 @@ log = get_logger("leaseward.store")
 T = TypeVar("T")
 
 Connection: TypeAlias = "PoolConnectionProxy[asyncpg.Record]"
+# A statement's connection: a pooled one, or one being readied as the pool opens it.
+Session: TypeAlias = "Connection | asyncpg.Connection[asyncpg.Record]"
 
 # Driver errors, translated at this boundary. OSError covers refused and reset
 # sockets, TimeoutError a connect or command that ran out of time.
@@ -95,7 +97,7 @@ _CONFIGURATION_ERRORS: tuple[type[BaseException], ...] = (
 # resets it on exit. A task started inside a block inherits a copy of the context,
 # so the binding also names its task: a child task never takes its parent's
 # connection (it would interleave statements with the parent's transaction).
-_BOUND: ContextVar[Mapping[int, tuple[int, Connection]]] = ContextVar(
+_BOUND: ContextVar[Mapping[int, tuple[int, Session]]] = ContextVar(
     "leaseward_pg_bound", default=MappingProxyType({})
 )
 
@@ -165,6 +167,7 @@ class PostgresExecutor:
         self._listen_retry_at = 0.0
         self._listener_lost = False
         self._closed = False
+        self._rehearsal: Callable[[], Awaitable[None]] | None = None
 
     @classmethod
     async def connect(
@@ -179,6 +182,14 @@ class PostgresExecutor:
         settings = {"application_name": _application_name(options.dsn)}
         if read_only:
             settings["default_transaction_read_only"] = "on"
+        # The pool is made before the executor it belongs to, which readies the
+        # connections the pool opens once it has a rehearsal (see rehearse()).
+        owner: list[PostgresExecutor] = []
+
+        async def opened(connection: asyncpg.Connection[asyncpg.Record]) -> None:
+            if owner:
+                await owner[0]._opened(connection)
+
         try:
             pool = await asyncpg.create_pool(
                 options.dsn,
@@ -188,6 +199,7 @@ class PostgresExecutor:
                 command_timeout=options.command_timeout_seconds,
                 server_settings=settings,
                 reset=_keep_session,
+                init=opened,
             )
         except _CONFIGURATION_ERRORS as exc:
             raise ConfigurationError(
@@ -195,11 +207,13 @@ class PostgresExecutor:
             ) from exc
         except _DRIVER_ERRORS as exc:
             raise StoreError(f"{_describe(exc)} ({options.display})") from exc
-        return cls(pool, options)
+        executor = cls(pool, options)
+        owner.append(executor)
+        return executor
 
     # -- connections --------------------------------------------------------------------
 
-    def _bound(self) -> Connection | None:
+    def _bound(self) -> Session | None:
         bound = _BOUND.get().get(id(self))
         if bound is None or bound[0] != anyio.get_current_task().id:
             return None
@@ -231,6 +245,51 @@ class PostgresExecutor:
             with anyio.CancelScope(shield=True), contextlib.suppress(*_DRIVER_ERRORS):
                 # A broken connection is closed by the pool and replaced on a later acquire.
                 await self._pool.release(connection, timeout=CLOSE_TIMEOUT_SECONDS)
+
+    async def rehearse(self, work: Callable[[], Awaitable[None]], *, connections: int) -> None:
+        """Open up to ``connections`` connections now and rehearse ``work`` on each; every
+        connection the pool opens later (a lost one replaced, an idle one closed and
+        opened again) rehearses it as it opens.
+
+        A fresh connection's first batch waited for the connection to open, for
+        asyncpg to prepare each statement, for the server to load its catalogs and
+        plan the journal's function: 9-12 ms where a ready one took 4 ms.
+        """
+        borrowed: list[Connection] = []
+        try:
+            for _ in range(min(connections, self._pool.get_max_size())):
+                borrowed.append(
+                    await self._call(lambda: self._pool.acquire(timeout=ACQUIRE_TIMEOUT_SECONDS))
+                )
+            for connection in borrowed:
+                await self._rehearse_on(connection, work)
+        except StoreError as exc:
+            log.warning("store.rehearsal_failed", error=exc.message)
+        finally:
+            with anyio.CancelScope(shield=True):
+                for connection in borrowed:
+                    with contextlib.suppress(*_DRIVER_ERRORS):
+                        await self._pool.release(connection, timeout=CLOSE_TIMEOUT_SECONDS)
+        self._rehearsal = work
+
+    async def _opened(self, connection: asyncpg.Connection[asyncpg.Record]) -> None:
+        if self._rehearsal is not None:
+            await self._rehearse_on(connection, self._rehearsal)
+
+    async def _rehearse_on(self, connection: Session, work: Callable[[], Awaitable[None]]) -> None:
+        token = _BOUND.set({**_BOUND.get(), id(self): (anyio.get_current_task().id, connection)})
+        try:
+            transaction = await self._call(self._begin, connection)
+            try:
+                await work()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._rollback(transaction)
+        except StoreError as exc:
+            # Only a head start is lost: the statements are planned at their first use.
+            log.warning("store.rehearsal_failed", error=exc.message)
+        finally:
+            _BOUND.reset(token)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -284,7 +343,7 @@ class PostgresExecutor:
                 yield transaction
                 return
 
-    async def _begin(self, connection: Connection) -> Transaction:
+    async def _begin(self, connection: Session) -> Transaction:
         transaction = connection.transaction()
         await transaction.start()
         return transaction

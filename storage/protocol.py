@@ -282,6 +282,13 @@ class Store(Protocol):
         """Commit every item in one transaction; one outcome per item, in order."""
         ...
 
+    async def rehearse(self) -> None:
+        """Ready the store for a worker: a batch's, a submit's and a claim's statements
+        run once over nothing, rolled back, on the connections batches commit on, so
+        the first of them do not wait for the database to plan them. Changes nothing;
+        a store with nothing to gain does nothing."""
+        ...
+
     async def get_run(self, run_id: str) -> RunRecord | None: ...
 
     async def get_runs(

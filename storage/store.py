@@ -76,6 +76,12 @@ class SQLStore:
     async def commit(self, batch: WriteBatch) -> WriteResults:
         return await self._journal.commit(batch)
 
+    async def rehearse(self) -> None:
+        # The batches side by side, a claim or a submit beside them, and a read.
+        await self._executor.rehearse(
+            self._journal.rehearsal, connections=self.concurrent_batches + 2
+        )
+
     def commit_at_once(
         self, batch: WriteBatch, *, wait_seconds: float = 0.0
     ) -> WriteResults | None:

@@ -246,6 +246,9 @@ class FaultyExecutor:
         # Never: the faults fall on statements that are awaited one by one.
         raise WouldWait
 
+    async def rehearse(self, work: Callable[[], Awaitable[None]], *, connections: int) -> None:
+        """Nothing: a rehearsal's statements would meet the faults a test set for its own."""
+
     async def write_alone(self, sql: str, params: Params | None = None) -> Sequence[Row]:
         # A transaction of one statement: faults fall on it as on any other statement.
         current = Transaction()

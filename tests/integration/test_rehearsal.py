@@ -1,0 +1,125 @@
+"""A worker's store readied before its first batch: on PostgreSQL the connections its
+batches commit on are open, and their statements parsed and planned, by a rehearsal
+rolled back; a connection opened later rehearses as it opens; and nothing is changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from leaseward import Agent, App, RunState, Runtime, ScriptedProvider, StoreError
+from leaseward.storage import SQLStore, open_store
+from tests.integration.support import capture_logs, events
+from tests.integration.test_store_conformance import new_run
+
+pytestmark = pytest.mark.anyio
+
+JOURNAL_FUNCTION = "leaseward_write_journal("
+PREPARED = "SELECT statement FROM pg_prepared_statements"
+
+
+def idle_app() -> App:
+    return App(agents=[Agent("idle", ScriptedProvider(lambda request: "done"))])
+
+
+async def prepared_on_held_connections(store: SQLStore, count: int) -> list[list[str]]:
+    """What ``count`` connections held at once each has prepared: the pool gives its
+    most recently used ones first, and opens more when they are all held."""
+    executor = store._executor
+    seen: list[list[str]] = []
+    all_held = anyio.Event()
+
+    async def hold() -> None:
+        async with executor.reading():
+            rows = await executor.fetch_all(PREPARED)
+            seen.append([str(row["statement"]) for row in rows])
+            if len(seen) == count:
+                all_held.set()
+            await all_held.wait()
+
+    async with anyio.create_task_group() as group:
+        for _ in range(count):
+            group.start_soon(hold)
+    return seen
+
+
+async def test_a_runtime_on_postgresql_opens_with_its_batches_connections_ready(
+    pg_url: str,
+) -> None:
+    async with Runtime.open(pg_url, idle_app(), concurrency=4) as rt:
+        store = rt.supervisor.persister._store
+        assert isinstance(store, SQLStore)
+        rehearsed = store.concurrent_batches + 2
+        held = await prepared_on_held_connections(store, rehearsed)
+    assert all(any(JOURNAL_FUNCTION in text for text in texts) for texts in held), held
+
+
+async def test_a_connection_opened_after_the_rehearsal_rehearses_as_it_opens(
+    pg_url: str,
+) -> None:
+    store = await open_store(f"{pg_url}?pool_size=8")
+    try:
+        await store.rehearse()
+        # More than were rehearsed: the pool opens the rest now.
+        held = await prepared_on_held_connections(store, store.concurrent_batches + 4)
+    finally:
+        await store.aclose()
+    assert all(any(JOURNAL_FUNCTION in text for text in texts) for texts in held), held
+
+
+async def test_without_a_rehearsal_a_fresh_connection_has_nothing_prepared(pg_url: str) -> None:
+    # What the two tests above tell apart: reading prepares only the read.
+    store = await open_store(f"{pg_url}?pool_size=8")
+    try:
+        held = await prepared_on_held_connections(store, 3)
+    finally:
+        await store.aclose()
+    assert not any(JOURNAL_FUNCTION in text for texts in held for text in texts), held
+
+
+async def test_a_rehearsal_changes_nothing(store_url: str) -> None:
+    store = await open_store(store_url)
+    try:
+        queued = await store.create_run(new_run())
+        await store.rehearse()
+        after = await store.get_run(queued.id)
+        runs = await store.list_runs()
+    finally:
+        await store.aclose()
+    assert after == queued
+    assert after is not None and after.state is RunState.QUEUED
+    assert [run.id for run in runs] == [queued.id]
+
+
+async def test_a_failing_rehearsal_is_logged_and_the_store_still_works(pg_url: str) -> None:
+    store = await open_store(pg_url)
+    executor = store._executor
+
+    async def broken() -> None:
+        await executor.fetch_all("SELECT * FROM no_such_table")
+
+    try:
+        with capture_logs() as logs:
+            await executor.rehearse(broken, connections=2)
+        assert "store.rehearsal_failed" in events(logs)
+        created = await store.create_run(new_run())
+        assert (await store.get_run(created.id)) == created
+    finally:
+        await store.aclose()
+
+
+async def test_sqlite_has_nothing_to_rehearse(tmp_path: Any) -> None:
+    store = await open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    called: list[str] = []
+
+    async def work() -> None:
+        called.append("rehearsed")
+        raise StoreError("not to be run")
+
+    try:
+        await store._executor.rehearse(work, connections=3)
+    finally:
+        await store.aclose()
+    assert called == []
