@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from leaseward import Agent, App, RunState, Runtime, ScriptedProvider, StoreError
+from leaseward import Agent, App, ProviderReply, RunState, Runtime, ScriptedProvider, StoreError
 from leaseward.storage import SQLStore, open_store
 from tests.integration.support import capture_logs, events
 from tests.integration.test_store_conformance import new_run
@@ -21,7 +21,7 @@ PREPARED = "SELECT statement FROM pg_prepared_statements"
 
 
 def idle_app() -> App:
-    return App(agents=[Agent("idle", ScriptedProvider(lambda request: "done"))])
+    return App(agents=[Agent("idle", ScriptedProvider(lambda request: ProviderReply(text="done")))])
 
 
 async def prepared_on_held_connections(store: SQLStore, count: int) -> list[list[str]]:

@@ -7,7 +7,7 @@ from typing import Any
 from leaseward import RunMode, RunState, StepKind, StepStatus, ToolEffect
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.runs import RunRecord
-from tests.proof.invariants import Journal, ProcessLife, count
+from tests.proof.invariants import RESUME_GRACE_SECONDS, Journal, ProcessLife, count
 from tests.proof.proof_app import CALL_ID
 
 RUN = "r1"
@@ -97,3 +97,28 @@ def test_overlapping_holders_count_unless_one_was_stopped_or_dead() -> None:
         1, 1, 3.0, 4.0, effect="read_only"
     )
     assert tally(stale, RunState.COMPLETED, [])["two_holders"] == 1
+
+
+def test_a_continued_worker_gets_its_first_moments_back_and_no_more() -> None:
+    stopped = ProcessLife(pauses=[(1.5, 4.0)])
+    # In flight when stopped, ended just after it was continued, while the newer
+    # epoch's call ran: the overdue callbacks ran before the keeper's cut-off.
+    tail = execution(1, 1, 1.0, 4.0 + RESUME_GRACE_SECONDS / 2, effect="read_only")
+    newer = execution(2, 2, 3.5, 6.0, effect="read_only")
+    assert tally(tail + newer, RunState.COMPLETED, [], p1=stopped)["two_holders"] == 0
+    # Going on past those moments beside the newer holder is counted.
+    long_tail = execution(1, 1, 1.0, 4.0 + 3 * RESUME_GRACE_SECONDS, effect="read_only")
+    assert tally(long_tail + newer, RunState.COMPLETED, [], p1=stopped)["two_holders"] == 1
+    # Started just after it was continued, after the newer epoch's call began: admitted
+    # before it was stopped, and cut off at once.
+    back = 4.0 + RESUME_GRACE_SECONDS / 4
+    started_back = execution(1, 1, back, back + 0.001, effect="read_only")
+    earlier_newer = execution(2, 2, 2.0, 3.0, effect="read_only")
+    assert (
+        tally(earlier_newer + started_back, RunState.COMPLETED, [], p1=stopped)["two_holders"] == 0
+    )
+    # Started once those moments were over: a stale worker got a call through.
+    started_late = execution(1, 1, 4.0 + 2 * RESUME_GRACE_SECONDS, 4.5, effect="read_only")
+    assert (
+        tally(earlier_newer + started_late, RunState.COMPLETED, [], p1=stopped)["two_holders"] == 1
+    )
