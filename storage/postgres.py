@@ -278,13 +278,19 @@ class PostgresExecutor:
 
     async def _rehearse_on(self, connection: Session, work: Callable[[], Awaitable[None]]) -> None:
         token = _BOUND.set({**_BOUND.get(), id(self): (anyio.get_current_task().id, connection)})
+        # As long as one statement may take, for all of them: a server that does not
+        # answer must not hold a connection's first user for a timeout a statement.
+        bound = self._options.command_timeout_seconds
         try:
-            transaction = await self._call(self._begin, connection)
-            try:
-                await work()
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await self._rollback(transaction)
+            with anyio.move_on_after(bound) as bounded:
+                transaction = await self._call(self._begin, connection)
+                try:
+                    await work()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._rollback(transaction)
+            if bounded.cancelled_caught:
+                log.warning("store.rehearsal_failed", error=f"not done within {bound:g} s")
         except StoreError as exc:
             # Only a head start is lost: the statements are planned at their first use.
             log.warning("store.rehearsal_failed", error=exc.message)

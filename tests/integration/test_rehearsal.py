@@ -123,3 +123,28 @@ async def test_sqlite_has_nothing_to_rehearse(tmp_path: Any) -> None:
     finally:
         await store.aclose()
     assert called == []
+
+
+async def test_a_rehearsal_the_server_does_not_finish_is_given_up_within_one_timeout(
+    pg_url: str,
+) -> None:
+    store = await open_store(f"{pg_url}?command_timeout_seconds=0.5")
+    executor = store._executor
+    finished: list[int] = []
+
+    async def slow() -> None:
+        # Each statement within the statement timeout; all four are not.
+        for statement in range(4):
+            await executor.fetch_all("SELECT pg_sleep(0.3)")
+            finished.append(statement)
+
+    try:
+        with capture_logs() as logs:
+            await executor.rehearse(slow, connections=1)
+        # A sleep lasts at least its 0.3 s: one at most ends within the 0.5 s given.
+        assert len(finished) <= 1
+        assert "store.rehearsal_failed" in events(logs)
+        created = await store.create_run(new_run())
+        assert (await store.get_run(created.id)) == created
+    finally:
+        await store.aclose()
