@@ -181,8 +181,8 @@ class Supervisor:
         # Registered before the first claim, so that a submit made once this is
         # running sees its agents served.
         await self._registry(self._store.register_worker)
-        await self._store.rehearse()
         try:
+            await self._store.rehearse()
             async with anyio.create_task_group() as helpers:
                 try:
                     await helpers.start(self._keep_alive, "persister", self.persister.run)

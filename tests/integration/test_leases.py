@@ -235,12 +235,18 @@ async def test_drain_releases_runs_without_spending_a_retry(store_url: str) -> N
 
 async def test_two_runtimes_on_one_store_never_both_hold_a_run(store_url: str) -> None:
     executions: list[tuple[str, str]] = []
+    charging = {"a": anyio.Event(), "b": anyio.Event()}
 
     def build(worker: str) -> App:
         @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
         async def charge(ctx: ToolContext, amount: int) -> int:
             executions.append((ctx.run_id, worker))
-            await anyio.lowlevel.checkpoint()
+            charging[worker].set()
+            # Until the other worker charges too: on SQLite the first to take the write
+            # lock could otherwise run the whole queue while the other's claim sleeps in
+            # SQLite's busy handler (1 run in 60 or so), and the two would never compete.
+            with anyio.move_on_after(5):
+                await charging["b" if worker == "a" else "a"].wait()
             return amount
 
         return App([Agent("payer", ScriptedProvider([CHARGE, ProviderReply(text="ok")]), [charge])])
