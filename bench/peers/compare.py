@@ -14,10 +14,13 @@ One command (``make bench-peers``) that measures, in one invocation:
    each peer (steps/s), and leaseward's journal rows/s over raw SQLite.
 4. The wait for one durable write, p50 and p99, per system and N.
 5. A submit loop (``submit_loop.py``) beside 100 write runs, and with nothing else
-   running, beside the raw one-commit-per-row rate and the run-row rate.
+   running, beside the raw one-commit-per-row rate and the run-row rate; the first
+   marked against its target (at least the raw one-commit-per-row rate).
 6. PostgreSQL at N=100: leaseward read and write (one worker process), DBOS, and
-   procrastinate (N jobs, one worker), each in a fresh database.
-7. ``bench/claims.py --workers 1,2,4`` and ``bench/memory.py --quick``, run as they are.
+   procrastinate (N jobs, one worker), each in a fresh database; leaseward's
+   PG/SQLite ratios marked against their target (at least 1).
+7. ``bench/claims.py --workers 1,2,4`` and ``bench/memory.py --quick``, run as they are;
+   whether claims grow from each worker count to the next is marked.
 
 Every measurement is a subprocess of its own (``systems.py``) under a timeout.
 Within a repetition, the raw limits come first, then every N on every matrix
@@ -346,7 +349,7 @@ def report(
     tables.print_ratios(ratios, raw)
     tables.print_latency(matrix + pg)
     tables.print_collector(matrix + pg)
-    tables.print_loops(loops, raw)
+    loop_targets = tables.print_loops(loops, raw)
     pg_ratios = tables.print_pg(pg, matrix, args.pg_level) if pg_systems else []
     configs = configurations(outcomes)
     for system in systems:
@@ -368,8 +371,11 @@ def report(
             "levels": list(tables.TARGET_LEVELS),
             "peer_ratio": tables.PEER_TARGET,
             "journal_over_raw_batched": tables.RAW_BATCHED_TARGET,
+            "postgresql_over_sqlite": tables.PG_TARGET,
+            "submit_loop_over_raw_single": tables.LOOP_TARGET,
         },
         "submit_loops": loops,
+        "submit_loop_targets": loop_targets,
         "postgresql": {"level": args.pg_level, "summary": pg, "ratios": pg_ratios},
         "configurations": configs,
     }

@@ -11,17 +11,19 @@ yields why, and the report goes on. Standard library only.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from systems import REPO, last_line
 
-__all__ = ["claims", "memory", "print_scaling"]
+__all__ = ["claim_growth", "claims", "memory", "print_scaling"]
 
 # claims.py's table: P batch runs claimed claims wall-s runs/s claims/s vs-P=1 double per-worker
 CLAIMS_LINE = re.compile(
@@ -106,6 +108,21 @@ def memory(python: Path, timeout: float) -> dict[str, Any]:
     return found
 
 
+def claim_growth(rows: Sequence[dict[str, Any]]) -> dict[int, list[tuple[int, int, bool]]]:
+    """For each batch size, whether claims/s grew from each worker count to the next."""
+    by_batch: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_batch.setdefault(row["batch"], []).append(row)
+    growth: dict[int, list[tuple[int, int, bool]]] = {}
+    for batch, same in by_batch.items():
+        same.sort(key=lambda row: row["workers"])
+        growth[batch] = [
+            (fewer["workers"], more["workers"], more["runs_per_second"] > fewer["runs_per_second"])
+            for fewer, more in itertools.pairwise(same)
+        ]
+    return growth
+
+
 def print_scaling(found: dict[str, Any]) -> None:
     print("scaling and parked runs (bench/claims.py, bench/memory.py, run as they are)")
     result = found.get("claims")
@@ -120,6 +137,11 @@ def print_scaling(found: dict[str, Any]) -> None:
                 f"{row['runs_per_second']:>7} runs/s, {row['claims_per_second']:>6} claims/s, "
                 f"{row['vs_one_worker']:.2f}x one worker, double claims {row['double']}"
             )
+        for batch, steps in claim_growth(result["rows"]).items():
+            shown = ", ".join(
+                f"{fewer} to {more}: {'ok' if grew else 'MISS'}" for fewer, more, grew in steps
+            )
+            print(f"  claims grow with more workers (target), batch {batch:>2}: {shown}")
     result = found.get("memory")
     if result is None:
         print("  memory: not run")

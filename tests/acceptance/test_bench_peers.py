@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PEERS = ROOT / "bench" / "peers"
 sys.path.insert(0, str(PEERS))
 
+import scaling  # noqa: E402
 import tables  # noqa: E402
 
 TIMEOUT_SECONDS = 300
@@ -111,8 +112,11 @@ def entry(system: str, level: int, steps: float, rows: float) -> dict[str, Any]:
         "system": system,
         "concurrency": level,
         "samples": 3,
+        "failed": 0,
         "steps_per_second": {"median": steps, "min": steps, "max": steps},
         "rows_per_second": {"median": rows, "min": rows, "max": rows},
+        "rows_per_run": 21,
+        "seconds": {"median": 1.0, "min": 1.0, "max": 1.0},
     }
 
 
@@ -145,20 +149,61 @@ def test_targets_hold_only_at_their_levels_and_only_when_met() -> None:
 
 
 def test_a_submit_loop_is_given_beside_both_raw_rates(capsys: pytest.CaptureFixture[str]) -> None:
-    loop = {
-        "system": "submit-loop",
-        "samples": 3,
-        "submits_per_second": {"median": 2000.0, "min": 1900.0, "max": 2100.0},
-        "submit_p50_ms": {"median": 0.4},
-        "submit_p99_ms": {"median": 9.0},
-    }
+    def loop(system: str, background_runs: int, rate: float) -> dict[str, Any]:
+        return {
+            "system": system,
+            "samples": 3,
+            "background_runs": background_runs,
+            "submits_per_second": {"median": rate, "min": rate - 100, "max": rate + 100},
+            "submit_p50_ms": {"median": 0.4},
+            "submit_p99_ms": {"median": 9.0},
+        }
+
     raw = {
         "single": {"rows_per_second": {"median": 8000.0}},
         "run_row": {"rows_per_second": {"median": 4000.0}},
     }
 
-    tables.print_loops([loop], raw)
+    found = tables.print_loops(
+        [loop("submit-loop", 100, 2000.0), loop("submit-loop-idle", 0, 9000.0)], raw
+    )
 
     printed = capsys.readouterr().out
     assert "25.0% of raw one-commit-per-row (8000 rows/s)" in printed
-    assert "50.0% of a run row committed alone (4000 rows/s)" in printed
+    assert "50.0% of a run row committed alone (4000 rows/s) MISS" in printed
+    # Only the loop beside busy runs has a target.
+    assert [(f["system"], f["holds"]) for f in found] == [
+        ("submit-loop", False),
+        ("submit-loop-idle", None),
+    ]
+    assert found[0]["of_raw_single"] == pytest.approx(0.25)
+
+
+def test_postgresql_is_marked_against_its_sqlite_figure(capsys: pytest.CaptureFixture[str]) -> None:
+    pg = [
+        entry("leaseward-read-pg", 100, 3100.0, 6510.0),
+        entry("leaseward-write-pg", 100, 1800.0, 3780.0),
+        entry("dbos-pg", 100, 200.0, 260.0),
+    ]
+    sqlite = [
+        entry("leaseward-read", 100, 3000.0, 6300.0),
+        entry("leaseward-write", 100, 2000.0, 4200.0),
+        entry("dbos", 100, 250.0, 325.0),
+    ]
+
+    found = {r["ratio"]: r for r in tables.print_pg(pg, sqlite, 100)}
+
+    printed = capsys.readouterr().out
+    assert "leaseward-read-pg/leaseward-read (PG/SQLite): 1.03x ok" in printed
+    assert "leaseward-write-pg/leaseward-write (PG/SQLite): 0.90x MISS" in printed
+    assert found["dbos-pg/dbos"]["holds"] is None
+    assert found["leaseward-read-pg/dbos-pg"]["holds"] is None
+
+
+def test_claims_are_marked_where_more_workers_claim_no_more() -> None:
+    def row(workers: int, batch: int, rate: int) -> dict[str, Any]:
+        return {"workers": workers, "batch": batch, "runs_per_second": rate}
+
+    rows = [row(4, 1, 2400), row(1, 1, 1400), row(2, 1, 2450), row(1, 32, 22000), row(2, 32, 33000)]
+
+    assert scaling.claim_growth(rows) == {1: [(1, 2, True), (2, 4, False)], 32: [(1, 2, True)]}
