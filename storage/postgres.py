@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType
 from typing import Any, TypeAlias, TypeVar
@@ -237,14 +237,22 @@ class PostgresExecutor:
         if self._closed:
             raise StoreError(f"postgresql: the store {self._options.display} is closed")
         connection = await self._call(lambda: self._pool.acquire(timeout=ACQUIRE_TIMEOUT_SECONDS))
-        token = _BOUND.set({**_BOUND.get(), id(self): (anyio.get_current_task().id, connection)})
         try:
-            yield connection
+            with self._bound_to(connection):
+                yield connection
         finally:
-            _BOUND.reset(token)
             with anyio.CancelScope(shield=True), contextlib.suppress(*_DRIVER_ERRORS):
                 # A broken connection is closed by the pool and replaced on a later acquire.
                 await self._pool.release(connection, timeout=CLOSE_TIMEOUT_SECONDS)
+
+    @contextmanager
+    def _bound_to(self, connection: Session) -> Iterator[None]:
+        """``connection`` is this task's for the block: its statements go there."""
+        token = _BOUND.set({**_BOUND.get(), id(self): (anyio.get_current_task().id, connection)})
+        try:
+            yield
+        finally:
+            _BOUND.reset(token)
 
     async def rehearse(self, work: Callable[[], Awaitable[None]], *, connections: int) -> None:
         """Open up to ``connections`` connections now and rehearse ``work`` on each; every
@@ -255,21 +263,17 @@ class PostgresExecutor:
         asyncpg to prepare each statement, for the server to load its catalogs and
         plan the journal's function: 9-12 ms where a ready one took 4 ms.
         """
-        borrowed: list[Connection] = []
         try:
-            for _ in range(min(connections, self._pool.get_max_size())):
-                borrowed.append(
-                    await self._call(lambda: self._pool.acquire(timeout=ACQUIRE_TIMEOUT_SECONDS))
-                )
-            for connection in borrowed:
-                await self._rehearse_on(connection, work)
+            # All held at once, so that the pool opens as many as are asked for.
+            async with contextlib.AsyncExitStack() as held:
+                borrowed = [
+                    await held.enter_async_context(self._hold())
+                    for _ in range(min(connections, self._pool.get_max_size()))
+                ]
+                for connection in borrowed:
+                    await self._rehearse_on(connection, work)
         except StoreError as exc:
             log.warning("store.rehearsal_failed", error=exc.message)
-        finally:
-            with anyio.CancelScope(shield=True):
-                for connection in borrowed:
-                    with contextlib.suppress(*_DRIVER_ERRORS):
-                        await self._pool.release(connection, timeout=CLOSE_TIMEOUT_SECONDS)
         self._rehearsal = work
 
     async def _opened(self, connection: asyncpg.Connection[asyncpg.Record]) -> None:
@@ -277,12 +281,11 @@ class PostgresExecutor:
             await self._rehearse_on(connection, self._rehearsal)
 
     async def _rehearse_on(self, connection: Session, work: Callable[[], Awaitable[None]]) -> None:
-        token = _BOUND.set({**_BOUND.get(), id(self): (anyio.get_current_task().id, connection)})
         # As long as one statement may take, for all of them: a server that does not
         # answer must not hold a connection's first user for a timeout a statement.
         bound = self._options.command_timeout_seconds
         try:
-            with anyio.move_on_after(bound) as bounded:
+            with self._bound_to(connection), anyio.move_on_after(bound) as bounded:
                 transaction = await self._call(self._begin, connection)
                 try:
                     await work()
@@ -294,8 +297,6 @@ class PostgresExecutor:
         except StoreError as exc:
             # Only a head start is lost: the statements are planned at their first use.
             log.warning("store.rehearsal_failed", error=exc.message)
-        finally:
-            _BOUND.reset(token)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
