@@ -21,6 +21,10 @@ One command (``make bench-peers``) that measures, in one invocation:
    PG/SQLite ratios marked against their target (at least 1).
 7. ``bench/claims.py --workers 1,2,4`` and ``bench/memory.py --quick``, run as they are;
    whether claims grow from each worker count to the next is marked.
+8. How fast the machine ran plain Python meanwhile (``python_speed.py``, with
+   leaseward's interpreter, before each repetition and after the last): leaseward's
+   figures move with it and the raw limits do not, so it is what tells two runs of
+   this command apart.
 
 Every measurement is a subprocess of its own (``systems.py``) under a timeout.
 Within a repetition, the raw limits come first, then every N on every matrix
@@ -294,14 +298,41 @@ def progress(where: str, outcome: Outcome) -> None:
     print(f"{where}: {line} ({outcome.wall_seconds:.1f} s)", file=sys.stderr, flush=True)
 
 
+def python_speed(interpreter: Interpreter, timeout: float) -> float | None:
+    """ns an iteration of python_speed.py's loop with ``interpreter``, or None if it failed."""
+    if interpreter.error:
+        return None
+    try:
+        done = subprocess.run(
+            [str(interpreter.path), str(HERE / "python_speed.py")],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return None
+    return float(json.loads(lines[-1])["ns_per_iteration"])
+
+
 def run_all(
-    args: argparse.Namespace, runnable: Sequence[System], leaseward: Interpreter, peers: Interpreter
+    args: argparse.Namespace,
+    runnable: Sequence[System],
+    leaseward: Interpreter,
+    peers: Interpreter,
+    speeds: list[float | None],
 ) -> list[Outcome]:
+    """Every measurement, in order; ``speeds`` gets the machine's Python speed before
+    each repetition and after the last."""
     outcomes: list[Outcome] = []
     order = schedule(runnable, args.levels, args.pg_level)
     total = args.repeat * len(order)
     with tempfile.TemporaryDirectory(prefix="leaseward-peers-", dir=args.work_dir) as tmp:
         for repetition in range(1, args.repeat + 1):
+            speeds.append(python_speed(leaseward, args.timeout))
             for index, (system, level) in enumerate(order, 1):
                 outcome = measure(
                     system,
@@ -318,6 +349,7 @@ def run_all(
                 count = (repetition - 1) * len(order) + index
                 shown = f" N={level}" if level else ""
                 progress(f"[{count}/{total}] rep {repetition}{shown} {system.name}", outcome)
+    speeds.append(python_speed(leaseward, args.timeout))
     return outcomes
 
 
@@ -410,8 +442,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     runnable = [s for s in systems if s.name not in unavailable]
 
-    outcomes = run_all(args, runnable, leaseward, peers)
+    speeds: list[float | None] = []
+    outcomes = run_all(args, runnable, leaseward, peers, speeds)
     figures = report(args, outcomes, systems)
+    speed = tables.print_python_speed(speeds)
 
     found_scaling: dict[str, Any] = {}
     if want_scaling:
@@ -447,6 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "arch": platform.machine(),
             "os": f"{platform.system()} {platform.release()}",
+            "python_speed": speed,
         },
         "leaseward": {
             "commit": args.revision,

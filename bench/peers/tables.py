@@ -25,6 +25,7 @@ __all__ = [
     "print_loops",
     "print_matrix",
     "print_pg",
+    "print_python_speed",
     "print_ratios",
     "ratios",
     "summarize",
@@ -388,3 +389,20 @@ def print_pg(
         print(f"  {top}/{bottom} ({what}): {shown}{verdict}")
     print()
     return found
+
+
+def print_python_speed(samples: Sequence[float | None]) -> dict[str, Any]:
+    """The machine's Python speed over the run (python_speed.py, ns an iteration): its
+    samples and their spread, for the JSON."""
+    found = [sample for sample in samples if sample is not None]
+    if not found:
+        print("python speed: not measured")
+        return {"samples": list(samples)}
+    summary = spread(found)
+    print(
+        f"python speed (bench/peers/python_speed.py with leaseward's interpreter, before each "
+        f"repetition and after the last; lower is faster): {summary['median']:.0f} ns an "
+        f"iteration ({summary['min']:.0f}-{summary['max']:.0f}), {len(found)} samples"
+    )
+    print()
+    return {"samples": list(samples), **summary}

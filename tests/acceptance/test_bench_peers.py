@@ -106,6 +106,12 @@ def test_quick_run_reports_ratios_computed_from_its_own_measurements(tmp_path: P
     assert ratios[("leaseward-read/dbos", 10)]["value"] is None  # DBOS was not measured
     assert f"{journal['value']:.0%}" in printed
 
+    # The machine's Python speed, before the one repetition and after it.
+    speed = document["machine"]["python_speed"]
+    assert len(speed["samples"]) == 2 and all(sample > 0 for sample in speed["samples"])
+    assert speed["min"] <= speed["median"] <= speed["max"]
+    assert f"{speed['median']:.0f} ns an iteration" in printed
+
 
 def entry(system: str, level: int, steps: float, rows: float) -> dict[str, Any]:
     return {
@@ -207,3 +213,19 @@ def test_claims_are_marked_where_more_workers_claim_no_more() -> None:
     rows = [row(4, 1, 2400), row(1, 1, 1400), row(2, 1, 2450), row(1, 32, 22000), row(2, 32, 33000)]
 
     assert scaling.claim_growth(rows) == {1: [(1, 2, True), (2, 4, False)], 32: [(1, 2, True)]}
+
+
+def test_python_speed_summarizes_the_samples_that_were_taken(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    found = tables.print_python_speed([700.0, None, 500.0, 900.0])
+    assert found == {
+        "samples": [700.0, None, 500.0, 900.0],
+        "median": 700.0,
+        "min": 500.0,
+        "max": 900.0,
+    }
+    assert "700 ns an iteration (500-900), 3 samples" in capsys.readouterr().out
+
+    assert tables.print_python_speed([None]) == {"samples": [None]}
+    assert "python speed: not measured" in capsys.readouterr().out
