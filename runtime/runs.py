@@ -88,7 +88,10 @@ class RunRecord:
 
     def info(self) -> RunInfo:
         # Every field of a RunInfo is a RunRecord's, under the same name.
-        return RunInfo(**{field.name: getattr(self, field.name) for field in attrs.fields(RunInfo)})
+        return RunInfo(**{name: getattr(self, name) for name in _INFO_FIELDS})
+
+
+_INFO_FIELDS = tuple(field.name for field in attrs.fields(RunInfo))
 
 
 @attrs.frozen

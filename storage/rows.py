@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import operator
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -92,14 +93,45 @@ RUN_COLUMNS = _columns(RunRecord)
 STEP_COLUMNS = _columns(StepInfo)
 
 
+_Reading = tuple[Callable[[Row], Any], tuple[tuple[str, Callable[[Any], Any] | None], ...]]
+"""How rows of one shape read back: what takes their values, in order, and each value's
+field with its reader (None where the stored value is the field's)."""
+
+_READINGS: dict[tuple[type[Any], tuple[str, ...], bool], _Reading] = {}
+
+
+def _reading(columns: tuple[_Column, ...], keys: tuple[str, ...], by_name: bool) -> _Reading:
+    """A field for each column in ``keys``, and for each one missing that has no default
+    a KeyError: a query that does not select it is a bug."""
+    where = {name: index for index, name in enumerate(keys)}
+    read = [column for column in columns if column.name in where]
+    for column in columns:
+        if column.name not in where and not column.has_default:
+            raise KeyError(f"the row has no column {column.name!r}")
+    at = [column.name if by_name else where[column.name] for column in read]
+    take = operator.itemgetter(*at)
+    fields = tuple(
+        (column.field, None if column.read is _as_stored else column.read) for column in read
+    )
+    if len(at) == 1:
+        return (lambda row: (take(row),)), fields
+    return take, fields
+
+
 def _from_row(model: type[T], columns: tuple[_Column, ...], row: Row) -> T:
-    # Its keys, not the row: ``in`` on a sqlite3.Row looks among the values.
-    selected = set(row.keys())
+    # A store's rows (sqlite3.Row, asyncpg's Record) are read by position: by name,
+    # sqlite3.Row looks for each name among all of its columns.
+    keys = tuple(row.keys())
+    by_name = isinstance(row, dict)
+    shape = (model, keys, by_name)
+    reading = _READINGS.get(shape)
+    if reading is None:
+        reading = _READINGS[shape] = _reading(columns, keys, by_name)
+    take, fields = reading
     return model(
         **{
-            column.field: column.read(row[column.name])
-            for column in columns
-            if column.name in selected or not column.has_default
+            field: value if read is None else read(value)
+            for (field, read), value in zip(fields, take(row), strict=True)
         }
     )
 

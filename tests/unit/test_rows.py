@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 import attrs
+import pytest
 
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
 from leaseward.runtime.runs import RunInfo, RunRecord
+from leaseward.storage.executor import Row
 from leaseward.storage.rows import RUN_COLUMNS, run_from_row
 
 ROW: dict[str, Any] = {
@@ -68,3 +71,32 @@ def test_a_run_as_users_see_it_is_read_from_its_record() -> None:
     assert {field.name for field in attrs.fields(RunInfo)} <= {
         field.name for field in attrs.fields(RunRecord)
     }
+
+
+def _sqlite_row(columns: dict[str, Any]) -> Row:
+    """A row as SQLite's executor returns it."""
+    connection = sqlite3.connect(":memory:")
+    connection.row_factory = sqlite3.Row
+    names = ", ".join(f"? AS {name}" for name in columns)
+    row: Row = connection.execute(f"SELECT {names}", tuple(columns.values())).fetchone()
+    connection.close()
+    return row
+
+
+def test_a_store_row_reads_back_as_its_mapping_does_whatever_the_order_of_its_columns() -> None:
+    as_selected = _sqlite_row(ROW)
+    reversed_order = _sqlite_row(dict(reversed(list(ROW.items()))))
+    with_clock = _sqlite_row({**ROW, "read_at": 9.0})
+
+    assert run_from_row(as_selected) == run_from_row(ROW)
+    assert run_from_row(reversed_order) == run_from_row(ROW)
+    assert run_from_row(with_clock).read_at == 9.0
+    assert run_from_row(as_selected).read_at is None
+
+
+def test_a_row_without_a_column_its_record_needs_is_refused() -> None:
+    without_state = {name: value for name, value in ROW.items() if name != "state"}
+    with pytest.raises(KeyError, match="'state'"):
+        run_from_row(without_state)
+    with pytest.raises(KeyError, match="'state'"):
+        run_from_row(_sqlite_row(without_state))
