@@ -3,7 +3,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run console console-screenshots embedded test test-fast lint typecheck docs check-model bench bench-peers bench-leases bench-console soak demo-crash clean
+.PHONY: run console console-screenshots embedded test test-fast lint typecheck docs check-model bench bench-instructions bench-peers bench-leases bench-console soak demo-crash clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,22 @@ $(CHROMIUM_STAMP): | $(BIN)/python
 
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
+VALGRIND_STAMP := $(VENV)/.valgrind
+
+# valgrind, which bench/step_instructions.py counts a step's instructions with (and its
+# test runs): from the distribution's packages when it is missing.
+$(VALGRIND_STAMP): | $(BIN)/python
+	@if command -v valgrind >/dev/null 2>&1; then \
+		touch $@; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		if [ "$$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi; \
+		echo "installing valgrind from the distribution's packages"; \
+		{ $$sudo apt-get update && $$sudo apt-get install -y valgrind && touch $@; } || \
+			echo "could not install valgrind: bench/step_instructions.py cannot run"; \
+	else \
+		echo "no valgrind and no apt-get: bench/step_instructions.py cannot run"; \
+	fi
+
 # Screenshots of every console page into docs/images (docs/guides/console.md shows them).
 console-screenshots: $(STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/python -m tests.acceptance.console_screenshots docs/images
@@ -87,7 +103,7 @@ typecheck: $(STAMP)
 # after the rest.
 TEST_WORKERS ?= 2
 
-test: lint typecheck $(CHROMIUM_STAMP)
+test: lint typecheck $(CHROMIUM_STAMP) $(VALGRIND_STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not serial"
 	$(BIN)/python -m pytest -m serial
 
@@ -122,6 +138,11 @@ check-model: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/steps.py
+
+# The instructions a durable step costs, by layer, counted by valgrind: unlike a time,
+# no other load on the machine moves them. About six minutes.
+bench-instructions: $(STAMP) $(VALGRIND_STAMP)
+	$(BIN)/python bench/step_instructions.py
 
 PEERS_VENV := bench/.venv-peers
 PEERS_STAMP := $(PEERS_VENV)/.installed
