@@ -15,10 +15,11 @@ from leaseward.runtime.errors import AuditPersistenceFailed, StoreError
 from leaseward.runtime.journal import StepInfo, StepWrite
 from leaseward.runtime.lifecycle import StepKind
 from leaseward.runtime.machine.commands import (
-    CheckAdmission,
+    AFTER_INTENT,
+    CHECK_ADMISSION,
+    LEASE_RENEWED,
     Command,
     Commit,
-    CrashPoint,
     Log,
     Metric,
     Park,
@@ -149,7 +150,7 @@ class CommittingSteps(MachineCore):
                 self.in_doubt = False
                 if self.observing:
                     observed.append(Log.of("debug", "lease.renewed", seconds=self.lease_seconds))
-                observed.append(Metric("lease_renewed"))
+                observed.append(LEASE_RENEWED)
             if sending.first_try is None:
                 self.buffer = self.buffer.stored()
             elif isinstance(sending.first_try, Refused) and sending.first_try.data_error:
@@ -242,7 +243,7 @@ class CommittingSteps(MachineCore):
         if isinstance(purpose, Intent):
             if failed is None:
                 self.phase = Admitting(purpose.turn)
-                return (*purpose.after, CrashPoint("after_intent"), CheckAdmission())
+                return (*purpose.after, AFTER_INTENT, CHECK_ADMISSION)
             # The settlement withdraws the intent even when the store says it is not
             # stored: withdrawing one that is not there changes nothing, while an
             # intent a store committed but answered as refused would otherwise be
@@ -288,7 +289,7 @@ class CommittingSteps(MachineCore):
         if isinstance(purpose, Renewal):
             if failed is None:
                 self.phase = Admitting(purpose.call, renewed=True)
-                return (CheckAdmission(),)
+                return (CHECK_ADMISSION,)
             return self._not_admitted(
                 f"the lease could not be renewed for the next call: {failed.error}"
             )

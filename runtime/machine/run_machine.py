@@ -18,7 +18,7 @@ from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Event, Reason, RecoveryPolicy, RunMode, StepKind
 from leaseward.runtime.machine.admission import AdmissionSteps
-from leaseward.runtime.machine.commands import CheckAdmission, Command, LoadJournal, Log
+from leaseward.runtime.machine.commands import CHECK_ADMISSION, Command, LoadJournal, Log
 from leaseward.runtime.machine.committing import CommittingSteps
 from leaseward.runtime.machine.events import (
     AdmissionCheck,
@@ -198,4 +198,4 @@ class RunMachine(
                 )
             )
         self.phase = Admitting(ProviderTurn())
-        return (CheckAdmission(),)
+        return (CHECK_ADMISSION,)

@@ -14,7 +14,15 @@ from leaseward.runtime.errors import CallTimedOut, InvalidInput, StoreError
 from leaseward.runtime.human_requests import Decision, HumanRequest
 from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, Reason, StepKind, StepStatus
-from leaseward.runtime.machine.commands import CheckAdmission, Command, CrashPoint, Log, Metric
+from leaseward.runtime.machine.commands import (
+    AFTER_CALL,
+    AFTER_INTENT,
+    BEFORE_INTENT,
+    CHECK_ADMISSION,
+    Command,
+    Log,
+    Metric,
+)
 from leaseward.runtime.machine.core import CheckedArguments, MachineCore
 from leaseward.runtime.machine.events import (
     CutOff,
@@ -108,12 +116,12 @@ class ToolCallSteps(MachineCore):
         )
         if not turn.needs_intent:
             self.phase = Admitting(turn)
-            return (CrashPoint("before_intent"), CrashPoint("after_intent"), CheckAdmission())
+            return (BEFORE_INTENT, AFTER_INTENT, CHECK_ADMISSION)
         if pending.turn_seq in self.buffer.dropped_turns:
             # G2: stored alone, the intent would be ignored on resume, the model asked
             # again and the call maybe made twice. A retry asks for a turn that stays.
             return (
-                CrashPoint("before_intent"),
+                BEFORE_INTENT,
                 *self._fail(
                     Failure.of(
                         StoreError(
@@ -132,7 +140,7 @@ class ToolCallSteps(MachineCore):
         self.unstarted_intent = base
         used = () if gate is None or gate.request is None else self._decision_used(gate.request)
         return (
-            CrashPoint("before_intent"),
+            BEFORE_INTENT,
             *self._send(Intent(turn, used), (base,), after_pending=True),
         )
 
@@ -191,13 +199,13 @@ class ToolCallSteps(MachineCore):
         call = turn.pending.call
         if isinstance(event, ToolReturned):
             return (
-                CrashPoint("after_call"),
+                AFTER_CALL,
                 *self._finish(turn, StepStatus.SUCCEEDED, event.result),
             )
         if isinstance(event, ToolFailed):
             output = {"error": event.message}
             return (
-                CrashPoint("after_call"),
+                AFTER_CALL,
                 *self._finish(turn, StepStatus.FAILED, output, event.message),
             )
         if isinstance(event, TimedOut):
