@@ -10,6 +10,7 @@ import attrs
 
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered
 from leaseward.runtime.conversation import usage_from_json
+from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.encoding import load_json
 from leaseward.runtime.errors import AuditPersistenceFailed, StoreError
 from leaseward.runtime.journal import StepInfo, StepWrite
@@ -50,6 +51,13 @@ from leaseward.runtime.machine.state import WAITING_STATES, Failure
 from leaseward.runtime.settlements import Settlement
 
 __all__ = ["CommittingSteps"]
+
+# A metric per kind and effect of step, made once, as the commands shared in commands.py.
+_STEP_RECORDED = {
+    (kind, effect): Metric("step_recorded", (kind, effect))
+    for kind in StepKind
+    for effect in (None, *ToolEffect)
+}
 
 # What each purpose of a commit is sent as.
 _COMMANDS: dict[type[Any], type[Commit]] = {
@@ -182,7 +190,7 @@ class CommittingSteps(MachineCore):
                         status=step.status.value,
                     )
                 )
-            observed.append(Metric("step_recorded", (step.kind, step.effect)))
+            observed.append(_STEP_RECORDED[step.kind, step.effect])
             if (
                 step.kind is StepKind.PROVIDER
                 and step.output_json is not None
