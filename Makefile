@@ -140,7 +140,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/steps.py
 
 # The instructions a durable step costs, by layer, counted by valgrind: unlike a time,
-# no other load on the machine moves them. About six minutes.
+# no other load on the machine moves them. About seven minutes.
 bench-instructions: $(STAMP) $(VALGRIND_STAMP)
 	$(BIN)/python bench/step_instructions.py
 
