@@ -8,7 +8,7 @@ import json
 import operator
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, Union
 
 import attrs
@@ -120,9 +120,10 @@ def _reading(columns: tuple[_Column, ...], keys: tuple[str, ...], by_name: bool)
 
 def _from_row(model: type[T], columns: tuple[_Column, ...], row: Row) -> T:
     # A store's rows (sqlite3.Row, asyncpg's Record) are read by position: by name,
-    # sqlite3.Row looks for each name among all of its columns.
+    # sqlite3.Row looks for each name among all of its columns. Neither is a Mapping:
+    # a Mapping is read by name, all that it promises.
     keys = tuple(row.keys())
-    by_name = isinstance(row, dict)
+    by_name = isinstance(row, Mapping)
     shape = (model, keys, by_name)
     reading = _READINGS.get(shape)
     if reading is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import types
 from typing import Any
 
 import attrs
@@ -89,6 +90,7 @@ def test_a_store_row_reads_back_as_its_mapping_does_whatever_the_order_of_its_co
     with_clock = _sqlite_row({**ROW, "read_at": 9.0})
 
     assert run_from_row(as_selected) == run_from_row(ROW)
+    assert run_from_row(types.MappingProxyType(ROW)) == run_from_row(ROW)
     assert run_from_row(reversed_order) == run_from_row(ROW)
     assert run_from_row(with_clock).read_at == 9.0
     assert run_from_row(as_selected).read_at is None
