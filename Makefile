@@ -41,41 +41,40 @@ run: $(STAMP)
 console: $(STAMP)
 	$(BIN)/leaseward console --store $(DEMO_STORE)
 
-CHROMIUM_STAMP := $(VENV)/.chromium
-
-# The browser the console's tests drive: Chromium from the distribution's packages,
-# installed when it is missing (as root, or through sudo). Playwright never downloads
-# one. Where it cannot be installed, the browser tests say so (.ci/run makes that a
-# failure).
-$(CHROMIUM_STAMP): | $(BIN)/python
-	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then \
+# $(call system_package,COMMANDS,PACKAGE,WHAT NEEDS IT): the recipe of a stamp that
+# stands for a program from the distribution's packages. Touched when one of COMMANDS
+# is on PATH; else PACKAGE is installed with apt-get (as root, or through sudo); where
+# it cannot be, one line says what cannot run, and the stamp is not made.
+define system_package
+	@if $(foreach command,$(1),command -v $(command) >/dev/null 2>&1 ||) false; then \
 		touch $@; \
 	elif command -v apt-get >/dev/null 2>&1; then \
 		if [ "$$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi; \
-		echo "installing Chromium from the distribution's packages"; \
-		{ $$sudo apt-get update && $$sudo apt-get install -y chromium && touch $@; } || \
-			echo "could not install Chromium: the console's browser tests cannot run"; \
+		echo "installing $(2) from the distribution's packages"; \
+		{ $$sudo apt-get update && $$sudo apt-get install -y $(2) && touch $@; } || \
+			echo "could not install $(2): $(3)"; \
 	else \
-		echo "no Chromium and no apt-get: the console's browser tests cannot run"; \
+		echo "no $(2) and no apt-get: $(3)"; \
 	fi
+endef
+
+CHROMIUM_STAMP := $(VENV)/.chromium
+
+# The browser the console's tests drive: Chromium from the distribution's packages.
+# Playwright never downloads one. Where it cannot be installed, the browser tests say
+# so (.ci/run makes that a failure).
+$(CHROMIUM_STAMP): | $(BIN)/python
+	$(call system_package,chromium chromium-browser,chromium,the console's browser tests cannot run)
 
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 VALGRIND_STAMP := $(VENV)/.valgrind
 
 # valgrind, which bench/step_instructions.py counts a step's instructions with (and its
-# test runs): from the distribution's packages when it is missing.
+# test runs). Where it cannot be installed, that test says so (.ci/run makes that a
+# failure).
 $(VALGRIND_STAMP): | $(BIN)/python
-	@if command -v valgrind >/dev/null 2>&1; then \
-		touch $@; \
-	elif command -v apt-get >/dev/null 2>&1; then \
-		if [ "$$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi; \
-		echo "installing valgrind from the distribution's packages"; \
-		{ $$sudo apt-get update && $$sudo apt-get install -y valgrind && touch $@; } || \
-			echo "could not install valgrind: bench/step_instructions.py cannot run"; \
-	else \
-		echo "no valgrind and no apt-get: bench/step_instructions.py cannot run"; \
-	fi
+	$(call system_package,valgrind,valgrind,bench/step_instructions.py cannot run)
 
 # Screenshots of every console page into docs/images (docs/guides/console.md shows them).
 console-screenshots: $(STAMP) $(CHROMIUM_STAMP)
