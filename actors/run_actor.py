@@ -120,6 +120,10 @@ class RunActor:
         )
         self._log = log.bind(run_id=run.id, epoch=run.epoch, worker_id=worker_id, agent=agent.name)
         self._trace = RunTrace(run, agent, worker_id, settings.tracing)
+        # Both asked at every event: whether the attempt's span records is set for good
+        # as it starts, and the logger's check is taken once, bound to its level.
+        self._recording = self._trace.recording
+        self._info_enabled = self._log.enabled_check("info")
         # Shielded while a write with an intent is in flight (G13).
         self._scope: anyio.CancelScope | None = None
         self._cut_off = False
@@ -240,7 +244,7 @@ class RunActor:
 
     def _see_observers(self) -> None:
         # Asked at every event: a level may be lowered while the run goes on.
-        self._machine.observing = self._trace.recording or self._log.enabled_for("info")
+        self._machine.observing = self._recording or self._info_enabled()
 
     def _see_drain(self) -> None:
         if self._draining is not None and self._draining.is_set():

@@ -77,7 +77,10 @@ def _check_shape(value: Any, what: str) -> None:
                 if isinstance(inner, _CONTAINERS):
                     stack.append((inner, depth + 1))
         else:
-            stack.extend((inner, depth + 1) for inner in item if isinstance(inner, _CONTAINERS))
+            # A loop, not a generator for extend(): most lists hold a few scalars.
+            for inner in item:
+                if isinstance(inner, _CONTAINERS):
+                    stack.append((inner, depth + 1))
 
 
 def dump_json(value: Any, *, what: str = "value", limit: int | None = None) -> str:

@@ -11,9 +11,10 @@ call :func:`configure_logging`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import structlog
@@ -125,6 +126,11 @@ class LeasewardLogger(structlog.stdlib.BoundLogger):
         """Whether a call of ``method_name`` would be emitted: a caller that builds an
         event's fields only for it asks first."""
         return self._logger.isEnabledFor(_METHOD_LEVELS[method_name])
+
+    def enabled_check(self, method_name: str) -> Callable[[], bool]:
+        """``enabled_for(method_name)`` as a callable of its own, for a caller that asks
+        at every step: the logging logger's own check, with nothing between."""
+        return functools.partial(self._logger.isEnabledFor, _METHOD_LEVELS[method_name])
 
     def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
         if not self._logger.isEnabledFor(logging.DEBUG):

@@ -119,16 +119,8 @@ class MachineCore(abc.ABC):
 
     # -- the state's own bookkeeping -------------------------------------------------
 
-    # These two run on every step: built field by field, as attrs.evolve costs a
-    # look-up of every field each time.
-    def _take_seq(self) -> int:
-        talk = self.conversation
-        seq = talk.next_seq
-        self.conversation = Conversation(
-            talk.messages, seq + 1, talk.turns, talk.pending, talk.final
-        )
-        return seq
-
+    # Runs at every call: built field by field, as attrs.evolve costs a look-up of
+    # every field each time.
     def _say(self, message: Message) -> None:
         talk = self.conversation
         self.conversation = Conversation(

@@ -54,7 +54,9 @@ class ProviderSteps(MachineCore):
         reply = event.reply
         if not isinstance(reply, ProviderReply):
             raise InvalidInput(f"the provider returned {type(reply).__name__}, not ProviderReply")
-        seq = self._take_seq()
+        talk = self.conversation
+        # The seq is taken with the turn's own Conversation below, in one value.
+        seq = talk.next_seq
         reply = normalize_reply(reply, seq)
         usage = reply.usage
         observed: tuple[Command, ...] = ()
@@ -80,10 +82,9 @@ class ProviderSteps(MachineCore):
             ),
             started_at=phase.started_at,
         )
-        talk = self.conversation
         self.conversation = Conversation(
             (*talk.messages, Message(Role.ASSISTANT, reply.text, tool_calls=reply.tool_calls)),
-            talk.next_seq,
+            seq + 1,
             talk.turns + 1,
             tuple(pending_calls(self.run_id, seq, reply)),
             None if reply.tool_calls else reply,

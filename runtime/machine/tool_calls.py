@@ -55,9 +55,6 @@ class ToolCallSteps(MachineCore):
         """Make the next call the model asked for, or answer it as a person decided."""
         talk = self.conversation
         pending = talk.pending[0]
-        self.conversation = Conversation(
-            talk.messages, talk.next_seq, talk.turns, talk.pending[1:], talk.final
-        )
         call = pending.call
         open_attempt = pending.open_attempt
         request = self._request(pending)
@@ -69,6 +66,9 @@ class ToolCallSteps(MachineCore):
             # its schema changed), the journal says a non-idempotent call may have run.
             # An approved call's intent consumed its approval, whatever its effect: the
             # approval authorised one execution, and that one may have happened.
+            self.conversation = Conversation(
+                talk.messages, talk.next_seq, talk.turns, talk.pending[1:], talk.final
+            )
             return self._settle(
                 Settlement(
                     Event.DEAD_LETTER,
@@ -77,13 +77,18 @@ class ToolCallSteps(MachineCore):
                     f"{open_attempt.epoch}; its outcome is unknown",
                 )
             )
+        # The call leaves the pending ones and takes its seq, in one new Conversation.
+        seq = talk.next_seq
+        self.conversation = Conversation(
+            talk.messages, seq + 1, talk.turns, talk.pending[1:], talk.final
+        )
         bound = self.agent.tools.get(call.name)
         effect = self.agent.effects.effect_for(call.name)
         arguments_json, rejection, checked_arguments = (
             checked if checked is not None else self._check_arguments(bound, call)
         )
         base = StepWrite(
-            seq=self._take_seq(),
+            seq=seq,
             kind=StepKind.TOOL,
             status=StepStatus.STARTED,
             tool=call.name,
