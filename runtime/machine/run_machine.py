@@ -7,7 +7,8 @@ combines, over the state in ``core``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 
@@ -30,7 +31,9 @@ from leaseward.runtime.machine.events import (
     LeaseRenewed,
     LoadFailed,
     MachineEvent,
+    ProviderReplied,
     ReadFailed,
+    ToolReturned,
     UnexpectedEvent,
 )
 from leaseward.runtime.machine.gates import GateSteps
@@ -99,6 +102,16 @@ class RunMachine(
 
     def feed(self, event: MachineEvent) -> tuple[Command, ...]:
         phase = self.phase
+        answer = _ANSWERS.get((type(phase), type(event)))
+        if answer is not None:
+            try:
+                # By name: a machine of a subclass answers with its own step.
+                step: Callable[[Any, Any], tuple[Command, ...]] = getattr(self, answer)
+                return step(phase, event)
+            except UnexpectedEvent:
+                raise
+            except Exception as exc:
+                return self._failed_to_record(exc)
         if isinstance(phase, Stopped):
             raise UnexpectedEvent(f"the attempt is over; {type(event).__name__} came after")
         if isinstance(event, LeaseRenewed):
@@ -116,11 +129,14 @@ class RunMachine(
         except UnexpectedEvent:
             raise
         except Exception as exc:
-            # Something the model or a tool gave cannot be journaled (InvalidInput, a
-            # result encoder's error): the attempt fails, as any failure does.
-            if isinstance(self.phase, Sending) and isinstance(self.phase.purpose, Settling):
-                raise
-            return self._fail(Failure.of(exc))
+            return self._failed_to_record(exc)
+
+    def _failed_to_record(self, exc: Exception) -> tuple[Command, ...]:
+        """Something the model or a tool gave cannot be journaled (InvalidInput, a result
+        encoder's error): the attempt fails, as any failure does."""
+        if isinstance(self.phase, Sending) and isinstance(self.phase.purpose, Settling):
+            raise exc
+        return self._fail(Failure.of(exc))
 
     def _dispatch(self, phase: Phase, event: MachineEvent) -> tuple[Command, ...]:
         if isinstance(phase, Loading):
@@ -143,7 +159,7 @@ class RunMachine(
         elif isinstance(phase, Asking):
             return self._provider_event(phase, event)
         elif isinstance(phase, Calling):
-            return self._tool_event(phase.turn, event)
+            return self._tool_event(phase, event)
         raise UnexpectedEvent(f"{type(event).__name__} does not answer {type(phase).__name__}")
 
     # -- the loop --------------------------------------------------------------------
@@ -199,3 +215,15 @@ class RunMachine(
             )
         self.phase = Admitting(ProviderTurn())
         return (CHECK_ADMISSION,)
+
+
+# The commonest steps by the types of the phase and of the event that answers it: one
+# look-up instead of a chain of type checks at every event. Any other pair (news
+# between actions, a stopped machine, an event that answers nothing) goes through
+# feed's checks in full.
+_ANSWERS: dict[tuple[type, type], str] = {
+    (Admitting, AdmissionCheck): "_admission",
+    (Sending, Committed): "_committed",
+    (Asking, ProviderReplied): "_provider_event",
+    (Calling, ToolReturned): "_tool_event",
+}

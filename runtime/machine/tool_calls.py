@@ -35,7 +35,15 @@ from leaseward.runtime.machine.events import (
     ToolReturned,
     UnexpectedEvent,
 )
-from leaseward.runtime.machine.phases import Admitting, Intent, Outcome, Raised, Soft, ToolTurn
+from leaseward.runtime.machine.phases import (
+    Admitting,
+    Calling,
+    Intent,
+    Outcome,
+    Raised,
+    Soft,
+    ToolTurn,
+)
 from leaseward.runtime.machine.state import Conversation, Failure, describe
 from leaseward.runtime.messages import ToolCall
 from leaseward.runtime.settlements import Settlement
@@ -200,7 +208,8 @@ class ToolCallSteps(MachineCore):
             return arguments_json, f"invalid arguments for {name}: {exc.message}", {}
         return arguments_json, None, checked
 
-    def _tool_event(self, turn: ToolTurn, event: MachineEvent) -> tuple[Command, ...]:
+    def _tool_event(self, phase: Calling, event: MachineEvent) -> tuple[Command, ...]:
+        turn = phase.turn
         call = turn.pending.call
         if isinstance(event, ToolReturned):
             return (
