@@ -54,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
+import msgspec
 
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.journal import StepWrite
@@ -87,8 +87,7 @@ __all__ = [
 ]
 
 
-@attrs.frozen
-class Log:
+class Log(msgspec.Struct, frozen=True):
     level: str
     event: str
     fields: tuple[tuple[str, Any], ...] = ()
@@ -99,35 +98,29 @@ class Log:
         return cls(level, event, tuple(fields.items()))
 
 
-@attrs.frozen
-class Metric:
+class Metric(msgspec.Struct, frozen=True):
     name: str
     args: tuple[Any, ...] = ()
 
 
-@attrs.frozen
-class CrashPoint:
+class CrashPoint(msgspec.Struct, frozen=True):
     name: str
 
 
-@attrs.frozen
-class LoadJournal:
+class LoadJournal(msgspec.Struct, frozen=True):
     pass
 
 
-@attrs.frozen
-class CheckAdmission:
+class CheckAdmission(msgspec.Struct, frozen=True):
     pass
 
 
-@attrs.frozen
-class AskProvider:
+class AskProvider(msgspec.Struct, frozen=True):
     request: ProviderRequest
     timeout_seconds: float
 
 
-@attrs.frozen
-class CallTool:
+class CallTool(msgspec.Struct, frozen=True):
     tool: str
     call_id: str
     arguments: Mapping[str, Any]
@@ -139,50 +132,41 @@ class CallTool:
     """A write whose intent is durable: nothing but a cut-off may interrupt it."""
 
 
-@attrs.frozen
-class Commit:
+class Commit(msgspec.Struct, frozen=True):
     steps: tuple[StepWrite, ...]
     lease_seconds: float
     settlement: Settlement | None = None
 
 
-@attrs.frozen
-class RecordSoft(Commit):
+class RecordSoft(Commit, frozen=True):
     """Fail-soft records: a provider turn, a read's outcome, a refused or answered call."""
 
 
-@attrs.frozen
-class RecordIntent(Commit):
+class RecordIntent(Commit, frozen=True):
     """A write's intent, behind every pending record: the call waits on it."""
 
 
-@attrs.frozen
-class RecordOutcome(Commit):
+class RecordOutcome(Commit, frozen=True):
     """The outcome of a call that had an intent."""
 
 
-@attrs.frozen
-class Renew(Commit):
+class Renew(Commit, frozen=True):
     """A lease renewal before a call (with any pending records)."""
 
 
-@attrs.frozen
-class Settle(Commit):
+class Settle(Commit, frozen=True):
     """The attempt's settlement, with any unstarted intent withdrawn."""
 
 
-@attrs.frozen
-class Park(Settle):
+class Park(Settle, frozen=True):
     """A settlement that parks the run until people decide its requests."""
 
 
-@attrs.frozen
-class ReadBack:
+class ReadBack(msgspec.Struct, frozen=True):
     """Read the run's journal: a commit went unanswered."""
 
 
-@attrs.frozen
-class Stop:
+class Stop(msgspec.Struct, frozen=True):
     settlement: Settlement | None
     """The settlement stored, or None if none was."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
+import msgspec
 
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored, Unanswered
 from leaseward.runtime.conversation import usage_from_json
@@ -167,7 +167,7 @@ class CommittingSteps(MachineCore):
                 observed.append(self._drop(self.buffer.pending, sending.first_try.error))
             return (*observed, *self._done(sending, None))
         if sending.first_try is None and sending.resent and not sending.after_pending:
-            retry = attrs.evolve(sending, resent=(), first_try=outcome)
+            retry = msgspec.structs.replace(sending, resent=(), first_try=outcome)
             return (
                 Log.of("warning", "step.deferred", count=len(sending.resent), error=outcome.error),
                 *self._commit(retry),
@@ -238,7 +238,7 @@ class CommittingSteps(MachineCore):
                 # would get every later record of this run refused along with it.
                 observed = (self._drop(sending.fresh, failed.error),)
             elif failed is not None:
-                self.buffer = attrs.evolve(
+                self.buffer = msgspec.structs.replace(
                     self.buffer, pending=(*self.buffer.pending, *sending.fresh)
                 )
                 observed = tuple(

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 import attrs
+import msgspec
 
 from leaseward.runtime.agents import Agent
 from leaseward.runtime.approvals import Gate
@@ -54,6 +55,9 @@ def _frozen(value: Any) -> Any:
         return tuple(_frozen(item) for item in value)
     if isinstance(value, set | frozenset):
         return frozenset(_frozen(item) for item in value)
+    if isinstance(value, msgspec.Struct):
+        names = value.__struct_fields__
+        return (type(value).__name__, tuple(_frozen(getattr(value, name)) for name in names))
     if attrs.has(type(value)):
         fields = attrs.fields(type(value))
         return (type(value).__name__, tuple(_frozen(getattr(value, f.name)) for f in fields))

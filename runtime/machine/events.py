@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
+import msgspec
 
 from leaseward.runtime.commits import CommitOutcome
 from leaseward.runtime.human_requests import HumanRequest
@@ -38,112 +38,94 @@ __all__ = [
 ]
 
 
-@attrs.frozen
-class JournalLoaded:
+class JournalLoaded(msgspec.Struct, frozen=True):
     steps: tuple[StepInfo, ...]
     requests: tuple[HumanRequest, ...] = ()
 
 
-@attrs.frozen
-class LoadFailed:
+class LoadFailed(msgspec.Struct, frozen=True):
     error: Exception
 
 
-@attrs.frozen
-class Committed:
+class Committed(msgspec.Struct, frozen=True):
     outcome: CommitOutcome
     sent_at: float
     """Monotonic time the commit was sent: a renewal's lease runs from then."""
 
 
-@attrs.frozen
-class JournalRead:
+class JournalRead(msgspec.Struct, frozen=True):
     steps: tuple[StepInfo, ...]
 
 
-@attrs.frozen
-class ReadFailed:
+class ReadFailed(msgspec.Struct, frozen=True):
     error: str
 
 
-@attrs.frozen
-class AdmissionCheck:
+class AdmissionCheck(msgspec.Struct, frozen=True):
     now: float
     """Monotonic."""
     wall: float
     """Wall clock: when the call begins, for its journal row."""
 
 
-@attrs.frozen
-class ProviderReplied:
+class ProviderReplied(msgspec.Struct, frozen=True):
     reply: Any
     """What the provider returned; anything but a ProviderReply fails the attempt."""
     latency_ms: float | None = None
 
 
-@attrs.frozen
-class ProviderFailed:
+class ProviderFailed(msgspec.Struct, frozen=True):
     error: Exception
 
 
-@attrs.frozen
-class ToolReturned:
+class ToolReturned(msgspec.Struct, frozen=True):
     result: Any
 
 
-@attrs.frozen
-class ToolFailed:
+class ToolFailed(msgspec.Struct, frozen=True):
     """The tool raised ToolError: a failure it reports to the model."""
 
     message: str
 
 
-@attrs.frozen
-class ToolRaised:
+class ToolRaised(msgspec.Struct, frozen=True):
     """The tool raised something other than ToolError."""
 
     error: Exception
 
 
-@attrs.frozen
-class ToolNotStarted:
+class ToolNotStarted(msgspec.Struct, frozen=True):
     """The tool raised CallNotStarted: its request never left the process."""
 
     error: Exception
 
 
-@attrs.frozen
-class TimedOut:
+class TimedOut(msgspec.Struct, frozen=True):
     """The call in flight did not return within its own timeout."""
 
 
-@attrs.frozen
-class CutOff:
+class CutOff(msgspec.Struct, frozen=True):
     """The keeper cancelled the call in flight: its lease could not be renewed."""
 
     reason: str
 
 
-@attrs.frozen
-class LeaseLost:
+class LeaseLost(msgspec.Struct, frozen=True):
     """The store no longer holds the run at this epoch (seen by the keeper)."""
 
 
-@attrs.frozen
-class LeaseRenewed:
+class LeaseRenewed(msgspec.Struct, frozen=True):
     """The keeper renewed the lease while a call ran."""
 
     deadline: float
     cancel_requested: bool = False
 
 
-@attrs.frozen
-class Cancelled:
+class Cancelled(msgspec.Struct, frozen=True):
     """The worker is stopping this attempt."""
 
 
-@attrs.frozen
-class DrainRequested:
+class DrainRequested(msgspec.Struct, frozen=True):
     """The worker is draining: the run is released at its next step boundary."""
 
 

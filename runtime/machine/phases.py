@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
+import msgspec
 
 from leaseward.runtime.commits import CommitOutcome, Unanswered
 from leaseward.runtime.conversation import PendingCall
@@ -38,13 +38,11 @@ __all__ = [
 ]
 
 
-@attrs.frozen
-class ProviderTurn:
+class ProviderTurn(msgspec.Struct, frozen=True):
     pass
 
 
-@attrs.frozen
-class ToolTurn:
+class ToolTurn(msgspec.Struct, frozen=True):
     pending: PendingCall
     base: StepWrite
     arguments: Mapping[str, Any]
@@ -56,36 +54,30 @@ class ToolTurn:
 
 
 # What happens once a commit is answered.
-@attrs.frozen
-class Soft:
+class Soft(msgspec.Struct, frozen=True):
     after: tuple[Log | Metric, ...] = ()
     then_fail: Failure | None = None
 
 
-@attrs.frozen
-class Intent:
+class Intent(msgspec.Struct, frozen=True):
     turn: ToolTurn
     after: tuple[Log | Metric, ...] = ()
 
 
-@attrs.frozen
-class Outcome:
+class Outcome(msgspec.Struct, frozen=True):
     step: StepWrite
 
 
-@attrs.frozen
-class Raised:
+class Raised(msgspec.Struct, frozen=True):
     step: StepWrite
     failure: Failure
 
 
-@attrs.frozen
-class Renewal:
+class Renewal(msgspec.Struct, frozen=True):
     call: ProviderTurn | ToolTurn
 
 
-@attrs.frozen
-class Settling:
+class Settling(msgspec.Struct, frozen=True):
     settlement: Settlement
 
 
@@ -93,24 +85,20 @@ Purpose = Soft | Intent | Outcome | Raised | Renewal | Settling
 
 
 # Phases: what the machine waits for.
-@attrs.frozen
-class Idle:
+class Idle(msgspec.Struct, frozen=True):
     pass
 
 
-@attrs.frozen
-class Loading:
+class Loading(msgspec.Struct, frozen=True):
     pass
 
 
-@attrs.frozen
-class Admitting:
+class Admitting(msgspec.Struct, frozen=True):
     call: ProviderTurn | ToolTurn
     renewed: bool = False
 
 
-@attrs.frozen
-class Sending:
+class Sending(msgspec.Struct, frozen=True):
     purpose: Purpose
     resent: tuple[StepWrite, ...]
     fresh: tuple[StepWrite, ...]
@@ -125,24 +113,20 @@ class Sending:
         return (*self.resent, *self.fresh)
 
 
-@attrs.frozen
-class ReadingBack:
+class ReadingBack(msgspec.Struct, frozen=True):
     sending: Sending
     unanswered: Unanswered
 
 
-@attrs.frozen
-class Asking:
+class Asking(msgspec.Struct, frozen=True):
     started_at: float
 
 
-@attrs.frozen
-class Calling:
+class Calling(msgspec.Struct, frozen=True):
     turn: ToolTurn
 
 
-@attrs.frozen
-class Stopped:
+class Stopped(msgspec.Struct, frozen=True):
     settlement: Settlement | None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import attrs
+import msgspec
 
 from leaseward.runtime.conversation import PendingCall
 from leaseward.runtime.errors import AuditPersistenceFailed, CallTimedOut, ProviderError
@@ -30,8 +30,7 @@ WAITING_STATES = frozenset(kind.waiting_state for kind in RequestKind)
 """The states of a run parked until people decide its requests."""
 
 
-@attrs.frozen
-class WriteBuffer:
+class WriteBuffer(msgspec.Struct, frozen=True):
     """Fail-soft records still to store, and the provider turns given up on."""
 
     pending: tuple[StepWrite, ...] = ()
@@ -51,16 +50,14 @@ class WriteBuffer:
         return WriteBuffer(kept, self.dropped_turns | turns)
 
 
-@attrs.frozen
-class WriteRef:
+class WriteRef(msgspec.Struct, frozen=True):
     """The protected write in flight."""
 
     tool: str
     call_id: str
 
 
-@attrs.frozen
-class Failure:
+class Failure(msgspec.Struct, frozen=True):
     """Why the attempt failed, in the terms recovery decides on."""
 
     failure_class: FailureClass
@@ -78,8 +75,7 @@ class Failure:
         )
 
 
-@attrs.frozen
-class Conversation:
+class Conversation(msgspec.Struct, frozen=True):
     """The conversation so far, the journal's next seq, and the calls still to make."""
 
     messages: tuple[Message, ...] = ()
