@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import msgspec
 
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.encoding import load_json, valid_error
@@ -41,12 +42,13 @@ class StepInfo:
     listed and how the effect was decided (``ToolProvenance``)."""
 
 
-@attrs.frozen
-class StepWrite:
+class StepWrite(msgspec.Struct, frozen=True):
     """A journal change: a new row (``settles`` False) or the outcome of a started one.
 
     Times are filled in by the store from its clock, so every row of one batch
-    and the lease renewal beside it agree on "now".
+    and the lease renewal beside it agree on "now". A frozen msgspec Struct, as the
+    run machine's values are: a step makes several (``msgspec.structs.replace`` gives
+    a changed copy).
     """
 
     seq: int
@@ -58,8 +60,7 @@ class StepWrite:
     idempotency_key: str | None = None
     arguments_json: str | None = None
     output_json: str | None = None
-    # Error texts quote whatever failed, a tool's or provider's text included.
-    error: str | None = attrs.field(default=None, converter=valid_error)
+    error: str | None = None
     settles: bool = False
     withdraws: bool = False
     """Removes this step's ``started`` intent: its call never started, so it never ran."""
@@ -68,42 +69,23 @@ class StepWrite:
     source_json: str | None = None
     """``StepInfo.source`` as JSON text."""
 
-    # The two copies a call's record goes through on every call, made field by field:
-    # attrs.evolve looks up every field each time.
+    def __post_init__(self) -> None:
+        # Error texts quote whatever failed, a tool's or provider's text included.
+        error = self.error
+        if error is not None:
+            msgspec.structs.force_setattr(self, "error", valid_error(error))
+
     def began(self, started_at: float) -> StepWrite:
         """This record, noting when its call began."""
-        return self._copy(self.status, self.output_json, self.error, self.settles, started_at)
+        return msgspec.structs.replace(self, started_at=started_at)
 
     def ended(
         self, status: StepStatus, output_json: str | None, error: str | None, *, settles: bool
     ) -> StepWrite:
         """This call's record once it returned: the row of a call without an intent, or
         (``settles``) the outcome that settles its intent."""
-        return self._copy(status, output_json, error, settles, self.started_at)
-
-    def _copy(
-        self,
-        status: StepStatus,
-        output_json: str | None,
-        error: str | None,
-        settles: bool,
-        started_at: float | None,
-    ) -> StepWrite:
-        return StepWrite(
-            seq=self.seq,
-            kind=self.kind,
-            status=status,
-            tool=self.tool,
-            call_id=self.call_id,
-            effect=self.effect,
-            idempotency_key=self.idempotency_key,
-            arguments_json=self.arguments_json,
-            output_json=output_json,
-            error=error,
-            settles=settles,
-            withdraws=self.withdraws,
-            started_at=started_at,
-            source_json=self.source_json,
+        return msgspec.structs.replace(
+            self, status=status, output_json=output_json, error=error, settles=settles
         )
 
     def stored_in(self, row: StepInfo | None, epoch: int) -> bool:

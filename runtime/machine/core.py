@@ -143,7 +143,7 @@ class MachineCore(abc.ABC):
             return ()
         self.unstarted_intent = None
         self.newest = self.before_intent
-        return (attrs.evolve(intent, withdraws=True),)
+        return (msgspec.structs.replace(intent, withdraws=True),)
 
     # -- steps of one concern that others take ---------------------------------------
 

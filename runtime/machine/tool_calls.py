@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
+import msgspec
 
 from leaseward.runtime.approvals import Gate, GateAction
 from leaseward.runtime.conversation import tool_message
@@ -110,7 +110,7 @@ class ToolCallSteps(MachineCore):
             # Nothing is executed, so nothing needs an intent: the model gets the error.
             output = {"error": rejection}
             self._say(tool_message(call, output, is_error=True))
-            failed = attrs.evolve(
+            failed = msgspec.structs.replace(
                 base, status=StepStatus.FAILED, output_json=dump_json(output), error=rejection
             )
             return self._send(Soft(), (failed,))
@@ -171,7 +171,7 @@ class ToolCallSteps(MachineCore):
             output = {"error": exc.message}
             output_json = dump_json(output)
         self._say(tool_message(call, output, is_error=refused))
-        step = attrs.evolve(
+        step = msgspec.structs.replace(
             base,
             status=StepStatus.FAILED if refused else StepStatus.SUCCEEDED,
             output_json=output_json,
@@ -277,14 +277,14 @@ class ToolCallSteps(MachineCore):
         """
         failure = Failure.of(error)
         if not turn.needs_intent:
-            failed = attrs.evolve(
+            failed = msgspec.structs.replace(
                 turn.base,
                 status=StepStatus.FAILED,
                 output_json=dump_json({"error": words}),
                 error=words,
             )
             return self._send(Soft(then_fail=failure), (failed,))
-        step = attrs.evolve(turn.base, settles=True, error=words)
+        step = msgspec.structs.replace(turn.base, settles=True, error=words)
         return self._send(Raised(step, failure), (step,))
 
     def _decision_used(self, request: HumanRequest) -> tuple[Log | Metric, ...]:

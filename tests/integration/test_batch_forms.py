@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-import attrs
+import msgspec
 import pytest
 
 from leaseward.runtime.clock import ManualClock
@@ -46,7 +46,7 @@ def intent(seq: int, amount: int = 5) -> StepWrite:
 
 
 def outcome_of(step: StepWrite, charged: int = 5) -> StepWrite:
-    return attrs.evolve(
+    return msgspec.structs.replace(
         step, status=StepStatus.SUCCEEDED, output_json=dump_json({"charged": charged}), settles=True
     )
 

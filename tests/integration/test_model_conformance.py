@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
+import msgspec
 import pytest
 
 from leaseward.actors.reaper import plan_reap
@@ -77,13 +78,13 @@ STEPS: dict[str, Callable[[int], StepWrite]] = {
     ),
     "intent": _intent,
     "intent with other arguments": lambda seq: _intent(seq, {"amount": 6}),
-    "outcome": lambda seq: attrs.evolve(
+    "outcome": lambda seq: msgspec.structs.replace(
         _intent(seq), status=StepStatus.SUCCEEDED, output_json='{"charged":5}', settles=True
     ),
-    "other outcome": lambda seq: attrs.evolve(
+    "other outcome": lambda seq: msgspec.structs.replace(
         _intent(seq), status=StepStatus.SUCCEEDED, output_json='{"charged":6}', settles=True
     ),
-    "withdrawal": lambda seq: attrs.evolve(_intent(seq), withdraws=True),
+    "withdrawal": lambda seq: msgspec.structs.replace(_intent(seq), withdraws=True),
 }
 
 PARK = Settlement(

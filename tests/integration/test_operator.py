@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-import attrs
+import msgspec
 import pytest
 
 from leaseward import (
@@ -165,9 +165,9 @@ async def dead_letter(store: SQLStore, reason: Reason, *, outcome: StepStatus | 
     assert run is not None
     steps: tuple[StepWrite, ...] = ()
     if outcome is not None:
-        steps = (attrs.evolve(opened, status=outcome, settles=True),)
+        steps = (msgspec.structs.replace(opened, status=outcome, settles=True),)
     if outcome is StepStatus.SUCCEEDED:
-        steps = (attrs.evolve(steps[0], output_json='{"applied":5}'),)
+        steps = (msgspec.structs.replace(steps[0], output_json='{"applied":5}'),)
     settlement = Settlement(Event.DEAD_LETTER, reason, error=f"dead-lettered {reason.value}")
     [stored] = await store.commit_batch(
         [BatchItem(run_id, run.epoch, steps=steps, settlement=settlement)]

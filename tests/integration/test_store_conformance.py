@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import attrs
+import msgspec
 import pytest
 
 from leaseward import (
@@ -383,7 +384,7 @@ async def test_a_bad_step_fails_its_item_only(store: SQLStore, clock: StoreClock
     )
     assert isinstance(outcome, Stored)
     three_before = await store.list_steps(three.id)
-    changed_outcome = attrs.evolve(outcome_of(intent(0)), output_json='{"charged":6}')
+    changed_outcome = msgspec.structs.replace(outcome_of(intent(0)), output_json='{"charged":6}')
     await clock.advance(2)
 
     outcomes = await store.commit_batch(
@@ -428,7 +429,7 @@ async def test_records_sent_again_are_stored_once_and_contradictions_refused(
     assert await store.commit_batch(first) == [Stored()] * 3
     assert [await store.list_steps(run.id) for run in runs] == journals
 
-    other_intent = attrs.evolve(intent(1), arguments_json='{"amount":6}')
+    other_intent = msgspec.structs.replace(intent(1), arguments_json='{"amount":6}')
     again, contradicted, settled = await store.commit_batch(
         [
             first[0],
@@ -991,7 +992,7 @@ async def test_a_withdrawal_leaves_no_open_intent_and_refuses_a_settled_one(
     """An intent whose commit went unanswered may never have been stored: withdrawing
     it then changes nothing. A settled call is not an attempt's to withdraw."""
     run = await claimed(store)
-    never_stored = attrs.evolve(intent(0), withdraws=True)
+    never_stored = msgspec.structs.replace(intent(0), withdraws=True)
     (outcome,) = await store.commit_batch([BatchItem(run.id, 1, steps=(never_stored,))])
     assert isinstance(outcome, Stored)
     assert await store.list_steps(run.id) == []
@@ -1002,7 +1003,7 @@ async def test_a_withdrawal_leaves_no_open_intent_and_refuses_a_settled_one(
     assert isinstance(outcome, Stored)
     settled = await store.list_steps(run.id)
     (outcome,) = await store.commit_batch(
-        [BatchItem(run.id, 1, steps=(attrs.evolve(intent(0), withdraws=True),))]
+        [BatchItem(run.id, 1, steps=(msgspec.structs.replace(intent(0), withdraws=True),))]
     )
     assert not isinstance(outcome, Stored)
     assert "no open intent" in (outcome.error or "")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 
-import attrs
+import msgspec
 import pytest
 
 from leaseward import ProviderReply, StoreError, ToolCall
@@ -57,7 +57,9 @@ def intent(seq: int) -> StepWrite:
 
 def outcome_of(step: StepWrite, output_json: str = '{"charged":5}') -> StepWrite:
     # As a run settles its intent: the intent's row, with its outcome.
-    return attrs.evolve(step, status=StepStatus.SUCCEEDED, output_json=output_json, settles=True)
+    return msgspec.structs.replace(
+        step, status=StepStatus.SUCCEEDED, output_json=output_json, settles=True
+    )
 
 
 @pytest.mark.parametrize(

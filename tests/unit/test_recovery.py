@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 import attrs
+import msgspec
 import pytest
 
 from leaseward.actors.reaper import plan_reap
@@ -460,6 +461,8 @@ def test_a_row_that_differs_does_not(changes: dict[str, Any]) -> None:
 
 def test_no_row_shows_a_withdrawal_stored_and_nothing_else() -> None:
     assert not SENT.stored_in(None, epoch=2)
-    withdrawal = attrs.evolve(SENT, status=StepStatus.STARTED, output_json=None, withdraws=True)
+    withdrawal = msgspec.structs.replace(
+        SENT, status=StepStatus.STARTED, output_json=None, withdraws=True
+    )
     assert withdrawal.stored_in(None, epoch=2)
     assert not withdrawal.stored_in(row_of(withdrawal), epoch=2)
