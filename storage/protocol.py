@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import Protocol, TypeVar
 
 import attrs
+import msgspec
 
 from leaseward.runtime.commits import CommitOutcome
 from leaseward.runtime.effects import ToolEffect
@@ -44,12 +45,12 @@ def unwrap(result: T | LeasewardError) -> T:
     return result
 
 
-@attrs.frozen
-class BatchItem:
+class BatchItem(msgspec.Struct, frozen=True):
     """One run's share of a group commit: journal changes, a lease renewal, maybe a settle.
 
     Everything in an item is fenced by ``epoch``: if the run is no longer
-    ``running`` under that epoch, nothing of the item is written.
+    ``running`` under that epoch, nothing of the item is written. A frozen msgspec
+    Struct, as the journal changes it carries: every commit of a run makes one.
     """
 
     run_id: str
