@@ -12,7 +12,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
+import msgspec
 
 from leaseward.runtime.encoding import arguments_digest
 from leaseward.runtime.human_requests import EXPIRED_REASON, Decision, HumanRequest, RequestKind
@@ -31,8 +31,7 @@ class GateAction(enum.StrEnum):
     """Record the person's input as the call's result and execute nothing."""
 
 
-@attrs.frozen
-class Gate:
+class Gate(msgspec.Struct, frozen=True):
     action: GateAction
     kind: RequestKind | None = None
     """For PARK: what the person is asked for."""

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
+import msgspec
 
 from leaseward.runtime.encoding import valid_text
 from leaseward.runtime.journal import StepInfo
@@ -36,8 +37,7 @@ def idempotency_key(run_id: str, turn_seq: int, index: int, call_id: str) -> str
     return hashlib.sha256(material).hexdigest()[:32]
 
 
-@attrs.frozen
-class PendingCall:
+class PendingCall(msgspec.Struct, frozen=True):
     turn_seq: int
     index: int
     call: ToolCall
@@ -212,7 +212,7 @@ def rebuild(
         if position is None:
             continue
         if step.status is StepStatus.STARTED:
-            pending[position] = attrs.evolve(pending[position], open_attempt=step)
+            pending[position] = msgspec.structs.replace(pending[position], open_attempt=step)
         else:
             messages.append(
                 tool_message(
