@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -139,5 +140,12 @@ def test_a_tool_call_whose_name_or_id_is_not_text_is_the_providers_error(
 def test_error_texts_are_made_storable() -> None:
     step = StepWrite(seq=0, kind=StepKind.TOOL, status=StepStatus.FAILED, error=f"bad {LONE}")
     assert step.error == "bad \\ud83d"
+    # The copies a call's record goes through clean the error they are given too: the
+    # words of a tool that raised reach the journal so.
+    intent = StepWrite(seq=1, kind=StepKind.TOOL, status=StepStatus.STARTED)
+    raised = msgspec.structs.replace(intent, settles=True, error=f"raised {LONE}")
+    assert raised.error == "raised \\ud83d"
+    ended = intent.ended(StepStatus.FAILED, None, f"\x00{LONE}", settles=True)
+    assert ended.error == "\\x00\\ud83d"
     assert Settlement(Event.FAIL, error="\x00").error == "\\x00"
     assert Settlement(Event.FAIL).error is None
