@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any, TypeGuard
 
 import attrs
+import msgspec
 
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.errors import ConfigurationError, InvalidInput, ProviderError
@@ -121,8 +122,7 @@ def _tool_call_tuple(calls: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
-@attrs.frozen
-class Message:
+class Message(msgspec.Struct, frozen=True):
     role: Role
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
@@ -197,8 +197,7 @@ class ModelSettings:
         )
 
 
-@attrs.frozen
-class ProviderRequest:
+class ProviderRequest(msgspec.Struct, frozen=True):
     run_id: str
     agent: str
     messages: tuple[Message, ...]

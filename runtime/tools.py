@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol, overload, runtime_checkable
 
 import attrs
+import msgspec
 import structlog
 
 from leaseward.runtime.effects import ToolEffect, declared_effect
@@ -37,8 +38,7 @@ __all__ = [
 DEFAULT_TOOL_TIMEOUT_SECONDS = 30.0
 
 
-@attrs.frozen
-class ToolContext:
+class ToolContext(msgspec.Struct, frozen=True):
     """What a tool call knows about itself.
 
     ``idempotency_key`` is the same on every execution of the same call, so a
