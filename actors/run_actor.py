@@ -135,8 +135,7 @@ class RunActor:
         """Run until settled; returns the settlement stored, or None if none was."""
         try:
             with anyio.CancelScope() as self._scope:
-                self._see_drain()
-                self._see_observers()
+                self._see_news()
                 await self._drive(self._machine.start())
         except anyio.get_cancelled_exc_class():
             # A provider turn in flight, if there is one, was stopped with the worker.
@@ -219,8 +218,7 @@ class RunActor:
 
     def _fed(self, event: m.MachineEvent) -> Sequence[m.Command]:
         """The machine's answer to ``event``."""
-        self._see_drain()
-        self._see_observers()
+        self._see_news()
         commands = self._machine.feed(event)
         if self._scope is not None:
             # G13: a call with a durable intent is shielded; only cut_off() stops it.
@@ -242,13 +240,14 @@ class RunActor:
         self._under_way(self.run_id, self.epoch)
         self._under_way = None
 
-    def _see_observers(self) -> None:
-        # Asked at every event: a level may be lowered while the run goes on.
-        self._machine.observing = self._recording or self._info_enabled()
-
-    def _see_drain(self) -> None:
+    def _see_news(self) -> None:
+        """As the machine starts and before every event: a drain asked for meanwhile, and
+        whether a log handler or the trace takes the run's routine observations (a level
+        may be lowered while the run goes on)."""
+        machine = self._machine
         if self._draining is not None and self._draining.is_set():
-            self._machine.feed(m.DrainRequested())
+            machine.feed(m.DrainRequested())
+        machine.observing = self._recording or self._info_enabled()
 
     def _observe(self, commands: Sequence[m.Command]) -> None:
         """Carry out the observations of a batch: every command but the last, its action."""
