@@ -123,13 +123,9 @@ class MachineCore(abc.ABC):
 
     # -- the state's own bookkeeping -------------------------------------------------
 
-    # Runs at every call: built field by field, as attrs.evolve costs a look-up of
-    # every field each time.
     def _say(self, message: Message) -> None:
         talk = self.conversation
-        self.conversation = Conversation(
-            (*talk.messages, message), talk.next_seq, talk.turns, talk.pending, talk.final
-        )
+        self.conversation = msgspec.structs.replace(talk, messages=(*talk.messages, message))
 
     def _request(self, pending: PendingCall) -> HumanRequest | None:
         for request in self.requests:

@@ -44,7 +44,7 @@ from leaseward.runtime.machine.phases import (
     Soft,
     ToolTurn,
 )
-from leaseward.runtime.machine.state import Conversation, Failure, describe
+from leaseward.runtime.machine.state import Failure, describe
 from leaseward.runtime.messages import ToolCall
 from leaseward.runtime.settlements import Settlement
 from leaseward.runtime.tools import BoundTool
@@ -74,9 +74,7 @@ class ToolCallSteps(MachineCore):
             # its schema changed), the journal says a non-idempotent call may have run.
             # An approved call's intent consumed its approval, whatever its effect: the
             # approval authorised one execution, and that one may have happened.
-            self.conversation = Conversation(
-                talk.messages, talk.next_seq, talk.turns, talk.pending[1:], talk.final
-            )
+            self.conversation = msgspec.structs.replace(talk, pending=talk.pending[1:])
             return self._settle(
                 Settlement(
                     Event.DEAD_LETTER,
@@ -87,8 +85,8 @@ class ToolCallSteps(MachineCore):
             )
         # The call leaves the pending ones and takes its seq, in one new Conversation.
         seq = talk.next_seq
-        self.conversation = Conversation(
-            talk.messages, seq + 1, talk.turns, talk.pending[1:], talk.final
+        self.conversation = msgspec.structs.replace(
+            talk, next_seq=seq + 1, pending=talk.pending[1:]
         )
         bound = self.agent.tools.get(call.name)
         effect = self.agent.effects.effect_for(call.name)
