@@ -309,12 +309,12 @@ class RunActor:
             return m.LoadFailed(exc)
 
     async def _commit(self, action: m.Commit) -> m.Committed:
-        item = BatchItem(
-            self.run_id, self.epoch, action.steps, action.lease_seconds, action.settlement
-        )
         # The lease runs from when the renewal was sent: however long the commit waits
         # for a lock, the database's expiry is no earlier than this.
         sent_at = self._clock.monotonic()
+        item = BatchItem(
+            self.run_id, self.epoch, action.steps, action.renewal_at(sent_at), action.settlement
+        )
         lease, keeper = self._lease_to_renew(), self._keeper
         keeper.hold_commit(lease)
         try:

@@ -182,7 +182,7 @@ class ItemWriter(StoreConcern):
         for item in items:
             _check_integer(item.epoch)
         in_sets = "insert_step" not in q or len(items) >= SET_STATEMENTS_AT
-        held = await self._renew_leases(items, now, in_sets)
+        held = await self._renew_leases(items, now)
         inserts: _StepsByKey = {}
         settles: _StepsByKey = {}
         withdrawals: _StepsByKey = {}
@@ -216,19 +216,26 @@ class ItemWriter(StoreConcern):
         return [_answer(held.get((item.run_id, item.epoch))) for item in items]
 
     async def _renew_leases(
-        self, items: Sequence[BatchItem], now: float, in_sets: bool
+        self, items: Sequence[BatchItem], now: float
     ) -> dict[tuple[str, int], bool]:
-        """The fence: each held run's (run id, epoch), with whether a cancel was asked."""
+        """The fence: each held run's (run id, epoch), with whether a cancel was asked;
+        the leases of the items with ``lease_seconds`` are renewed, the others' left."""
         q = self._queries
-        fence = {"items": _fence_set(items), "source": RunState.RUNNING.value}
-        if in_sets and "held_leases" in q:
-            await self._executor.execute(q["renew_lease_set"], {**fence, "now": now})
-            [row] = await self._executor.fetch_all(q["held_leases"], fence)
-            return {
-                (run_id, epoch): bool(cancel) for run_id, epoch, cancel in json.loads(row["held"])
-            }
-        fences = await self._executor.fetch_all(q["renew_leases"], {**fence, "now": now})
-        return {(row["run_id"], row["epoch"]): bool(row["cancel_requested"]) for row in fences}
+        source = RunState.RUNNING.value
+        if "held_leases" not in q:
+            fences = await self._executor.fetch_all(
+                q["renew_leases"], {"items": _fence_set(items), "source": source, "now": now}
+            )
+            return {(row["run_id"], row["epoch"]): bool(row["cancel_requested"]) for row in fences}
+        renewing = [item for item in items if item.lease_seconds]
+        if renewing:
+            await self._executor.execute(
+                q["renew_leases"], {"items": _fence_set(renewing), "source": source, "now": now}
+            )
+        [row] = await self._executor.fetch_all(
+            q["held_leases"], {"items": _fence_set(items), "source": source}
+        )
+        return {(run_id, epoch): bool(cancel) for run_id, epoch, cancel in json.loads(row["held"])}
 
     async def _insert_steps(
         self,

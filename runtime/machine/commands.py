@@ -31,8 +31,9 @@ Rules for the interpreter:
   between (G7). It may instead return ``Renew`` or a ``Settle``: carry those out.
   A cancel may be taken at a checkpoint just before feeding ``AdmissionCheck``.
 * ``Commit``: send one write request of ``steps``, renewing the lease by
-  ``lease_seconds`` (0: none) and applying ``settlement`` (None: none); take the
-  monotonic ``sent_at`` just before sending. ``RecordIntent`` is shielded from a
+  ``commit.renewal_at(sent_at)`` seconds (0: none, the request only fences) and
+  applying ``settlement`` (None: none); take the monotonic ``sent_at`` just before
+  sending. ``RecordIntent`` is shielded from a
   cancel within a bound (if the bound passes, answer ``Unanswered``); ``Settle``
   and ``Park`` are shielded.
 * ``CallTool(protected=True)`` is a write with a durable intent: shield it from a
@@ -51,6 +52,7 @@ Rules for the interpreter:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -136,6 +138,13 @@ class Commit(msgspec.Struct, frozen=True):
     steps: tuple[StepWrite, ...]
     lease_seconds: float
     settlement: Settlement | None = None
+    renew_from: float = -math.inf
+    """Monotonic: a commit sent from then on renews the lease by ``lease_seconds``; one
+    sent earlier only fences, the lease having most of its length left."""
+
+    def renewal_at(self, sent_at: float) -> float:
+        """The seconds the commit sent at ``sent_at`` renews the lease by (0: none)."""
+        return self.lease_seconds if sent_at >= self.renew_from else 0.0
 
 
 class RecordSoft(Commit, frozen=True):

@@ -3,6 +3,7 @@ unanswered one."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,7 +51,14 @@ from leaseward.runtime.machine.phases import (
 from leaseward.runtime.machine.state import WAITING_STATES, Failure
 from leaseward.runtime.settlements import Settlement
 
-__all__ = ["CommittingSteps"]
+__all__ = ["RENEW_WITH_LEFT", "CommittingSteps"]
+
+RENEW_WITH_LEFT = 2 / 3
+"""A commit renews the lease once no more than this share of it is left: a third of
+its length after the last renewal, as often as the keeper renews the leases of calls
+in flight. Before then it only fences, and the run's row is not written: most commits
+of a run that steps without waiting are so. A call still starts only with the lease
+its admission asks for, renewed first where it is short (``Renew``)."""
 
 # A metric per kind and effect of step, made once, as the commands shared in commands.py.
 _STEP_RECORDED = {
@@ -90,7 +98,13 @@ class CommittingSteps(MachineCore):
         turn that asked for it. Otherwise, if the commit is not stored, the pending
         records stay pending and the rest is sent again alone.
         """
-        sending = Sending(purpose, self.buffer.pending, fresh, settlement, after_pending)
+        if settlement is not None or isinstance(purpose, Renewal):
+            renew_from = -math.inf
+        else:
+            renew_from = self.deadline - self.lease_seconds * RENEW_WITH_LEFT
+        sending = Sending(
+            purpose, self.buffer.pending, fresh, settlement, after_pending, renew_from
+        )
         return self._commit(sending)
 
     def _commit(self, sending: Sending) -> tuple[Command, ...]:
@@ -100,7 +114,7 @@ class CommittingSteps(MachineCore):
         command = _COMMANDS[type(sending.purpose)]
         if settlement is not None and settlement.target in WAITING_STATES:
             command = Park
-        return (command(sending.steps, lease_seconds, settlement),)
+        return (command(sending.steps, lease_seconds, settlement, sending.renew_from),)
 
     def _committed(self, sending: Sending, event: Committed) -> tuple[Command, ...]:
         outcome = event.outcome
@@ -153,12 +167,15 @@ class CommittingSteps(MachineCore):
         if isinstance(outcome, Stored):
             observed = list(self._recorded(sending.steps))
             if sending.settlement is None and answered:
-                self.deadline = max(self.deadline, sent_at + self.lease_seconds)
                 self.cancel_requested = self.cancel_requested or outcome.cancel_requested
                 self.in_doubt = False
-                if self.observing:
-                    observed.append(Log.of("debug", "lease.renewed", seconds=self.lease_seconds))
-                observed.append(LEASE_RENEWED)
+                if sent_at >= sending.renew_from:
+                    self.deadline = max(self.deadline, sent_at + self.lease_seconds)
+                    if self.observing:
+                        observed.append(
+                            Log.of("debug", "lease.renewed", seconds=self.lease_seconds)
+                        )
+                    observed.append(LEASE_RENEWED)
             if sending.first_try is None:
                 self.buffer = self.buffer.stored()
             elif isinstance(sending.first_try, Refused) and sending.first_try.data_error:

@@ -104,6 +104,8 @@ class Sending(msgspec.Struct, frozen=True):
     fresh: tuple[StepWrite, ...]
     settlement: Settlement | None
     after_pending: bool
+    renew_from: float
+    """As the commit's: sent from then on, it renews the lease."""
     first_try: CommitOutcome | None = None
     """Set when this is the second try, without the pending records that the first
     carried: how the first ended."""

@@ -27,7 +27,7 @@ from tests.integration.support import provider_step
 pytestmark = pytest.mark.anyio
 
 FORMS = ("rows", "sets")
-SET_QUERIES = {"renew_lease_set", "held_leases", "insert_step_set", "settle_step_set"}
+SET_QUERIES = {"insert_step_set", "settle_step_set"}
 RUNS = [str(uuid.UUID(int=n)) for n in range(5)]
 ASK = ProviderReply(tool_calls=[ToolCall("charge", {"amount": 5}, "c1")])
 

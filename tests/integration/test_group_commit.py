@@ -110,8 +110,11 @@ def read_step(seq: int) -> StepWrite:
     )
 
 
-async def statements_for(store: SQLStore, statements: Injection, runs: int) -> int:
-    """Statements one batch of ``runs`` items costs: a step each, and a settlement each."""
+async def statements_for(
+    store: SQLStore, statements: Injection, runs: int, *, lease_seconds: float = 30.0
+) -> int:
+    """Statements one batch of ``runs`` items costs: two steps each, and a renewal of
+    ``lease_seconds`` each (0: none)."""
     await store.commit(WriteBatch(new_runs=tuple(queued() for _ in range(runs))))
     [claimed] = (
         await store.commit(WriteBatch(claims=(ClaimRequest("w", runs, 30.0, ("a",)),)))
@@ -121,7 +124,12 @@ async def statements_for(store: SQLStore, statements: Injection, runs: int) -> i
     results = await store.commit(
         WriteBatch(
             items=tuple(
-                BatchItem(run.id, run.epoch, steps=(read_step(0), read_step(1)), lease_seconds=30.0)
+                BatchItem(
+                    run.id,
+                    run.epoch,
+                    steps=(read_step(0), read_step(1)),
+                    lease_seconds=lease_seconds,
+                )
                 for run in claimed
             )
         )
@@ -134,12 +142,14 @@ async def test_a_batch_costs_the_same_statements_for_one_item_or_a_hundred(
     counted: tuple[SQLStore, Injection],
 ) -> None:
     store, statements = counted
-    # The fence, and one insert of every row; BEGIN and COMMIT are the executor's own.
-    assert await statements_for(store, statements, 1) == 2
-    # From SET_STATEMENTS_AT on, SQLite reads back the runs the fence held as well.
+    # The renewal, the fence, and one insert of every row, row by row or from
+    # SET_STATEMENTS_AT on in a set; BEGIN and COMMIT are the executor's own.
     assert SET_STATEMENTS_AT <= 100
-    for items in (100, 300, 600):
+    for items in (1, 100, 300, 600):
         assert await statements_for(store, statements, items) == 3
+    # Items that only fence (most of a run's commits) cost no renewal.
+    for items in (1, 100):
+        assert await statements_for(store, statements, items, lease_seconds=0.0) == 2
 
 
 async def test_a_claim_in_a_batch_leases_a_run_submitted_in_the_same_batch(

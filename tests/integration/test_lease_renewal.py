@@ -65,8 +65,8 @@ def _lease_expires_at(db_path: Path, run_id: str) -> float:
     return float(expires)
 
 
-# The statements of a batch's fence: a large batch's SQLite writes in sets.
-RENEWALS = ("renew_leases", "renew_lease_set")
+# The statement that renews a batch's leases (on PostgreSQL, its fence too).
+RENEWALS = ("renew_leases",)
 
 # The statements that write an item's steps, requests or settlement: an item with none
 # of these is a lease renewal alone.
@@ -608,3 +608,26 @@ async def test_a_killed_worker_inside_a_long_call_holds_its_runs_one_lease_at_mo
     assert (run.state, run.epoch) == (RunState.COMPLETED, 2)
     lookups = [(c["epoch"], c["pid"]) for c in _started(tmp_path) if c["tool"] == "lookup"]
     assert lookups == [(1, worker.pid), (2, os.getpid())]
+
+
+async def test_a_run_done_well_within_its_lease_renews_it_with_none_of_its_commits(
+    tmp_path: Path,
+) -> None:
+    """A commit renews the lease only once a third of it has passed: a write's intent and
+    outcome, sent a moment after the claim, only fence, and the run's row keeps the
+    renewal count its claim gave it. A run stepping longer than that is renewed by its
+    commits and its calls, as the tests above show."""
+    db_path = tmp_path / "runs.db"
+    calls = Calls()
+    agent = one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls)
+    async with Runtime.open(f"sqlite:///{db_path}", App([agent]), lease_seconds=30.0) as rt:
+        run = await rt.wait(await rt.submit("payer", None), timeout=10)
+    assert (run.state, run.epoch, len(calls)) == (RunState.COMPLETED, 1, 1)
+    connection = sqlite3.connect(db_path)
+    try:
+        [(renewals,)] = connection.execute(
+            "SELECT renewals FROM runs WHERE id = ?", (run.id,)
+        ).fetchall()
+    finally:
+        connection.close()
+    assert renewals == 1

@@ -83,7 +83,6 @@ def test_basic_config_at_debug_shows_every_event_on_the_applications_handler(
         ("INFO", "leaseward.run", "step.recorded"),
         ("INFO", "leaseward.run", "card.charged"),
         ("INFO", "leaseward.run", "run.settled"),
-        ("DEBUG", "leaseward.run", "lease.renewed"),
         ("DEBUG", "leaseward.persister", "persister.committed"),
     } <= by_event
     charges = [m for _, _, m in ours if m.startswith("step.recorded") and "tool='charge'" in m]

@@ -108,7 +108,8 @@ async def test_actor_metrics_are_served_over_http(db_url: str) -> None:
             settings=RunSettings(lease_seconds=5),
             clock=SystemClock(),
             worker_id="w",
-            lease_deadline=time.monotonic() + 5.0,
+            # Two thirds of the lease left: the run's first commit renews it.
+            lease_deadline=time.monotonic() + 3.0,
             keeper=keeper,
             metrics=metrics,
         )
@@ -154,10 +155,9 @@ async def test_actor_metrics_are_served_over_http(db_url: str) -> None:
     assert value(samples, "leaseward_persister_commit_seconds_count") == batches
     assert 0 < (value(samples, "leaseward_persister_commit_seconds_sum") or 0) < 10
 
-    # Every answered commit before the settlement renews the lease: the intent (which
-    # carries the turn that asked for it) and the outcome for "payer", the intent for
-    # "charger"; and so does each lease extension that admits a call.
-    assert (value(samples, "leaseward_leases_renewed_total") or 0) >= 3
+    # A commit renews the lease once a third of it has passed: each run's first, its
+    # intent (which carries the turn that asked for it), renews what its claim left.
+    assert (value(samples, "leaseward_leases_renewed_total") or 0) >= 2
     assert value(samples, "leaseward_leases_reaped_total") == 1
     assert value(samples, "leaseward_audit_failures_total") == 1
     assert value(samples, "leaseward_dead_letters_total", reason="retries_exhausted") == 1

@@ -331,6 +331,39 @@ async def test_a_batch_under_the_right_epoch_records_and_renews(
     )
 
 
+@pytest.mark.parametrize("with_settlement", [False, True], ids=["steps only", "settling"])
+async def test_an_item_of_no_lease_seconds_fences_and_leaves_its_runs_lease_as_it_was(
+    store: SQLStore, clock: StoreClock, with_settlement: bool
+) -> None:
+    """Most commits of a run only fence: their items renew nothing, and the run's row is
+    not written, whether the batch goes in one statement (steps only) or in a
+    transaction (one item settles)."""
+    renewing, fencing, stale, cancelled, settling = [await claimed(store) for _ in range(5)]
+    assert await store.request_cancel(cancelled.id) is CancelOutcome.REQUESTED
+    before = {run.id: await store.get_run(run.id) for run in (fencing, cancelled)}
+    await clock.advance(1)
+    items = [
+        BatchItem(renewing.id, 1, steps=(provider_step(0, ASK),), lease_seconds=7.0),
+        BatchItem(fencing.id, 1, steps=(provider_step(0, ASK), intent(1))),
+        BatchItem(stale.id, 2, steps=(provider_step(0, ASK),)),
+        BatchItem(cancelled.id, 1, steps=(provider_step(0, ASK),)),
+    ]
+    if with_settlement:
+        items.append(BatchItem(settling.id, 1, settlement=COMPLETE))
+    outcomes = await store.commit_batch(items)
+
+    assert outcomes[:4] == [Stored(), Stored(), Fenced(), Stored(cancel_requested=True)]
+    renewed = await store.get_run(renewing.id)
+    assert renewed is not None
+    assert renewed.lease_expires_at == pytest.approx(clock.now() + 7.0)
+    assert (await lease_of(store, renewing.id)).renewals == 2
+    for run in (fencing, cancelled):
+        assert await store.get_run(run.id) == before[run.id]
+        assert (await lease_of(store, run.id)).renewals == 1
+    assert [s.seq for s in await store.list_steps(fencing.id)] == [0, 1]
+    assert await store.list_steps(stale.id) == []
+
+
 async def test_a_settle_under_a_stale_epoch_changes_nothing(
     store: SQLStore, clock: StoreClock
 ) -> None:

@@ -125,8 +125,8 @@ async def test_persister_crash_is_restarted_and_fails_the_write_closed(store_url
     quick_retry = RecoveryPolicy(backoff_base_seconds=0.01)
     with capture_logs() as logs:
         async with Runtime.open(store, app, recovery=quick_retry, **FAST) as rt:
-            # The first journal item's batch opens with its lease renewal.
-            crashed = executor.inject(query("renew_leases"), crash(), times=1)
+            # The first journal item's batch opens with its fence.
+            crashed = executor.inject(query("renew_leases", "held_leases"), crash(), times=1)
             first = await rt.wait(await rt.submit("payer", None), timeout=10)
             second = await rt.wait(await rt.submit("payer", None), timeout=10)
     await store.aclose()

@@ -57,9 +57,9 @@ def upstream(admin_url: str) -> tuple[str, int, str]:
 
 class CarriesRecordOf:
     """Picks each transaction that writes a record of ``tool``, and after it each one that
-    renews the lease of a run such a record was for: the worker sends a record whose
-    answer it lost again with its run's next write, and when that write is fenced the
-    executor sees its lease renewal only, never the record."""
+    fences a run such a record was for: the worker sends a record whose answer it lost
+    again with its run's next write, and when that write is fenced the executor sees
+    its fence only, never the record."""
 
     def __init__(self, tool: str) -> None:
         self._tool = tool
@@ -72,7 +72,7 @@ class CarriesRecordOf:
         runs = {step.run_id for step in statement.steps() if step.tool == self._tool}
         self._runs |= runs
         if runs or (
-            statement.name in ("renew_leases", "renew_lease_set")
+            statement.name == "renew_leases"
             and any(row["run_id"] in self._runs for row in statement.rows("items"))
         ):
             self._picked = statement.transaction

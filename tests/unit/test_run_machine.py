@@ -76,6 +76,7 @@ WRITES = (ToolEffect.IDEMPOTENT_WRITE, ToolEffect.NON_IDEMPOTENT_WRITE)
 LEASE_SECONDS = 30.0
 ADMISSION_SECONDS = 15.0
 CALL = ToolCall("act", {"amount": 5}, "call-1")
+RENEWED = Metric("lease_renewed")
 
 
 def agent_for(
@@ -264,12 +265,12 @@ def test_a_read_is_called_with_no_intent_and_its_outcome_recorded_fail_soft() ->
     assert row.status is StepStatus.SUCCEEDED and not row.settles
     assert row.started_at == 1000.0
     assert load_json(row.output_json) == {"applied": 5}
+    # Sent with the whole lease left, the commit only fences: no renewal.
+    assert outcome.renewal_at(0.0) == 0.0
     assert names(m.feed(stored())) == [
         "step.recorded",
         "Metric",
         "step.recorded",
-        "Metric",
-        "lease.renewed",
         "Metric",
         "CheckAdmission",
     ]
@@ -955,6 +956,36 @@ def test_a_keeper_renewal_extends_the_lease() -> None:
     assert m.deadline == 100.0 and m.cancel_requested
     m.feed(LeaseRenewed(deadline=50.0))
     assert m.deadline == 100.0
+
+
+def test_a_commit_renews_the_lease_only_once_a_third_of_it_has_passed() -> None:
+    """Lease of 30 s until 30.0: a commit sent before 10.0 only fences, and the machine
+    counts on no more lease than it had; one sent from then on renews it."""
+    m = machine(ToolEffect.NON_IDEMPOTENT_WRITE)
+    to_call(m)
+    early = action(m.feed(ToolReturned({"applied": 5})))
+    assert isinstance(early, RecordOutcome) and early.renew_from == 10.0
+    assert (early.renewal_at(9.9), early.renewal_at(10.0)) == (0.0, LEASE_SECONDS)
+    commands = m.feed(stored(at=9.9))
+    assert "lease.renewed" not in events(commands) and RENEWED not in commands
+    assert m.deadline == LEASE_SECONDS
+    assert isinstance(admit(m, now=9.9), AskProvider)
+    second = ProviderReply(tool_calls=[ToolCall("act", {"amount": 6}, "call-2")])
+    intent = action(m.feed(ProviderReplied(second)))
+    assert isinstance(intent, RecordIntent) and intent.renewal_at(12.0) == LEASE_SECONDS
+    commands = m.feed(stored(at=12.0))
+    assert RENEWED in commands and m.deadline == 12.0 + LEASE_SECONDS
+
+
+def test_a_renewal_before_a_call_always_renews_and_a_settlement_never_does() -> None:
+    m = machine(ToolEffect.READ_ONLY)
+    m.start()
+    renew = admit(m, now=20.0)
+    assert isinstance(renew, Renew) and renew.renewal_at(-1e9) == LEASE_SECONDS
+    m.feed(stored(at=20.0))
+    assert isinstance(admit(m, now=20.0), AskProvider)
+    end = settled(m.feed(ProviderReplied(done())))
+    assert end.renewal_at(1e9) == 0.0
 
 
 # -- people ------------------------------------------------------------------------------

@@ -77,28 +77,37 @@ SELECT leaseward_write_journal(
 ) AS held;
 
 -- name: renew_leases
--- A batch's fence, for all its runs at once. :items is a JSON array of
+-- A batch's fence, for all its runs at once, and the renewal of the leases of the
+-- items that renew theirs (lease_seconds above 0). :items is a JSON array of
 -- {run_id, epoch, lease_seconds}; a run returned is held, one missing is not.
 -- The rows are locked in id order first, so that two batches sharing runs (a
--- stale worker's and the new owner's) cannot deadlock.
+-- stale worker's and the new owner's) cannot deadlock. A run that only fences is
+-- locked and read as its lock found it, not written.
 WITH wanted AS (
     SELECT * FROM jsonb_to_recordset(:items::jsonb)
         AS wanted (run_id text, epoch integer, lease_seconds double precision)
 ), locked AS MATERIALIZED (
-    SELECT runs.id, wanted.epoch, wanted.lease_seconds
+    SELECT runs.id, runs.epoch, runs.state, runs.cancel_requested,
+           wanted.epoch AS wanted_epoch, wanted.lease_seconds
     FROM runs JOIN wanted ON runs.id = wanted.run_id
     ORDER BY runs.id
     FOR UPDATE OF runs
+), renewed AS (
+    -- Joined by id alone: matching the locked set with IN beside a second join to
+    -- the JSON set made the planner filter every pair, 8M rows for 4,000 leases.
+    UPDATE runs
+    SET lease_expires_at = leaseward_clock() + locked.lease_seconds,
+        lease_seconds = locked.lease_seconds, renewals = runs.renewals + 1,
+        updated_at = leaseward_now()
+    FROM locked
+    WHERE locked.lease_seconds > 0
+      AND runs.id = locked.id AND runs.epoch = locked.wanted_epoch AND runs.state = :source
+    RETURNING runs.id AS run_id, runs.epoch, runs.cancel_requested
 )
--- Joined by id alone: matching the locked set with IN beside a second join to
--- the JSON set made the planner filter every pair, 8M rows for 4,000 leases.
-UPDATE runs
-SET lease_expires_at = leaseward_clock() + locked.lease_seconds,
-    lease_seconds = locked.lease_seconds, renewals = runs.renewals + 1,
-    updated_at = leaseward_now()
-FROM locked
-WHERE runs.id = locked.id AND runs.epoch = locked.epoch AND runs.state = :source
-RETURNING runs.id AS run_id, runs.epoch, runs.cancel_requested;
+SELECT run_id, epoch, cancel_requested FROM renewed
+UNION ALL
+SELECT id, epoch, cancel_requested FROM locked
+WHERE NOT locked.lease_seconds > 0 AND epoch = wanted_epoch AND state = :source;
 
 -- name: insert_steps
 -- Every new journal row of a batch. :steps is a JSON array of arrays, each

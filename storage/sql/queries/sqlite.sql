@@ -53,23 +53,10 @@ WHERE id IN (
 RETURNING *;
 
 -- name: renew_leases
--- A batch's fence, for all its runs at once. :items is a JSON array of
--- {run_id, epoch, lease_seconds}; a run returned is held, one missing is not.
-UPDATE runs
-SET lease_expires_at = :now + wanted.lease_seconds, lease_seconds = wanted.lease_seconds,
-    renewals = renewals + 1, updated_at = :now
-FROM (
-    SELECT value ->> 'run_id' AS run_id, value ->> 'epoch' AS epoch,
-           value ->> 'lease_seconds' AS lease_seconds
-    FROM json_each(:items)
-) AS wanted
-WHERE runs.id = wanted.run_id AND runs.epoch = wanted.epoch AND +runs.state = :source
-RETURNING runs.id AS run_id, runs.epoch AS epoch, runs.cancel_requested;
-
--- name: renew_lease_set
--- renew_leases for a large batch, answered by held_leases: every row a statement
--- returns is a wait for the interpreter's lock on the connection's thread, and
--- beside a busy event loop each such wait can last the 5 ms switch interval.
+-- The leases of a batch's runs that renew theirs, answered by held_leases: every
+-- row a statement returns is a wait for the interpreter's lock on the connection's
+-- thread, and beside a busy event loop each such wait can last the 5 ms switch
+-- interval. :items is a JSON array of {run_id, epoch, lease_seconds}.
 UPDATE runs
 SET lease_expires_at = :now + wanted.lease_seconds, lease_seconds = wanted.lease_seconds,
     renewals = renewals + 1, updated_at = :now
@@ -81,8 +68,10 @@ FROM (
 WHERE runs.id = wanted.run_id AND runs.epoch = wanted.epoch AND +runs.state = :source;
 
 -- name: held_leases
--- The runs of :items that renew_lease_set renewed, as one JSON array of
--- [run_id, epoch, cancel_requested]: the fence it applied selects them still.
+-- A batch's fence, for all its runs at once, whether or not they renew their lease:
+-- those of :items still running under their epoch, as one JSON array of
+-- [run_id, epoch, cancel_requested]. The transaction holds SQLite's write lock, so
+-- nothing moves them between this and the batch's other statements.
 SELECT json_group_array(json_array(runs.id, runs.epoch, runs.cancel_requested)) AS held
 FROM json_each(:items) AS wanted
 JOIN runs ON runs.id = wanted.value ->> 'run_id'
@@ -114,7 +103,7 @@ SET status = :status, output_json = :output_json, error = :error, finished_at = 
 WHERE run_id = :run_id AND seq = :seq AND epoch = :epoch AND status = :started;
 
 -- name: insert_step_set
--- insert_step for a large batch, in one statement (see renew_lease_set): :steps as
+-- insert_step for a large batch, in one statement (see renew_leases): :steps as
 -- for PostgreSQL's insert_steps. Rows already here are not inserted, and the
 -- domain operation, seeing fewer rows changed than sent, compares each with its row.
 INSERT INTO steps (
@@ -130,7 +119,7 @@ WHERE true
 ON CONFLICT (run_id, seq) DO NOTHING;
 
 -- name: settle_step_set
--- settle_step for a large batch, in one statement (see renew_lease_set).
+-- settle_step for a large batch, in one statement (see renew_leases).
 UPDATE steps
 SET status = outcome.value ->> 'status', output_json = outcome.value ->> 'output_json',
     error = outcome.value ->> 'error', finished_at = :now

@@ -304,10 +304,11 @@ class SimStore:
         return Stored(cancel_requested=run.cancel_requested)
 
     def _apply(self, run: SimRun, item: BatchItem) -> None:
-        run.lease_expires_at = self.now + item.lease_seconds
-        run.lease_seconds = item.lease_seconds
-        run.renewals += 1
-        run.updated_at = self.now
+        if item.lease_seconds:
+            run.lease_expires_at = self.now + item.lease_seconds
+            run.lease_seconds = item.lease_seconds
+            run.renewals += 1
+            run.updated_at = self.now
         journal = self.steps[run.id]
         # Copied before a change: the saved journal of a refused item shares the rows.
         inserts = [s for s in item.steps if not s.settles and not s.withdraws]

@@ -548,14 +548,14 @@ class World:
         )
 
     def _commit(self, worker: Worker, machine: RunMachine, commit: Commit, fault: str) -> str:
+        sent_at = worker.clock
         item = BatchItem(
             run_id=machine.run_id,
             epoch=machine.epoch,
             steps=commit.steps,
-            lease_seconds=commit.lease_seconds,
+            lease_seconds=commit.renewal_at(sent_at),
             settlement=commit.settlement,
         )
-        sent_at = worker.clock
         if fault == "refused":
             outcome: CommitOutcome = Refused("a passing fault")
         elif fault == "refused for its data":
