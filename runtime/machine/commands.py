@@ -33,9 +33,8 @@ Rules for the interpreter:
 * ``Commit``: send one write request of ``steps``, renewing the lease by
   ``commit.renewal_at(sent_at)`` seconds (0: none, the request only fences) and
   applying ``settlement`` (None: none); take the monotonic ``sent_at`` just before
-  sending. ``RecordIntent`` is shielded from a
-  cancel within a bound (if the bound passes, answer ``Unanswered``); ``Settle``
-  and ``Park`` are shielded.
+  sending. ``RecordIntent`` is shielded from a cancel within a bound (if the bound
+  passes, answer ``Unanswered``); ``Settle`` and ``Park`` are shielded.
 * ``CallTool(protected=True)`` is a write with a durable intent: shield it from a
   drain or a cancel until ``machine.protecting`` is None again (only a cut-off
   lets a cancel through).
