@@ -615,8 +615,9 @@ async def test_a_run_done_well_within_its_lease_renews_it_with_none_of_its_commi
 ) -> None:
     """A commit renews the lease only once a third of it has passed: a write's intent and
     outcome, sent a moment after the claim, only fence, and the run's row keeps the
-    renewal count its claim gave it. A run stepping longer than that is renewed by its
-    commits and its calls, as the tests above show."""
+    renewal count its claim gave it. A run stepping longer is renewed by the keeper
+    during its calls (the tests above) and by its commits once a third has passed
+    (tests/unit/test_run_machine.py)."""
     db_path = tmp_path / "runs.db"
     calls = Calls()
     agent = one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls)

@@ -336,8 +336,8 @@ async def test_an_item_of_no_lease_seconds_fences_and_leaves_its_runs_lease_as_i
     store: SQLStore, clock: StoreClock, with_settlement: bool
 ) -> None:
     """Most commits of a run only fence: their items renew nothing, and the run's row is
-    not written, whether the batch goes in one statement (steps only) or in a
-    transaction (one item settles)."""
+    not written, whether the batch goes in one statement (steps only, on PostgreSQL) or
+    in a transaction (one item settles)."""
     renewing, fencing, stale, cancelled, settling = [await claimed(store) for _ in range(5)]
     assert await store.request_cancel(cancelled.id) is CancelOutcome.REQUESTED
     before = {run.id: await store.get_run(run.id) for run in (fencing, cancelled)}
