@@ -26,6 +26,7 @@ from leaseward import (
     Agent,
     App,
     ProviderReply,
+    ProviderRequest,
     Reason,
     RunState,
     Runtime,
@@ -632,3 +633,44 @@ async def test_a_run_done_well_within_its_lease_renews_it_with_none_of_its_commi
     finally:
         connection.close()
     assert renewals == 1
+
+
+async def test_a_run_of_many_quick_writes_outlasting_its_lease_is_never_reaped(
+    store_url: str,
+) -> None:
+    """Most of a run's commits only fence: 120 quick charges, each committing its intent
+    and its outcome, step on for several 0.6 s leases with another worker reaping every
+    50 ms. The keeper's renewals and the commits sent once a third of the lease passed
+    keep the run: it is never reaped, every charge runs once, and its lease was renewed
+    along the way."""
+    charges: list[int] = []
+
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def charge(ctx: ToolContext, amount: int) -> int:
+        charges.append(amount)
+        await anyio.sleep(0.02)
+        return amount
+
+    turns = 120
+
+    def reply(request: ProviderRequest) -> ProviderReply:
+        turn = (len(request.messages) - 1) // 2
+        if turn < turns:
+            return ProviderReply(tool_calls=[ToolCall("charge", {"amount": turn}, f"c{turn}")])
+        return ProviderReply(text="done")
+
+    agent = Agent("payer", ScriptedProvider(reply), tools=[charge], max_steps=turns + 1)
+    async with (
+        Runtime.open(store_url, App([]), worker_id="reaper", **REAPER) as reaper,
+        Runtime.open(store_url, App([agent]), lease_seconds=0.6, **REAPER) as rt,
+    ):
+        started = time.monotonic()
+        run = await rt.wait(await rt.submit("payer", None), timeout=60)
+        took = time.monotonic() - started
+        reaped = reaper.supervisor.metrics.leases_reaped._value.get()
+        renewed = rt.supervisor.metrics.registry.get_sample_value("leaseward_leases_renewed_total")
+
+    assert took > 3 * 0.6, f"the run took {took:.2f} s, not several leases"
+    assert (run.state, run.epoch, reaped) == (RunState.COMPLETED, 1, 0)
+    assert charges == list(range(turns))
+    assert renewed is not None and renewed > 0
