@@ -12,8 +12,10 @@ written before a SIGKILL is read afterwards:
   ``cancelled``), with the run, the call and the epoch it ran under;
 * ``claim``: the worker's Supervisor got a run from a claim (logged when the claim's
   commit returned);
-* ``reap``: the worker's reaper settled an expired lease (logged when the reap's
-  commit returned), with the epoch reaped and the state it moved the run to.
+* ``reap``: the worker's reaper settled an expired lease (stamped when the reap's
+  write was sent, logged once it applied: its commit returns after it lands, which may
+  be after a survivor has claimed the run), with the epoch reaped and the state it
+  moved the run to.
 
 The parent records when it sent each SIGKILL (``time.time()`` right after ``os.kill``
 returned; the victim runs no instruction after that) and reads the victims' lease
@@ -137,12 +139,12 @@ from leaseward import (
     tool,
 )
 from leaseward.actors.persister import Persister
-from leaseward.actors.reaper import LeaseReaper, Reaped
 from leaseward.app import LEASE_SECONDS, REAP_INTERVAL_SECONDS
+from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.listing import RunListing
 from leaseward.runtime.runs import RunRecord
 from leaseward.storage import open_store
-from leaseward.storage.protocol import ClaimRequest
+from leaseward.storage.protocol import ClaimRequest, Reap
 
 AGENT = "leased"
 TOOL = "call"
@@ -195,8 +197,11 @@ class EventLog:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._pid = os.getpid()
 
-    def write(self, kind: str, **fields: Any) -> None:
-        line = json.dumps({"e": kind, "pid": self._pid, "t": time.time(), **fields})
+    def write(self, kind: str, /, **fields: Any) -> None:
+        self.write_at(kind, time.time(), **fields)
+
+    def write_at(self, kind: str, at: float, /, **fields: Any) -> None:
+        line = json.dumps({"e": kind, "pid": self._pid, "t": at, **fields})
         os.write(self._fd, (line + "\n").encode())
 
 
@@ -242,9 +247,14 @@ def worker_app(config: WorkerConfig, events: EventLog) -> App:
 
 
 def log_claims_and_reaps(events: EventLog) -> None:
-    """Wrap the Persister's claim and the reaper's pass, for every instance, before any
-    is made: the reaper's first pass runs as the Runtime opens."""
-    claim, reap_once = Persister.claim, LeaseReaper.reap_once
+    """Wrap the Persister's claim and reap writes, for every instance, before any is
+    made: the reaper's first pass runs as the Runtime opens.
+
+    A reap is stamped as its write is sent, and logged once it has applied. The commit
+    lies between the two, and a survivor may claim the run the moment it lands, so the
+    time the reaper hears back can come after the claim's (by the width of a batch, or
+    of another process's turn): the send keeps reaped before claimed, always."""
+    claim, reap = Persister.claim, Persister.reap
 
     async def logged_claim(self: Persister, request: ClaimRequest) -> tuple[RunRecord, ...]:
         records = await claim(self, request)
@@ -252,14 +262,21 @@ def log_claims_and_reaps(events: EventLog) -> None:
             events.write("claim", run=record.id, epoch=record.epoch)
         return records
 
-    async def logged_reap_once(self: LeaseReaper) -> tuple[Reaped, ...]:
-        reaped = await reap_once(self)
-        for run in reaped:
-            events.write("reap", run=run.run_id, epoch=run.epoch, state=run.settlement.target.value)
-        return reaped
+    async def logged_reap(
+        self: Persister, reaps: Sequence[Reap]
+    ) -> tuple[bool | LeasewardError, ...]:
+        sent_at = time.time()
+        results = await reap(self, reaps)
+        for sent, applied in zip(reaps, results, strict=True):
+            if applied is True:
+                run = sent.expired.run
+                events.write_at(
+                    "reap", sent_at, run=run.id, epoch=run.epoch, state=sent.settlement.target.value
+                )
+        return results
 
     Persister.claim = logged_claim  # type: ignore[method-assign]
-    LeaseReaper.reap_once = logged_reap_once  # type: ignore[method-assign]
+    Persister.reap = logged_reap  # type: ignore[method-assign]
 
 
 def renew_at_step_boundaries_only() -> None:
