@@ -179,13 +179,16 @@ class Persister:
         # Requests of the last batch, for a store with one writer: their runs take their
         # next steps while the next batch commits.
         self._answered = 0
+        # The loop the actor runs on, for the commonest request's reply: a future made
+        # without one looks up the running loop, a system call (getpid) each time.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- requests ---------------------------------------------------------------------
 
     def persist(self, item: BatchItem) -> Awaitable[CommitOutcome]:
         """Send ``item`` to the next batch; await the answer. Not a coroutine: the
         commonest request of all goes out as it is made, with no frame of its own."""
-        reply: Reply[CommitOutcome] = Reply()
+        reply: Reply[CommitOutcome] = Reply(loop=self._loop or asyncio.get_running_loop())
         self.mailbox.send_nowait(Persist(item, reply))
         return reply
 
@@ -230,6 +233,7 @@ class Persister:
     # -- the actor: drain, commit, answer ---------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        self._loop = asyncio.get_running_loop()
         if self._concurrent_batches == 1:
             task_status.started()
             while True:

@@ -130,9 +130,13 @@ class RunActor:
         self._settling = False
         self._raised: Exception | None = None
         self.settlement: Settlement | None = None
+        # The event loop's clock, which anyio's deadlines are on under asyncio: taken as
+        # the run starts, for every look-up of the running loop is a system call (getpid).
+        self._loop_time: Callable[[], float]
 
     async def run(self) -> Settlement | None:
         """Run until settled; returns the settlement stored, or None if none was."""
+        self._loop_time = asyncio.get_running_loop().time
         try:
             with anyio.CancelScope() as self._scope:
                 self._see_news()
@@ -323,7 +327,7 @@ class RunActor:
             # Shielded, within a bound: a stop that lands while the intent is on its way
             # waits for the answer, unless the store hangs. The bound is kept by the
             # timer the runs share, not by a timer of the scope's own.
-            bound = asyncio.get_running_loop().time() + SETTLE_TIMEOUT_SECONDS
+            bound = self._loop_time() + SETTLE_TIMEOUT_SECONDS
             with anyio.CancelScope(shield=True) as scope:
                 self._bounds.bound(scope, bound)
                 try:
@@ -392,9 +396,7 @@ class RunActor:
         Bounded from its first suspension: before, nothing could stop it. If it is
         stopped, the cancellation goes on to ``_drive``, where the guard ends.
         """
-        # The loop's clock is what anyio's deadlines are on under asyncio, and reading it
-        # here spares a look-up of the running backend on every call.
-        deadline = asyncio.get_running_loop().time() + timeout
+        deadline = self._loop_time() + timeout
         # Before the call starts: it may read its lease (ctx.lease_remaining) at once.
         lease, keeper = self._lease_to_renew(), self._keeper
         if self._under_way is not None:
