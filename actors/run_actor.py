@@ -126,6 +126,9 @@ class RunActor:
         self._info_enabled = self._log.enabled_check("info")
         # Shielded while a write with an intent is in flight (G13).
         self._scope: anyio.CancelScope | None = None
+        # Whether it is, kept here: most events leave it as it was, and anyio's property
+        # is a call each time it is read or set.
+        self._shielded = False
         self._cut_off = False
         self._settling = False
         self._raised: Exception | None = None
@@ -165,7 +168,7 @@ class RunActor:
         """Let a cancel reach the write in flight; returns that write, if there is one."""
         self._cut_off = True
         if self._scope is not None:
-            self._scope.shield = False
+            self._scope.shield = self._shielded = False
         return self.writing
 
     async def _drive(self, commands: Sequence[m.Command]) -> None:
@@ -224,9 +227,10 @@ class RunActor:
         """The machine's answer to ``event``."""
         self._see_news()
         commands = self._machine.feed(event)
-        if self._scope is not None:
-            # G13: a call with a durable intent is shielded; only cut_off() stops it.
-            self._scope.shield = self._machine.protecting is not None and not self._cut_off
+        # G13: a call with a durable intent is shielded; only cut_off() stops it.
+        shielded = self._machine.protecting is not None and not self._cut_off
+        if shielded is not self._shielded and self._scope is not None:
+            self._scope.shield = self._shielded = shielded
         return commands
 
     def _stopped_call(self) -> m.MachineEvent:
