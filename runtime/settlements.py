@@ -40,6 +40,12 @@ class Settlement:
     def target(self) -> RunState:
         return TRANSITIONS[self.event][1]
 
+    @property
+    def queues_now(self) -> bool:
+        """Whether it puts the run back in the queue at once, not after a backoff: a
+        worker may claim it as soon as it is stored."""
+        return self.target is RunState.QUEUED and self.delay_seconds <= 0
+
 
 def settlement_after(
     recovery: Recovery, *, failure_class: FailureClass, error: str, cancel_requested: bool

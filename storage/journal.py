@@ -64,15 +64,6 @@ _CANCEL_EVENTS = {
 }
 
 
-def _makes_claimable(settlement: Settlement | None) -> bool:
-    """Whether a settlement puts its run back in the queue now (not after a backoff)."""
-    return (
-        settlement is not None
-        and settlement.target is RunState.QUEUED
-        and settlement.delay_seconds <= 0
-    )
-
-
 def _check_same_request(key: Row, new: NewRun) -> None:
     """Refuse ``new`` if its key was used for another agent or input than it asks for."""
     if key["request_digest"] == new.request_digest:
@@ -274,11 +265,13 @@ class JournalWriter(StoreConcern):
                 for new, run in zip(batch.new_runs, results.new_runs, strict=True)
             )
             or any(
-                isinstance(outcome, Stored) and _makes_claimable(item.settlement)
+                isinstance(outcome, Stored)
+                and item.settlement is not None
+                and item.settlement.queues_now
                 for item, outcome in zip(batch.items, results.items, strict=True)
             )
             or any(
-                reaped is True and _makes_claimable(reap.settlement)
+                reaped is True and reap.settlement.queues_now
                 for reap, reaped in zip(batch.reaps, results.reaps, strict=True)
             )
         )

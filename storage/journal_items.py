@@ -113,6 +113,33 @@ def _outcome_set(items: Sequence[BatchItem], steps: _StepsByKey) -> str:
     return json_set(_outcome_row(items[position], step) for position, step in steps.values())
 
 
+def _settlement_set(
+    settlements: Sequence[tuple[str, int, Settlement]],
+    renewals: Mapping[str, int] | None = None,
+) -> str:
+    """Run settlements, each fenced on its epoch (a reap's also on its ``renewals``), as
+    settle_runs and write_journal read them."""
+    return json_set(
+        {
+            "run_id": run_id,
+            "epoch": epoch,
+            "source": source_state(settlement.event).value,
+            "target": settlement.target.value,
+            "reason": None if settlement.reason is None else settlement.reason.value,
+            "failure_class": (
+                None if settlement.failure_class is None else settlement.failure_class.value
+            ),
+            "result_json": settlement.result_json,
+            "error": settlement.error,
+            "spent_retries": 1 if settlement.spends_retry else 0,
+            "delay_seconds": settlement.delay_seconds,
+            "terminal": settlement.target.terminal,
+            "renewals": None if renewals is None else renewals[run_id],
+        }
+        for run_id, epoch, settlement in settlements
+    )
+
+
 def _answer(cancel_requested: bool | None) -> CommitOutcome:
     """An item's outcome, from its run's cancel_requested where the fence held it (None
     where it did not)."""
@@ -126,29 +153,39 @@ class ItemWriter(StoreConcern):
 
     async def write_alone(self, items: Sequence[BatchItem]) -> list[CommitOutcome] | None:
         """The items in one statement committed on its own (``write_journal``), where
-        the executor gains by it and the items only renew leases and write steps.
+        the executor gains by it and the items renew leases, write steps and settle runs.
 
-        None where that does not apply: an item with a settlement, requests or a
-        withdrawal, or a step written twice in the batch; and where a record was not
-        written as sent (one sent again after its commit's answer was lost, or one
-        recorded differently), which the statement tells by keeping nothing. The
-        caller then writes the items in a transaction, which tells those apart.
+        None where that does not apply: an item with requests or a withdrawal, a step
+        written twice in the batch, a settlement that queues its run at once (the
+        transaction tells the workers there is work), renews its lease or shares its
+        run with another item; and where a record or a settlement was not written as
+        sent (one sent again after its commit's answer was lost, one recorded
+        differently, a run changed under its own lease), which the statement tells by
+        keeping nothing. The caller then writes the items in a transaction, which tells
+        those apart.
         """
         q = self._queries
         if not self._executor.writes_alone:
             return None
         inserts: _StepsByKey = {}
         settles: _StepsByKey = {}
+        settlements: list[tuple[str, int, Settlement]] = []
         for position, item in enumerate(items):
             _check_integer(item.epoch)
-            if item.settlement is not None:
-                return None
+            settlement = item.settlement
+            if settlement is not None:
+                # One statement updates a run's row once: a settling item only fences.
+                if settlement.requests or settlement.queues_now or item.lease_seconds:
+                    return None
+                settlements.append((item.run_id, item.epoch, settlement))
             for step in item.steps:
                 key = (item.run_id, step.seq)
                 if step.withdraws or key in inserts or key in settles:
                     return None
                 _check_integer(step.seq)
                 (settles if step.settles else inserts)[key] = (position, step)
+        if settlements and len({item.run_id for item in items}) < len(items):
+            return None
         if ARMED and carries_outcome(step for item in items for step in item.steps):
             # Where a transaction would have written the outcome and not committed it.
             crash_point("outcome_commit")
@@ -159,6 +196,7 @@ class ItemWriter(StoreConcern):
                     "items": _fence_set(items),
                     "steps": _new_step_set(items, inserts),
                     "outcomes": _outcome_set(items, settles),
+                    "settlements": _settlement_set(settlements),
                     "source": RunState.RUNNING.value,
                     "started": StepStatus.STARTED.value,
                 },
@@ -468,29 +506,6 @@ class ItemWriter(StoreConcern):
         returns the (run id, epoch) settled."""
         rows = await self._executor.fetch_all(
             self._queries["settle_runs"],
-            {
-                "settlements": json_set(
-                    {
-                        "run_id": run_id,
-                        "epoch": epoch,
-                        "source": source_state(settlement.event).value,
-                        "target": settlement.target.value,
-                        "reason": None if settlement.reason is None else settlement.reason.value,
-                        "failure_class": (
-                            None
-                            if settlement.failure_class is None
-                            else settlement.failure_class.value
-                        ),
-                        "result_json": settlement.result_json,
-                        "error": settlement.error,
-                        "spent_retries": 1 if settlement.spends_retry else 0,
-                        "delay_seconds": settlement.delay_seconds,
-                        "terminal": settlement.target.terminal,
-                        "renewals": None if renewals is None else renewals[run_id],
-                    }
-                    for run_id, epoch, settlement in settlements
-                ),
-                "now": now,
-            },
+            {"settlements": _settlement_set(settlements, renewals), "now": now},
         )
         return {(row["run_id"], row["epoch"]) for row in rows}

@@ -67,4 +67,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(14, "journal_in_one_statement"),
     Migration(15, "journal_checks"),
     Migration(16, "fence_only_commits"),
+    Migration(17, "settlements_in_one_statement"),
 )

@@ -684,12 +684,13 @@ async def test_lease_renewals_are_heap_only_updates(pg_url: str) -> None:
     assert max(rounds[1:]) >= 180, rounds
 
 
-async def test_a_batch_of_steps_and_renewals_is_one_statement_and_one_settling_a_transaction(
+async def test_a_batch_of_steps_renewals_and_settlements_is_one_statement(
     pg_url: str,
 ) -> None:
-    """A batch that only renews leases and writes steps is one statement committed on its
-    own, one round trip; a settlement's batch is a transaction, as is every batch of an
-    executor that gains nothing by the one statement."""
+    """A batch that renews leases, writes steps and settles runs is one statement
+    committed on its own, one round trip; a settlement that queues its run at once is a
+    transaction, which tells the workers there is work, as is every batch of an executor
+    that gains nothing by the one statement."""
     store, executor = await faulty_store(pg_url, writes_alone=True)
     one_statement = executor.inject(query("write_journal"))
     fence_apart = executor.inject(query("renew_leases"))
@@ -710,8 +711,18 @@ async def test_a_batch_of_steps_and_renewals_is_one_statement_and_one_settling_a
         assert await store.commit_batch([BatchItem(run.id, run.epoch, settlement=COMPLETE)]) == [
             Stored()
         ]
-        assert (one_statement.fired, fence_apart.fired) == (1, 1)
+        assert (one_statement.fired, fence_apart.fired) == (2, 0)
         settled = await store.get_run(run.id)
         assert settled is not None and settled.state is RunState.COMPLETED
+
+        await store.create_run(new_run())
+        (released,) = await store.claim_runs("w1", 1, 30.0, ["a"])
+        release = Settlement(Event.RELEASE)
+        assert await store.commit_batch(
+            [BatchItem(released.id, released.epoch, settlement=release)]
+        ) == [Stored()]
+        assert (one_statement.fired, fence_apart.fired) == (2, 1)
+        queued = await store.get_run(released.id)
+        assert queued is not None and queued.state is RunState.QUEUED
     finally:
         await store.aclose()

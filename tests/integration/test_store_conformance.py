@@ -336,8 +336,8 @@ async def test_an_item_of_no_lease_seconds_fences_and_leaves_its_runs_lease_as_i
     store: SQLStore, clock: StoreClock, with_settlement: bool
 ) -> None:
     """Most commits of a run only fence: their items renew nothing, and the run's row is
-    not written, whether the batch goes in one statement (steps only, on PostgreSQL) or
-    in a transaction (one item settles)."""
+    not written, whether the batch goes in one statement (on PostgreSQL, one item
+    settling or none) or in a transaction (on SQLite)."""
     renewing, fencing, stale, cancelled, settling = [await claimed(store) for _ in range(5)]
     assert await store.request_cancel(cancelled.id) is CancelOutcome.REQUESTED
     before = {run.id: await store.get_run(run.id) for run in (fencing, cancelled)}
@@ -362,6 +362,37 @@ async def test_an_item_of_no_lease_seconds_fences_and_leaves_its_runs_lease_as_i
         assert (await lease_of(store, run.id)).renewals == 1
     assert [s.seq for s in await store.list_steps(fencing.id)] == [0, 1]
     assert await store.list_steps(stale.id) == []
+    if with_settlement:
+        assert outcomes[4] == Stored()
+        done = await store.get_run(settling.id)
+        assert done is not None and done.state is RunState.COMPLETED
+
+
+async def test_a_settlement_the_runs_state_does_not_allow_is_refused_and_the_rest_written(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    """An item whose run is held, but whose settlement starts from another state than
+    the run's, is refused on its own: nothing of it is written, and the items beside it,
+    a completion included, are, in one statement or in a transaction."""
+    stepping, completing, misfit = [await claimed(store) for _ in range(3)]
+    await clock.advance(1)
+    from_the_queue = Settlement(Event.CANCEL_QUEUED, Reason.CANCELLED)
+    outcomes = await store.commit_batch(
+        [
+            BatchItem(stepping.id, 1, steps=(provider_step(0, ASK),)),
+            BatchItem(completing.id, 1, steps=(provider_step(0, ASK),), settlement=COMPLETE),
+            BatchItem(misfit.id, 1, steps=(provider_step(0, ASK),), settlement=from_the_queue),
+        ]
+    )
+
+    assert outcomes[:2] == [Stored(), Stored()]
+    assert isinstance(outcomes[2], Refused)
+    assert [s.seq for s in await store.list_steps(stepping.id)] == [0]
+    assert [s.seq for s in await store.list_steps(completing.id)] == [0]
+    done = await store.get_run(completing.id)
+    assert done is not None and done.state is RunState.COMPLETED
+    assert await store.list_steps(misfit.id) == []
+    assert await store.get_run(misfit.id) == misfit
 
 
 async def test_a_settle_under_a_stale_epoch_changes_nothing(

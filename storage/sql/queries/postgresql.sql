@@ -69,11 +69,11 @@ WHERE runs.id = picked.id AND runs.state = :source
 RETURNING runs.*;
 
 -- name: write_journal
--- A batch of journal items without settlements, requests or withdrawals, in one
--- statement committed on its own (see leaseward_write_journal): :items as for
--- renew_leases, :steps as for insert_steps, :outcomes as for settle_steps.
+-- A batch of journal items without requests or withdrawals, in one statement committed
+-- on its own (see leaseward_write_journal): :items as for renew_leases, :steps as for
+-- insert_steps, :outcomes as for settle_steps, :settlements as for settle_runs.
 SELECT leaseward_write_journal(
-    :items::jsonb, :steps::jsonb, :outcomes::jsonb, :source, :started
+    :items::jsonb, :steps::jsonb, :outcomes::jsonb, :settlements::jsonb, :source, :started
 ) AS held;
 
 -- name: renew_leases
