@@ -1,5 +1,5 @@
--- A batch whose items settle runs (a completion, a failure, a release) is written in
--- one statement too: leaseward_write_journal with the runs' settlements, beside the
+-- A batch whose items settle runs (a completion, a failure, a retry after a backoff) is
+-- written in one statement too: leaseward_write_journal with the runs' settlements, beside the
 -- form of 0016 that older workers call. In a transaction the fence, the steps and the
 -- settlements were five round trips to the server, each waiting for the event loop's
 -- turn, and the last batches of a burst of runs all settle.
