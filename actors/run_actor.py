@@ -131,6 +131,9 @@ class RunActor:
         self._shielded = False
         self._cut_off = False
         self._settling = False
+        # When the intent whose bound passed without an answer was sent: its commit is
+        # answered Unanswered once the guard that bound cancelled has ended.
+        self._unanswered_intent: float | None = None
         self._raised: Exception | None = None
         self.settlement: Settlement | None = None
         # The event loop's clock, which anyio's deadlines are on under asyncio: taken as
@@ -177,16 +180,25 @@ class RunActor:
         The calls run in a guard: a scope given a call's deadline while the call is
         in flight, which the keeper cancels to cut the call off. One guard serves
         the calls of an attempt until one of them is stopped: entering and leaving a
-        scope around every call cost more than a tenth of a step.
+        scope around every call cost more than a tenth of a step. It shields the
+        commits of intents too (see ``_commit``).
         """
         going_on: Sequence[m.Command] | None = commands
         while going_on is not None:
             with anyio.CancelScope() as guard:
                 going_on = await self._steps(going_on, guard)
-            if guard.cancelled_caught:
-                stopped = self._stopped_call()
-                self._trace.interrupted(stopped)
-                going_on = self._fed(stopped)
+            if not guard.cancelled_caught:
+                continue
+            sent_at, self._unanswered_intent = self._unanswered_intent, None
+            if sent_at is not None:
+                unanswered = (
+                    f"the intent's commit was not answered within {SETTLE_TIMEOUT_SECONDS:g} s"
+                )
+                going_on = self._fed(m.Committed(Unanswered(unanswered), sent_at))
+                continue
+            stopped = self._stopped_call()
+            self._trace.interrupted(stopped)
+            going_on = self._fed(stopped)
 
     async def _steps(
         self, commands: Sequence[m.Command], guard: anyio.CancelScope
@@ -214,7 +226,7 @@ class RunActor:
                 await anyio.lowlevel.checkpoint_if_cancelled()
                 event = m.AdmissionCheck(now=self._clock.monotonic(), wall=self._clock.now())
             elif isinstance(action, m.Commit):
-                event = await self._commit(action)
+                event = await self._commit(action, guard)
                 if self._under_way is not None:
                     self._set_under_way()
             else:
@@ -316,7 +328,7 @@ class RunActor:
                 return m.ReadFailed(exc.message if isinstance(exc, LeasewardError) else str(exc))
             return m.LoadFailed(exc)
 
-    async def _commit(self, action: m.Commit) -> m.Committed:
+    async def _commit(self, action: m.Commit, guard: anyio.CancelScope) -> m.Committed:
         # The lease runs from when the renewal was sent: however long the commit waits
         # for a lock, the database's expiry is no earlier than this.
         sent_at = self._clock.monotonic()
@@ -329,17 +341,22 @@ class RunActor:
             if not isinstance(action, m.RecordIntent):
                 return m.Committed(await self._persist(item), sent_at)
             # Shielded, within a bound: a stop that lands while the intent is on its way
-            # waits for the answer, unless the store hangs. The bound is kept by the
-            # timer the runs share, not by a timer of the scope's own.
-            bound = self._loop_time() + SETTLE_TIMEOUT_SECONDS
-            with anyio.CancelScope(shield=True) as scope:
-                self._bounds.bound(scope, bound)
-                try:
-                    return m.Committed(await self._persist(item), sent_at)
-                finally:
-                    self._bounds.release(scope)
-            unanswered = f"the intent's commit was not answered within {SETTLE_TIMEOUT_SECONDS:g} s"
-            return m.Committed(Unanswered(unanswered), sent_at)
+            # waits for the answer, unless the store hangs. The guard is the shield, as no
+            # call is in flight for the keeper to cut off through it: a scope of the
+            # intent's own cost a write step three microseconds. The bound is kept by the
+            # timer the runs share; when it passes it cancels the guard, the one thing
+            # that can while the shield is up, and _drive answers the intent then.
+            guard.shield = True
+            self._bounds.bound(guard, self._loop_time() + SETTLE_TIMEOUT_SECONDS)
+            try:
+                return m.Committed(await self._persist(item), sent_at)
+            except anyio.get_cancelled_exc_class():
+                if guard.cancel_called:
+                    self._unanswered_intent = sent_at
+                raise
+            finally:
+                self._bounds.release(guard)
+                guard.shield = False
         finally:
             keeper.release_commit(lease)
             self._see_renewals()
