@@ -66,6 +66,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(13, "journal_rowid"),
     Migration(14, "journal_in_one_statement"),
     Migration(15, "journal_checks"),
-    Migration(16, "fence_only_commits"),
-    Migration(17, "settlements_in_one_statement"),
+    Migration(16, "fences_and_settlements"),
 )

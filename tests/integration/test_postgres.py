@@ -684,6 +684,64 @@ async def test_lease_renewals_are_heap_only_updates(pg_url: str) -> None:
     assert max(rounds[1:]) >= 180, rounds
 
 
+async def test_an_older_workers_call_of_the_journal_function_still_fences_renews_and_writes(
+    pg_url: str,
+) -> None:
+    """A worker from before migration 16 calls leaseward_write_journal with five
+    arguments during a rolling deploy: its items renew their leases and write their
+    rows, and an item under a stale epoch writes nothing."""
+    store = await open_store(pg_url)
+    try:
+        await store.create_run(new_run())
+        await store.create_run(new_run())
+        held, stale = await store.claim_runs("w1", 2, 30.0, ["a"])
+        before = await store.get_run(held.id)
+        assert before is not None and before.lease_expires_at is not None
+        items = [
+            {"run_id": held.id, "epoch": held.epoch, "lease_seconds": 60.0},
+            {"run_id": stale.id, "epoch": stale.epoch + 1, "lease_seconds": 60.0},
+        ]
+        steps = [
+            [
+                run.id,
+                0,
+                epoch,
+                "provider",
+                None,
+                None,
+                None,
+                "succeeded",
+                None,
+                None,
+                '{"text":"hi"}',
+                None,
+                None,
+                True,
+                None,
+            ]
+            for run, epoch in ((held, held.epoch), (stale, stale.epoch + 1))
+        ]
+        connection = await asyncpg.connect(pg_url)
+        try:
+            answer = await connection.fetchval(
+                "SELECT leaseward_write_journal($1::jsonb, $2::jsonb, '[]'::jsonb, $3, $4)",
+                json.dumps(items),
+                json.dumps(steps),
+                RunState.RUNNING.value,
+                StepStatus.STARTED.value,
+            )
+        finally:
+            await connection.close()
+        assert json.loads(answer) == [[held.id, held.epoch, False]]
+        renewed = await store.get_run(held.id)
+        assert renewed is not None and renewed.lease_expires_at is not None
+        assert renewed.lease_expires_at > before.lease_expires_at
+        assert [step.seq for step in await store.list_steps(held.id)] == [0]
+        assert await store.list_steps(stale.id) == []
+    finally:
+        await store.aclose()
+
+
 async def test_a_batch_of_steps_renewals_and_settlements_is_one_statement(
     pg_url: str,
 ) -> None:

@@ -1,14 +1,17 @@
--- A batch whose items settle runs (a completion, a failure, a retry after a backoff) is
--- written in one statement too: leaseward_write_journal with the runs' settlements, beside the
--- form of 0016 that older workers call. In a transaction the fence, the steps and the
--- settlements were five round trips to the server, each waiting for the event loop's
--- turn, and the last batches of a burst of runs all settle.
+-- A batch of journal items in one statement that also settles runs, and commits that
+-- only fence. leaseward_write_journal gets a form that takes the batch's settlements (a
+-- completion, a failure, a retry after a backoff): in a transaction the fence, the steps
+-- and the settlements were five round trips to the server, each waiting for the event
+-- loop's turn, and the last batches of a burst of runs all settle. An item renews its
+-- run's lease only with lease_seconds above 0 (a third of the lease passed since the
+-- last renewal); one of 0 is locked and read, not written: its run's row keeps its
+-- lease, its renewals and its updated_at.
 --
--- A settlement's item only fences (lease_seconds 0), and its run has no other item in
--- the batch: a row is not updated twice in one statement. The settlements are fenced
--- like the steps, on the items held, and each on its own source state; one the
--- statement does not apply as sent (its run changed under its own lease) rolls it all
--- back, and the caller writes the batch in a transaction, which says whose it was.
+-- A settlement's item only fences, and its run has no other item in the batch: a row is
+-- not updated twice in one statement. The settlements are fenced like the steps, on the
+-- items held, and each on its own source state; one the statement does not apply as
+-- sent (its run changed under its own lease) rolls it all back, and the caller writes
+-- the batch in a transaction, which says whose it was.
 CREATE FUNCTION leaseward_write_journal(
     p_items jsonb, p_steps jsonb, p_outcomes jsonb, p_settlements jsonb,
     p_source text, p_started text
@@ -110,4 +113,14 @@ BEGIN
     END IF;
     RETURN held_runs;
 END
+$$;
+
+-- The form of 0014, which older workers call (every item of theirs renews): the same
+-- statement with no settlements.
+CREATE OR REPLACE FUNCTION leaseward_write_journal(
+    p_items jsonb, p_steps jsonb, p_outcomes jsonb, p_source text, p_started text
+) RETURNS jsonb
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT leaseward_write_journal(p_items, p_steps, p_outcomes, '[]'::jsonb, p_source, p_started)
 $$;

@@ -1,2 +1,0 @@
--- PostgreSQL only: its journal batches go through leaseward_write_journal, which this
--- replaces. SQLite's statements are in its queries, and its schema stays as it is.

@@ -1,3 +1,0 @@
--- PostgreSQL only: its journal batches go through leaseward_write_journal, which this
--- gives a form that settles runs too. SQLite writes a batch in one transaction on its
--- connection's thread, and its schema stays as it is.
