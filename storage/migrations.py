@@ -67,4 +67,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(14, "journal_in_one_statement"),
     Migration(15, "journal_checks"),
     Migration(16, "fences_and_settlements"),
+    Migration(17, "claims_planned_once"),
 )

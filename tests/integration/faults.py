@@ -68,7 +68,9 @@ class StepRecord:
 class Transaction:
     """One transaction of the faulty executor, as its faults see it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, alone: bool = False) -> None:
+        self.alone = alone
+        """One statement the server commits by itself (``write_alone``)."""
         self.statements: list[Statement] = []
         self.lost_answer: StoreError | None = None
         self._after_commit: list[_Callback] = []
@@ -251,7 +253,7 @@ class FaultyExecutor:
 
     async def write_alone(self, sql: str, params: Params | None = None) -> Sequence[Row]:
         # A transaction of one statement: faults fall on it as on any other statement.
-        current = Transaction()
+        current = Transaction(alone=True)
         token = self._transaction.set(current)
         try:
             rows = await self._statement(sql, params, lambda: self.inner.write_alone(sql, params))

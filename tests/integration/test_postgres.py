@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -47,10 +48,19 @@ from leaseward.runtime.commits import Stored
 from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event
 from leaseward.runtime.settlements import Settlement
-from leaseward.storage import BatchItem, SQLStore, open_store, parse_store_url, pool_size_for
+from leaseward.storage import (
+    BatchItem,
+    ClaimRequest,
+    SQLStore,
+    WriteBatch,
+    open_store,
+    parse_store_url,
+    pool_size_for,
+    unwrap,
+)
 from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.postgres import translate_params
-from tests.integration.faults import faulty_store, query
+from tests.integration.faults import Statement, faulty_store, query
 from tests.integration.support import Calls, capture_logs, events
 from tests.integration.test_store_conformance import COMPLETE, new_run
 
@@ -604,13 +614,15 @@ async def test_claim_and_lease_scans_use_indexes(pg_url: str) -> None:
             " SELECT 'done-' || n, 'a', 'queued', 'completed', 'completed', 'null', 1, 0,"
             " n, FALSE, n, n, n FROM generate_series(1, 20000) AS n"
         )
-        # Some runs held and some waiting, as in a working store: with none, the
-        # planner could pick any index that leads with the state.
+        # Some runs held and many waiting, as in a working store with a backlog: with
+        # none held, the planner could pick any index that leads with the state; a plan
+        # made for any LIMIT takes a tenth of the waiting ones, which a whole scan of
+        # the table would beat unless each run picked is looked up by id.
         await connection.execute(
             "UPDATE runs SET state = CASE WHEN n <= 500 THEN 'running' ELSE 'queued' END,"
             " reason = NULL, finished_at = NULL,"
             " lease_expires_at = CASE WHEN n <= 500 THEN n END"
-            " FROM generate_series(1, 1000) AS n WHERE id = 'done-' || n"
+            " FROM generate_series(1, 10000) AS n WHERE id = 'done-' || n"
         )
         await connection.execute("ANALYZE runs")
 
@@ -619,16 +631,7 @@ async def test_claim_and_lease_scans_use_indexes(pg_url: str) -> None:
             rows = await connection.fetch(f"EXPLAIN {text}", *(params[n] for n in names))
             return "\n".join(row[0] for row in rows)
 
-        claim = await plan(
-            "claim_runs",
-            source="queued",
-            target="running",
-            worker_id="w",
-            lease_seconds=30.0,
-            limit=5,
-            agents=["a"],
-            exclude=["r1"],
-        )
+        claim = await claim_plan(connection)
         expired = await plan("running_leases", source="running")
     finally:
         await connection.close()
@@ -636,6 +639,25 @@ async def test_claim_and_lease_scans_use_indexes(pg_url: str) -> None:
     assert "Index Scan using runs_pkey on runs " in claim, claim
     assert "Seq Scan on runs" not in claim, claim
     assert "Index Cond: (state = 'running'::text)" in expired, expired
+
+
+async def claim_plan(connection: asyncpg.Connection[asyncpg.Record]) -> str:
+    """The plan of the claim as its function keeps it: made once, for any arguments."""
+    function = await connection.fetchrow(
+        "SELECT prosrc, proargnames, oidvectortypes(proargtypes) AS types, proconfig"
+        " FROM pg_proc WHERE proname = 'leaseward_claim_runs'"
+    )
+    assert function is not None
+    assert "plan_cache_mode=force_generic_plan" in function["proconfig"]
+    [query] = re.findall(r"RETURN QUERY(.*?);\s*END", function["prosrc"], re.DOTALL)
+    for position, name in enumerate(function["proargnames"], 1):
+        query = re.sub(rf"\b{name}\b", f"${position}", query)
+    await connection.execute("SET plan_cache_mode = force_generic_plan")
+    await connection.execute(f"PREPARE claim ({function['types']}) AS {query}")
+    rows = await connection.fetch(
+        "EXPLAIN EXECUTE claim('{a}', '{r1}', 5, 'queued', 'running', 'w', 30.0)"
+    )
+    return "\n".join(row[0] for row in rows)
 
 
 async def test_lease_renewals_are_heap_only_updates(pg_url: str) -> None:
@@ -738,6 +760,40 @@ async def test_an_older_workers_call_of_the_journal_function_still_fences_renews
         assert renewed.lease_expires_at > before.lease_expires_at
         assert [step.seq for step in await store.list_steps(held.id)] == [0]
         assert await store.list_steps(stale.id) == []
+    finally:
+        await store.aclose()
+
+
+async def test_a_claim_alone_is_one_statement_the_server_commits_by_itself(
+    pg_url: str,
+) -> None:
+    """A worker's claim with nothing else to write is sent alone, one round trip where a
+    transaction around it took three; beside other writes it stays in their transaction."""
+    store, executor = await faulty_store(pg_url, writes_alone=True)
+    claims: list[bool] = []
+
+    async def note(statement: Statement) -> None:
+        assert statement.transaction is not None
+        claims.append(statement.transaction.alone)
+
+    executor.inject(query("claim_runs"), note)
+    try:
+        first = await store.create_run(new_run())
+        second = await store.create_run(new_run())
+        (claimed,) = await store.claim_runs("w1", 1, 30.0, ["a"])
+        assert claims == [True]
+        assert claimed.id == first.id and claimed.epoch == 1
+
+        results = await store.commit(
+            WriteBatch(
+                items=(BatchItem(claimed.id, claimed.epoch, lease_seconds=30.0),),
+                claims=(ClaimRequest("w1", 1, 30.0, ("a",), (claimed.id,)),),
+            )
+        )
+        assert claims == [True, False]
+        assert results.items == (Stored(),)
+        [(taken,)] = [unwrap(result) for result in results.claims]
+        assert taken.id == second.id and taken.lease_owner == "w1"
     finally:
         await store.aclose()
 

@@ -41,32 +41,11 @@ FROM jsonb_to_recordset(:runs::jsonb) AS new (
 RETURNING *;
 
 -- name: claim_runs
--- One statement: pick the oldest ready runs no other claimer has locked, and
--- lease them. SKIP LOCKED lets concurrent claimers take disjoint runs without
--- waiting on each other. Every claim and renewal bumps renewals: what a reaper
--- watches (running_leases).
--- The state is written out ('queued' is Event.CLAIM's source) where the runs are
--- picked: a prepared statement's generic plan, made for any value of a parameter,
--- cannot use the partial index that holds only queued runs. :exclude (the claimer's
--- own runs, as many as it has in flight) is read once into a hashed subplan; "= ANY"
--- of the array would compare each candidate with every one of them.
-WITH picked AS MATERIALIZED (
-    SELECT id FROM runs
-    WHERE state = 'queued' AND available_at <= leaseward_now()
-      AND agent = ANY(:agents::text[])
-      AND id NOT IN (SELECT unnest(:exclude::text[]))
-    ORDER BY available_at, created_at
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE runs
-SET state = :target, epoch = runs.epoch + 1, lease_owner = :worker_id,
-    lease_expires_at = leaseward_clock() + :lease_seconds::double precision,
-    lease_seconds = :lease_seconds::double precision, renewals = runs.renewals + 1,
-    updated_at = leaseward_now()
-FROM picked
-WHERE runs.id = picked.id AND runs.state = :source
-RETURNING runs.*;
+-- The claim is leaseward_claim_runs (migration 17), whose plan is made once.
+SELECT * FROM leaseward_claim_runs(
+    :agents::text[], :exclude::text[], :limit, :source, :target, :worker_id,
+    :lease_seconds::double precision
+);
 
 -- name: write_journal
 -- A batch of journal items without requests or withdrawals, in one statement committed

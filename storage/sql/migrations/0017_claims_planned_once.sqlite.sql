@@ -1,0 +1,2 @@
+-- PostgreSQL only: its claims go through leaseward_claim_runs, whose plan is made once.
+-- SQLite plans a statement in microseconds, in the process, and its schema stays as it is.
