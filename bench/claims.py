@@ -64,6 +64,9 @@ class Result:
     seconds: float
     per_worker: tuple[int, ...]
     double_claims: int
+    busy: float | None
+    """The share of the machine's CPU time busy while the workers claimed: the workers,
+    the server and whatever else ran; what one more worker process could still use."""
 
     @property
     def runs_per_second(self) -> float:
@@ -127,12 +130,15 @@ async def measure(admin_url: str, workers: int, batch: int, runs: int) -> Result
             )
             for index in range(workers)
         ]
+        await anyio.sleep(max(0.0, start_at - time.time()))
+        cpu_before = cpu_times()
         reports = []
         for process in processes:
             out, _ = await anyio.to_thread.run_sync(process.communicate)
             if process.returncode != 0:
                 raise SystemExit(f"a worker failed (exit {process.returncode})")
             reports.append(json.loads(out.decode().strip().splitlines()[-1]))
+        cpu_after = cpu_times()
 
         connection = await asyncpg.connect(url)
         try:
@@ -154,7 +160,27 @@ async def measure(admin_url: str, workers: int, batch: int, runs: int) -> Result
         seconds=seconds,
         per_worker=tuple(r["claimed"] for r in reports),
         double_claims=int(bad) + (claimed - int(running)),
+        busy=busy_share(cpu_before, cpu_after),
     )
+
+
+def cpu_times() -> tuple[int, int] | None:
+    """The machine's CPU time so far, all of it and that spent idle or waiting for the
+    disk, in clock ticks; None where ``/proc/stat`` cannot tell."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(field) for field in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 5:
+        return None
+    return sum(fields), fields[3] + fields[4]
+
+
+def busy_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return 1.0 - (after[1] - before[1]) / (after[0] - before[0])
 
 
 def parse_ints(text: str) -> list[int]:
@@ -250,7 +276,7 @@ def write_json(path: Path, args: argparse.Namespace, results: Sequence[Result]) 
 def print_results(results: Sequence[Result]) -> None:
     header = (
         f"{'P':>3} {'batch':>5} {'runs':>7} {'claimed':>7} {'claims':>7} {'wall s':>7} "
-        f"{'runs/s':>8} {'claims/s':>8} {'vs P=1':>7} {'double':>6}  per worker"
+        f"{'runs/s':>8} {'claims/s':>8} {'vs P=1':>7} {'double':>6} {'busy':>5}  per worker"
     )
     print(header)
     print("-" * len(header))
@@ -259,10 +285,11 @@ def print_results(results: Sequence[Result]) -> None:
         if r.workers == 1:
             base.setdefault(r.batch, r.runs_per_second)
         ratio = r.runs_per_second / base[r.batch] if base.get(r.batch) else 0.0
+        busy = "-" if r.busy is None else f"{r.busy:.0%}"
         print(
             f"{r.workers:>3} {r.batch:>5} {r.runs:>7} {r.claimed:>7} {r.claims:>7} "
             f"{r.seconds:>7.3f} {r.runs_per_second:>8.0f} {r.claims_per_second:>8.0f} "
-            f"{ratio:>6.2f}x {r.double_claims:>6}  {','.join(map(str, r.per_worker))}"
+            f"{ratio:>6.2f}x {r.double_claims:>6} {busy:>5}  {','.join(map(str, r.per_worker))}"
         )
 
 
@@ -303,7 +330,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "(the last of each worker finds none);\nruns/s = runs claimed per second of wall time "
         "from the common start to the last worker done; vs P=1 = runs/s over the same batch "
         "with one worker;\ndouble = runs claimed more than once or not at epoch 1 "
-        "(checked in the database after; must be 0)."
+        "(checked in the database after; must be 0);\nbusy = the machine's CPU busy "
+        "while they claimed (workers, server and all else): where two workers leave none "
+        "idle, four have no more to take."
     )
     print(f"total {time.perf_counter() - started:.1f} s")
     if args.json is not None:

@@ -25,9 +25,11 @@ from systems import REPO, last_line
 
 __all__ = ["claim_growth", "claims", "memory", "print_scaling"]
 
-# claims.py's table: P batch runs claimed claims wall-s runs/s claims/s vs-P=1 double per-worker
+# claims.py's table: P batch runs claimed claims wall-s runs/s claims/s vs-P=1 double busy
+# per-worker (busy, the machine's CPU share, since it was printed)
 CLAIMS_LINE = re.compile(
     r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+([\d.]+)x\s+(\d+)"
+    r"(?:\s+(\d+)%)?"
 )
 
 
@@ -68,6 +70,7 @@ def claims(python: Path, pg_url: str, timeout: float) -> dict[str, Any]:
                     "claims_per_second": int(g[7]),
                     "vs_one_worker": float(g[8]),
                     "double": int(g[9]),
+                    "busy": None if g[10] is None else int(g[10]) / 100,
                 }
             )
     if error is None and not rows:
@@ -136,10 +139,18 @@ def print_scaling(found: dict[str, Any]) -> None:
                 f"  claims, {row['workers']} worker(s), batch {row['batch']:>2}: "
                 f"{row['runs_per_second']:>7} runs/s, {row['claims_per_second']:>6} claims/s, "
                 f"{row['vs_one_worker']:.2f}x one worker, double claims {row['double']}"
+                + ("" if row.get("busy") is None else f", machine {row['busy']:.0%} busy")
             )
+        busy = {(row["batch"], row["workers"]): row.get("busy") for row in result["rows"]}
         for batch, steps in claim_growth(result["rows"]).items():
             shown = ", ".join(
-                f"{fewer} to {more}: {'ok' if grew else 'MISS'}" for fewer, more, grew in steps
+                f"{fewer} to {more}: {'ok' if grew else 'MISS'}"
+                + (
+                    ""
+                    if grew or busy.get((batch, fewer)) is None
+                    else f" (machine {busy[(batch, fewer)]:.0%} busy with {fewer})"
+                )
+                for fewer, more, grew in steps
             )
             print(f"  claims grow with more workers (target), batch {batch:>2}: {shown}")
     result = found.get("memory")
