@@ -26,7 +26,7 @@ from systems import REPO, last_line
 __all__ = ["claim_growth", "claims", "memory", "print_scaling"]
 
 # claims.py's table: P batch runs claimed claims wall-s runs/s claims/s vs-P=1 double busy
-# per-worker (busy, the machine's CPU share, since it was printed)
+# per-worker; busy is "-" where /proc/stat could not tell
 CLAIMS_LINE = re.compile(
     r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+([\d.]+)x\s+(\d+)"
     r"(?:\s+(\d+)%)?"

@@ -216,9 +216,9 @@ def test_claims_are_marked_where_more_workers_claim_no_more() -> None:
 
 
 def test_claims_tables_are_read_with_the_machines_busy_share(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
     import claims
 
     def result(workers: int, rate: float, busy: float | None) -> claims.Result:
