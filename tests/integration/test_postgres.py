@@ -44,7 +44,8 @@ from leaseward import (
     tool,
 )
 from leaseward.runtime.clock import ManualClock
-from leaseward.runtime.commits import Stored
+from leaseward.runtime.commits import Fenced, Stored
+from leaseward.runtime.errors import CommitOutcomeUnknown
 from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event
 from leaseward.runtime.settlements import Settlement
@@ -60,7 +61,7 @@ from leaseward.storage import (
 )
 from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.postgres import translate_params
-from tests.integration.faults import Statement, faulty_store, query
+from tests.integration.faults import Statement, faulty_store, lose_answer, query
 from tests.integration.support import Calls, capture_logs, events
 from tests.integration.test_store_conformance import COMPLETE, new_run
 
@@ -794,6 +795,37 @@ async def test_a_claim_alone_is_one_statement_the_server_commits_by_itself(
         assert results.items == (Stored(),)
         [(taken,)] = [unwrap(result) for result in results.claims]
         assert taken.id == second.id and taken.lease_owner == "w1"
+    finally:
+        await store.aclose()
+
+
+async def test_a_claim_whose_answer_is_lost_leases_runs_a_reaper_gives_back(
+    pg_url: str,
+) -> None:
+    """A claim sent alone may commit and its answer be lost: the worker is told the
+    outcome is unknown and holds nothing it knows of. The run it leased is neither lost
+    nor held twice: unrenewed, it is reaped and claimed again under a new epoch, and
+    the first lease's epoch can write nothing."""
+    store, executor = await faulty_store(pg_url, writes_alone=True)
+    executor.inject(query("claim_runs"), after=lose_answer(), times=1)
+    try:
+        run = await store.create_run(new_run())
+        with pytest.raises(CommitOutcomeUnknown):
+            await store.claim_runs("w1", 1, 30.0, ["a"])
+        leased = await store.get_run(run.id)
+        assert leased is not None
+        assert (leased.state, leased.epoch, leased.lease_owner) == (RunState.RUNNING, 1, "w1")
+
+        (expired,) = await store.expired_runs(await store.running_leases())
+        assert await store.reap(expired, Settlement(Event.REQUEUE))
+        (again,) = await store.claim_runs("w2", 1, 30.0, ["a"])
+        assert (again.id, again.epoch, again.lease_owner) == (run.id, 2, "w2")
+
+        stale = StepWrite(
+            seq=0, kind=StepKind.PROVIDER, status=StepStatus.SUCCEEDED, output_json='{"text":"x"}'
+        )
+        assert await store.commit_batch([BatchItem(run.id, 1, steps=(stale,))]) == [Fenced()]
+        assert await store.list_steps(run.id) == []
     finally:
         await store.aclose()
 
