@@ -129,12 +129,14 @@ class Persister:
     every request that waited on it. ``group_commit=False`` commits one
     request a transaction (for comparison).
 
-    A store with one writer (SQLite) gets one batch at a time. When it is free again and
-    a cohort of COHORT_AT or more waits, sent while the last batch committed, that
-    cohort is the batch at once, committed while the runs just answered take their
-    steps. Fewer are joined by those runs, which take one turn of the event loop to
-    send their requests; and when all of them came so, in step, half go first and the
-    rest right behind, which is how the runs fall into two cohorts that take turns.
+    A store with one writer (SQLite), or a server so near that a second batch would only
+    take CPU from the runs (``Store.concurrent_batches``), gets one batch at a time.
+    When it is free again and a cohort of COHORT_AT or more waits, sent while the last
+    batch committed, that cohort is the batch at once, committed while the runs just
+    answered take their steps. Fewer are joined by those runs, which take one turn of
+    the event loop to send their requests; and when all of them came so, in step, half
+    go first and the rest right behind, which is how the runs fall into two cohorts
+    that take turns.
     A cohort takes no more than half of itself and the runs just answered, so that the
     two stay even: the loop steps one half of the runs while the other half commits.
 
@@ -146,10 +148,11 @@ class Persister:
     included, and are one task's; past it, from another task, or with the writer held
     otherwise (another process), a submit joins the next batch.
 
-    A store that commits ``concurrent_batches`` batches side by side (PostgreSQL, on
-    connections of its own) gets up to that many at once, each with its share of the
-    requests waiting and in flight: with none in flight, half of what waits goes first
-    and the rest right behind it, and from then on the batches stay even. The runs
+    A store that commits ``concurrent_batches`` batches side by side (a PostgreSQL
+    server a network away, on connections of its own) gets up to that many at once,
+    each with its share of the requests waiting and in flight: with none in flight,
+    half of what waits goes first and the rest right behind it, and from then on the
+    batches stay even. The runs
     answered by one take their next steps while the other's commit is on the server,
     instead of every run waiting for every commit together.
 
@@ -164,13 +167,17 @@ class Persister:
         *,
         group_commit: bool = True,
         max_batch: int = MAX_BATCH_ITEMS,
-        concurrent_batches: int = 1,
+        concurrent_batches: int | None = 1,
         metrics: Metrics | None = None,
     ) -> None:
         self._store = store
         self._metrics = metrics if metrics is not None else Metrics()
         self._max_batch = max_batch if group_commit else 1
-        self._concurrent_batches = concurrent_batches if group_commit else 1
+        self._group_commit = group_commit
+        # None: as many as the store says as this actor starts, once its rehearsal has
+        # measured the server's round trip.
+        self._asked_batches = concurrent_batches
+        self.concurrent_batches = 1
         self.mailbox: Mailbox[PersisterMessage] = Mailbox()
         self.stats = PersisterStats()
         self._at_once = _TurnShare(AT_ONCE_SECONDS)
@@ -234,13 +241,19 @@ class Persister:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         self._loop = asyncio.get_running_loop()
-        if self._concurrent_batches == 1:
+        if not self._group_commit:
+            self.concurrent_batches = 1
+        elif self._asked_batches is None:
+            self.concurrent_batches = self._store.concurrent_batches
+        else:
+            self.concurrent_batches = self._asked_batches
+        if self.concurrent_batches == 1:
             task_status.started()
             while True:
                 batch = await self._drain()
                 await self._commit(batch)
                 self._answered = len(batch)
-        slots = anyio.Semaphore(self._concurrent_batches)
+        slots = anyio.Semaphore(self.concurrent_batches)
         async with anyio.create_task_group() as batches:
             task_status.started()
             while True:
@@ -316,7 +329,7 @@ class Persister:
         sharing = waiting + self._in_flight
         if sharing < SPLIT_AT:
             return limit
-        return min(limit, -(-sharing // self._concurrent_batches))
+        return min(limit, -(-sharing // self.concurrent_batches))
 
     async def _commit(self, batch: list[PersisterMessage]) -> None:
         started = time.perf_counter()

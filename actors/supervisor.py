@@ -127,7 +127,7 @@ class Supervisor:
             store,
             group_commit=settings.group_commit,
             max_batch=settings.max_batch,
-            concurrent_batches=store.concurrent_batches,
+            concurrent_batches=None,
             metrics=self.metrics,
         )
         self.keeper = LeaseKeeper(

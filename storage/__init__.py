@@ -21,11 +21,19 @@ from leaseward.storage.protocol import (
     unwrap,
 )
 from leaseward.storage.sqlite import SQLiteExecutor, SQLiteOptions
-from leaseward.storage.store import PURGE_BATCH_RUNS, WORK_CHANNEL, SQLStore
+from leaseward.storage.store import (
+    MOST_CONCURRENT_BATCHES,
+    PURGE_BATCH_RUNS,
+    SIDE_BY_SIDE_ROUND_TRIP_SECONDS,
+    WORK_CHANNEL,
+    SQLStore,
+)
 from leaseward.storage.url import PostgresOptions, StoreURL, parse_store_url, pool_size_for
 
 __all__ = [
+    "MOST_CONCURRENT_BATCHES",
     "PURGE_BATCH_RUNS",
+    "SIDE_BY_SIDE_ROUND_TRIP_SECONDS",
     "WORK_CHANNEL",
     "BatchItem",
     "CancelOutcome",

@@ -36,6 +36,10 @@ class Executor(Protocol):
     """Whether ``write_alone`` saves something over a transaction of one statement:
     the round trips of BEGIN and COMMIT to a server. Where it does, the journal writes
     a batch of steps and renewals in one statement."""
+    round_trip_seconds: float | None
+    """The least time a statement that does nothing took to come back from the server,
+    measured by ``rehearse``; None before, where it failed, or where the database is
+    in the process (SQLite)."""
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
         """One write transaction on one connection for its whole length; rolls back on error.
@@ -78,7 +82,8 @@ class Executor(Protocol):
         (PostgreSQL): a worker's first batches then find them ready, instead of
         waiting for each connection to open and plan. ``work`` runs statements that
         change nothing, and whatever they did is rolled back; a failure is logged, not
-        raised. A dialect with nothing to gain (SQLite) does nothing.
+        raised. A dialect with nothing to gain (SQLite) does nothing. A server's
+        dialect measures ``round_trip_seconds`` too.
         """
         ...
 

@@ -15,7 +15,9 @@ and replaced on the next acquire; a lost listener is re-established with backoff
 from __future__ import annotations
 
 import contextlib
+import math
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -46,6 +48,9 @@ ACQUIRE_TIMEOUT_SECONDS = 30.0
 CLOSE_TIMEOUT_SECONDS = 5.0
 LISTEN_BACKOFF_MIN_SECONDS = 0.5
 LISTEN_BACKOFF_MAX_SECONDS = 30.0
+# Statements that do nothing, timed one after another as the store opens: the least of
+# them is the round trip, the others having met a busy moment of either end.
+ROUND_TRIPS_TIMED = 5
 APPLICATION_NAME = "leaseward"
 
 log = get_logger("leaseward.store")
@@ -168,6 +173,7 @@ class PostgresExecutor:
         self._listener_lost = False
         self._closed = False
         self._rehearsal: Callable[[], Awaitable[None]] | None = None
+        self.round_trip_seconds: float | None = None
 
     @classmethod
     async def connect(
@@ -270,11 +276,21 @@ class PostgresExecutor:
                     await held.enter_async_context(self._hold())
                     for _ in range(min(connections, self._pool.get_max_size()))
                 ]
+                if borrowed:
+                    self.round_trip_seconds = await self._round_trip(borrowed[0])
                 for connection in borrowed:
                     await self._rehearse_on(connection, work)
         except StoreError as exc:
             log.warning("store.rehearsal_failed", error=exc.message)
         self._rehearsal = work
+
+    async def _round_trip(self, connection: Connection) -> float:
+        least = math.inf
+        for _ in range(ROUND_TRIPS_TIMED):
+            started = time.perf_counter()
+            await self._call(connection.execute, "SELECT 1")
+            least = min(least, time.perf_counter() - started)
+        return least
 
     async def _opened(self, connection: asyncpg.Connection[asyncpg.Record]) -> None:
         if self._rehearsal is not None:

@@ -224,9 +224,12 @@ class WriteResults:
 
 
 class Store(Protocol):
-    concurrent_batches: int
-    """How many batches may commit side by side: one where the database has one
-    writer (SQLite), more where each commits on a connection of its own."""
+    @property
+    def concurrent_batches(self) -> int:
+        """How many batches may commit side by side: one where the database has one
+        writer (SQLite), more where each commits on a connection of its own and that
+        gains more than it costs. Known once ``rehearse`` has run."""
+        ...
 
     async def migrate(self) -> int:
         """Bring the schema to the newest version; returns that version."""

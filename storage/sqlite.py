@@ -225,6 +225,7 @@ class SQLiteExecutor:
     dialect = "sqlite"
     # A transaction already runs on the connection's thread in one trip.
     writes_alone = False
+    round_trip_seconds: float | None = None
 
     def __init__(
         self,

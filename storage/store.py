@@ -34,7 +34,21 @@ from leaseward.storage.reads import RunReads
 from leaseward.storage.retention import PURGE_BATCH_RUNS, Retention
 from leaseward.storage.workers import WorkerRegistry
 
-__all__ = ["PURGE_BATCH_RUNS", "WORK_CHANNEL", "SQLStore"]
+__all__ = [
+    "MOST_CONCURRENT_BATCHES",
+    "PURGE_BATCH_RUNS",
+    "SIDE_BY_SIDE_ROUND_TRIP_SECONDS",
+    "WORK_CHANNEL",
+    "SQLStore",
+]
+
+MOST_CONCURRENT_BATCHES = 2
+# Below it, one batch at a time; from it on, two side by side. Measured with N=100 runs
+# on two cores (`bench/pg_network.py`): a server on the same machine (0.1 ms) or behind
+# a relay there (0.3 ms) made 7-20% more steps a second with one batch at a time, as
+# a second batch's backend took the core the runs step on; a server 2.4 ms away made
+# 30-40% more with two, as the runs answered by one stepped while the other travelled.
+SIDE_BY_SIDE_ROUND_TRIP_SECONDS = 0.001
 
 
 class SQLStore:
@@ -50,7 +64,6 @@ class SQLStore:
 
     def __init__(self, executor: Executor, clock: Clock) -> None:
         self._executor = executor
-        self.concurrent_batches = 2 if executor.dialect == "postgresql" else 1
         queries = load_queries(executor.dialect)
         self._schema = Migrator(executor, queries, clock)
         self._journal = JournalWriter(executor, queries, clock)
@@ -59,6 +72,18 @@ class SQLStore:
         self._operator = OperatorActions(executor, queries, clock)
         self._workers = WorkerRegistry(executor, queries, clock)
         self._retention = Retention(executor, queries, clock)
+
+    @property
+    def concurrent_batches(self) -> int:
+        """Two batches side by side for a server whose round trip was measured slow, or
+        could not be measured; one for a server near enough that a second batch would
+        only take CPU from the runs, and for SQLite, which has one writer."""
+        if self._executor.dialect != "postgresql":
+            return 1
+        trip = self._executor.round_trip_seconds
+        if trip is not None and trip < SIDE_BY_SIDE_ROUND_TRIP_SECONDS:
+            return 1
+        return MOST_CONCURRENT_BATCHES
 
     # -- schema ---------------------------------------------------------------------------
 
@@ -79,7 +104,7 @@ class SQLStore:
     async def rehearse(self) -> None:
         # The batches side by side, a claim or a submit beside them, and a read.
         await self._executor.rehearse(
-            self._journal.rehearsal, connections=self.concurrent_batches + 2
+            self._journal.rehearsal, connections=MOST_CONCURRENT_BATCHES + 2
         )
 
     def commit_at_once(

@@ -199,6 +199,8 @@ class FaultyExecutor:
         # Most faults here pick a transaction's statements (the fence, the inserts):
         # batches are written in transactions unless a test asks for one statement.
         self.writes_alone = writes_alone and inner.writes_alone
+        # Never measured: this executor does not rehearse.
+        self.round_trip_seconds: float | None = None
         queries = load_queries(inner.dialect)
         self._names = {queries[name]: name for name in queries}
         self._injections: list[Injection] = []

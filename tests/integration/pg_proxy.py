@@ -9,7 +9,8 @@ a network path dies at that moment. A journal batch written in one statement
 Execute) counts as a COMMIT. Clients must not ask for TLS
 (``sslmode=disable``): the proxy has to read their messages.
 
-It can also partition its clients from the server: while partitioned nothing
+It can hold every answer for a while (``answer_delay_seconds``), as a server a
+network away answers. It can also partition its clients from the server: while partitioned nothing
 goes through in either direction and new connections get no server, so every
 statement hangs as on a dead network path; healing resets every connection
 that tried to carry anything, or was made, meanwhile, as a path that comes back
@@ -61,8 +62,9 @@ class _Link:
 class CommitDropper:
     """``async with CommitDropper(host, port) as proxy``: clients connect to ``proxy.port``."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, *, answer_delay_seconds: float = 0.0) -> None:
         self._upstream = (host, port)
+        self._answer_delay = answer_delay_seconds
         self._armed = 0
         self._partition_after_drop = False
         self._healed = asyncio.Event()
@@ -212,6 +214,8 @@ class CommitDropper:
             if self.partitioned:
                 await self._cut_at_heal(link)
                 return
+            if self._answer_delay:
+                await asyncio.sleep(self._answer_delay)
             writer.write(data)
             with contextlib.suppress(ConnectionError):
                 await writer.drain()

@@ -10,9 +10,16 @@ import anyio
 import pytest
 
 from leaseward import Agent, App, ProviderReply, RunState, Runtime, ScriptedProvider, StoreError
-from leaseward.storage import SQLStore, open_store
+from leaseward.storage import (
+    MOST_CONCURRENT_BATCHES,
+    SIDE_BY_SIDE_ROUND_TRIP_SECONDS,
+    SQLStore,
+    open_store,
+)
+from tests.integration.pg_proxy import CommitDropper
 from tests.integration.support import capture_logs, events
 from tests.integration.test_store_conformance import new_run
+from tests.integration.test_unanswered_commits import upstream
 
 pytestmark = pytest.mark.anyio
 
@@ -51,7 +58,7 @@ async def test_a_runtime_on_postgresql_opens_with_its_batches_connections_ready(
     async with Runtime.open(pg_url, idle_app(), concurrency=4) as rt:
         store = rt.supervisor.persister._store
         assert isinstance(store, SQLStore)
-        rehearsed = store.concurrent_batches + 2
+        rehearsed = MOST_CONCURRENT_BATCHES + 2
         held = await prepared_on_held_connections(store, rehearsed)
     assert all(any(JOURNAL_FUNCTION in text for text in texts) for texts in held), held
 
@@ -63,7 +70,7 @@ async def test_a_connection_opened_after_the_rehearsal_rehearses_as_it_opens(
     try:
         await store.rehearse()
         # More than were rehearsed: the pool opens the rest now.
-        held = await prepared_on_held_connections(store, store.concurrent_batches + 4)
+        held = await prepared_on_held_connections(store, MOST_CONCURRENT_BATCHES + 4)
     finally:
         await store.aclose()
     assert all(any(JOURNAL_FUNCTION in text for text in texts) for texts in held), held
@@ -148,3 +155,63 @@ async def test_a_rehearsal_the_server_does_not_finish_is_given_up_within_one_tim
         assert (await store.get_run(created.id)) == created
     finally:
         await store.aclose()
+
+
+async def test_a_server_on_this_machine_gets_one_batch_at_a_time(pg_url: str) -> None:
+    """Before, a worker's Persister always kept two batches on a PostgreSQL server at
+    once. With the server on the same two cores, a second batch's backend took the core
+    the runs step on, and one batch at a time made 7-10% more steps a second. The round
+    trip the rehearsal measures tells such a server from one a network away."""
+    async with Runtime.open(pg_url, idle_app(), concurrency=4) as rt:
+        store = rt.supervisor.persister._store
+        assert isinstance(store, SQLStore)
+        trip = store._executor.round_trip_seconds
+        batches = rt.supervisor.persister.concurrent_batches
+    assert trip is not None and 0 < trip < SIDE_BY_SIDE_ROUND_TRIP_SECONDS
+    assert batches == 1
+
+
+async def test_a_server_whose_answers_are_slow_gets_batches_side_by_side(
+    pg_server: Any, pg_database: str
+) -> None:
+    """Through a proxy that holds every answer for twice the bound, as a network path
+    would: the runs answered by one batch step while the other is on its way."""
+    host, port, user = upstream(pg_server.admin_url)
+    delay = 2 * SIDE_BY_SIDE_ROUND_TRIP_SECONDS
+    async with (
+        CommitDropper(host, port, answer_delay_seconds=delay) as proxy,
+        Runtime.open(proxy.url(pg_database, user), idle_app(), concurrency=4) as rt,
+    ):
+        store = rt.supervisor.persister._store
+        assert isinstance(store, SQLStore)
+        trip = store._executor.round_trip_seconds
+        batches = rt.supervisor.persister.concurrent_batches
+        run_id = await rt.submit("idle", {})
+        info = await rt.wait(run_id, timeout=10)
+    assert trip is not None and trip >= delay
+    assert batches == MOST_CONCURRENT_BATCHES
+    assert info.state is RunState.COMPLETED
+
+
+async def test_a_store_whose_round_trip_is_unknown_keeps_batches_side_by_side(
+    pg_url: str,
+) -> None:
+    # Unmeasured (no rehearsal yet, or it failed): as a server that may be far away.
+    store = await open_store(pg_url)
+    try:
+        unmeasured = store.concurrent_batches
+        await store.rehearse()
+        measured = store.concurrent_batches
+    finally:
+        await store.aclose()
+    assert (unmeasured, measured) == (MOST_CONCURRENT_BATCHES, 1)
+
+
+async def test_sqlite_has_one_writer_whatever_it_measures(tmp_path: Any) -> None:
+    store = await open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    try:
+        await store.rehearse()
+        batches = store.concurrent_batches
+    finally:
+        await store.aclose()
+    assert batches == 1
