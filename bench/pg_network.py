@@ -5,7 +5,10 @@ costs tens of microseconds. Workers on other machines pay a network's round trip
 for every message a batch needs. Here a TCP relay (this file with ``--relay``, in a
 process of its own) forwards the worker's connections to the server and holds
 every chunk it forwards for ``--delay-ms`` in each direction, so each round trip
-costs twice that more. ``bench/peers/leaseward_workload.py`` runs as in
+costs twice that more; the event loop's timer holds a delay below a millisecond for
+about a millisecond, so each cell's round trip is measured and printed too (the
+least of 50 statements that do nothing, as a worker measures it when it opens).
+``bench/peers/leaseward_workload.py`` runs as in
 ``make bench-peers`` (N runs of K steps, a read-only and a NON_IDEMPOTENT_WRITE
 tool, a fresh database each) with each delay, 0 meaning directly to the server,
 and on SQLite for scale; interleaved, medians and ranges printed, the JSON to
@@ -29,10 +32,13 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import asyncpg
+
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "peers" / "leaseward_workload.py"
 RESULTS = HERE / "results" / "pg-network-latest.json"
 CHUNK_BYTES = 65536
+ROUND_TRIPS_TIMED = 50
 
 
 # -- the relay ------------------------------------------------------------------------------
@@ -102,6 +108,19 @@ def through(url: str, port: int) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, urlencode(query), ""))
 
 
+async def _least_round_trip(url: str) -> float:
+    connection = await asyncpg.connect(url)
+    try:
+        least = float("inf")
+        for _ in range(ROUND_TRIPS_TIMED):
+            started = time.perf_counter()
+            await connection.execute("SELECT 1")
+            least = min(least, time.perf_counter() - started)
+        return least
+    finally:
+        await connection.close()
+
+
 def run_workload(args: argparse.Namespace, store: list[str], write: bool) -> float:
     command = [
         sys.executable,
@@ -127,7 +146,9 @@ def figure(entry: dict[str, float]) -> str:
     return f"{entry['median']:,.0f} ({entry['min']:,.0f}-{entry['max']:,.0f})"
 
 
-def measure(args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
+def measure(
+    args: argparse.Namespace,
+) -> tuple[dict[str, dict[str, list[float]]], dict[str, float]]:
     upstream = urlsplit(args.pg_url)
     relays: dict[float, subprocess.Popen[str]] = {}
     urls: dict[float, str] = {}
@@ -152,6 +173,10 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
             relays[delay] = process
             urls[delay] = through(args.pg_url, int(process.stdout.readline()))
         found: dict[str, dict[str, list[float]]] = {}
+        round_trips = {
+            f"{delay:g} ms": asyncio.run(_least_round_trip(url)) * 1000
+            for delay, url in urls.items()
+        }
         with tempfile.TemporaryDirectory() as scratch:
             cells: list[tuple[str, str | None]] = [
                 *((f"{delay:g} ms", urls[delay]) for delay in args.delays),
@@ -168,7 +193,7 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
                             f"rep {repetition + 1} {cell:>8} {kind:>5}: {rate:,.0f} steps/s",
                             flush=True,
                         )
-        return found
+        return found, round_trips
     finally:
         for process in relays.values():
             process.terminate()
@@ -203,7 +228,7 @@ def main() -> None:
     if args.concurrency < 1 or args.steps < 1 or args.repetitions < 1:
         raise SystemExit("--concurrency, --steps and --repetitions are at least 1")
 
-    found = measure(args)
+    found, round_trips = measure(args)
     summary = {
         cell: {kind: spread(rates) for kind, rates in kinds.items()}
         for cell, kinds in found.items()
@@ -211,13 +236,17 @@ def main() -> None:
     sqlite = summary["SQLite"]
     print(
         f"\nleaseward, N={args.concurrency}, K={args.steps}, steps/s median (min-max) "
-        f"of {args.repetitions}; delay is each direction's, a round trip costs twice it"
+        f"of {args.repetitions}; delay is each direction's, the round trip as measured"
     )
-    print(f"{'store':>16} {'read':>22} {'write':>22} {'read/SQLite':>12} {'write/SQLite':>13}")
+    print(
+        f"{'store':>16} {'round trip':>11} {'read':>22} {'write':>22} "
+        f"{'read/SQLite':>12} {'write/SQLite':>13}"
+    )
     for cell, kinds in summary.items():
         name = cell if cell == "SQLite" else f"PG, {cell}"
+        trip = f"{round_trips[cell]:.2f} ms" if cell in round_trips else "-"
         print(
-            f"{name:>16} {figure(kinds['read']):>22} {figure(kinds['write']):>22} "
+            f"{name:>16} {trip:>11} {figure(kinds['read']):>22} {figure(kinds['write']):>22} "
             f"{kinds['read']['median'] / sqlite['read']['median']:>11.2f}x "
             f"{kinds['write']['median'] / sqlite['write']['median']:>12.2f}x"
         )
@@ -229,6 +258,7 @@ def main() -> None:
                 "steps": args.steps,
                 "repetitions": args.repetitions,
                 "delays_ms": args.delays,
+                "round_trips_ms": round_trips,
                 "measured": found,
                 "summary": summary,
             },
