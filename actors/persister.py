@@ -152,9 +152,8 @@ class Persister:
     server a network away, on connections of its own) gets up to that many at once,
     each with its share of the requests waiting and in flight: with none in flight,
     half of what waits goes first and the rest right behind it, and from then on the
-    batches stay even. The runs
-    answered by one take their next steps while the other's commit is on the server,
-    instead of every run waiting for every commit together.
+    batches stay even. The runs answered by one take their next steps while the other's
+    commit is on its way, instead of every run waiting for every commit together.
 
     A batch that a submit or a claim begins is not shared out: it takes all that waits,
     up to its size. A burst of submits is no cohort of runs, and the claim sent behind

@@ -278,6 +278,11 @@ class PostgresExecutor:
                 ]
                 if borrowed:
                     self.round_trip_seconds = await self._round_trip(borrowed[0])
+                    # How many batches the worker keeps on the server follows from it.
+                    log.info(
+                        "store.round_trip_measured",
+                        milliseconds=round(self.round_trip_seconds * 1000, 3),
+                    )
                 for connection in borrowed:
                     await self._rehearse_on(connection, work)
         except StoreError as exc:

@@ -162,13 +162,16 @@ async def test_a_server_on_this_machine_gets_one_batch_at_a_time(pg_url: str) ->
     once. With the server on the same two cores, a second batch's backend took the core
     the runs step on, and one batch at a time made 7-10% more steps a second. The round
     trip the rehearsal measures tells such a server from one a network away."""
-    async with Runtime.open(pg_url, idle_app(), concurrency=4) as rt:
-        store = rt.supervisor.persister._store
-        assert isinstance(store, SQLStore)
-        trip = store._executor.round_trip_seconds
-        batches = rt.supervisor.persister.concurrent_batches
+    with capture_logs() as logs:
+        async with Runtime.open(pg_url, idle_app(), concurrency=4) as rt:
+            store = rt.supervisor.persister._store
+            assert isinstance(store, SQLStore)
+            trip = store._executor.round_trip_seconds
+            batches = rt.supervisor.persister.concurrent_batches
     assert trip is not None and 0 < trip < SIDE_BY_SIDE_ROUND_TRIP_SECONDS
     assert batches == 1
+    [measured] = [entry for entry in logs if entry["event"] == "store.round_trip_measured"]
+    assert measured["milliseconds"] == round(trip * 1000, 3)
 
 
 async def test_a_server_whose_answers_are_slow_gets_batches_side_by_side(
