@@ -177,6 +177,7 @@ class Persister:
         # measured the server's round trip.
         self._asked_batches = concurrent_batches
         self.concurrent_batches = 1
+        """How many batches it commits side by side: decided as it starts running."""
         self.mailbox: Mailbox[PersisterMessage] = Mailbox()
         self.stats = PersisterStats()
         self._at_once = _TurnShare(AT_ONCE_SECONDS)
