@@ -50,7 +50,7 @@ LISTEN_BACKOFF_MIN_SECONDS = 0.5
 LISTEN_BACKOFF_MAX_SECONDS = 30.0
 # Statements that do nothing, timed one after another as the store opens: the least of
 # them is the round trip, the others having met a busy moment of either end.
-ROUND_TRIPS_TIMED = 5
+ROUND_TRIPS_TIMED = 10
 APPLICATION_NAME = "leaseward"
 
 log = get_logger("leaseward.store")

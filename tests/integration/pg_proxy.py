@@ -10,11 +10,11 @@ Execute) counts as a COMMIT. Clients must not ask for TLS
 (``sslmode=disable``): the proxy has to read their messages.
 
 It can hold every answer for a while (``answer_delay_seconds``), as a server a
-network away answers. It can also partition its clients from the server: while partitioned nothing
-goes through in either direction and new connections get no server, so every
-statement hangs as on a dead network path; healing resets every connection
-that tried to carry anything, or was made, meanwhile, as a path that comes back
-to find its peers' sockets gone (an idle one lives on).
+network away answers. It can also partition its clients from the server: while
+partitioned nothing goes through in either direction and new connections get no
+server, so every statement hangs as on a dead network path; healing resets every
+connection that tried to carry anything, or was made, meanwhile, as a path that
+comes back to find its peers' sockets gone (an idle one lives on).
 """
 
 from __future__ import annotations
