@@ -102,7 +102,8 @@ class SQLStore:
         return await self._journal.commit(batch)
 
     async def rehearse(self) -> None:
-        # The batches side by side, a claim or a submit beside them, and a read.
+        # As many batches as may go side by side (how many will is known only once the
+        # round trip is measured, here), a claim or a submit beside them, and a read.
         await self._executor.rehearse(
             self._journal.rehearsal, connections=MOST_CONCURRENT_BATCHES + 2
         )
