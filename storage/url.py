@@ -32,10 +32,9 @@ MAX_POOL_SIZE = 20
 def pool_size_for(concurrency: int) -> int:
     """PostgreSQL connections for a worker that runs ``concurrency`` runs at once.
 
-    The Persister writes on one, or two for a server a network away (two batches on it
-    at once);
-    claims, the reaper and client reads take a few more; runs that start together
-    load their journals in parallel.
+    The Persister writes on one, or on two for a server a network away (two batches on
+    it at once); claims, the reaper and client reads take a few more; runs that start
+    together load their journals in parallel.
     """
     return max(DEFAULT_POOL_SIZE, min(MAX_POOL_SIZE, 4 + concurrency // 4))
 
