@@ -318,9 +318,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     results = anyio.run(run_all, args)
     print(
         f"leaseward claim throughput on PostgreSQL ({args.store}): the queued runs of each "
-        f"measurement in its row, each worker a process claiming in a loop until the queue is "
-        f"empty;"
-        f" {os.cpu_count()} CPUs shared with the server"
+        "measurement in its row, each worker a process claiming in a loop until the queue is "
+        f"empty; {os.cpu_count()} CPUs shared with the server"
     )
     print()
     print_results(results)
