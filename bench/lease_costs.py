@@ -490,13 +490,18 @@ class PostgresFiller:
             for label, name, own in PLANNED_QUERIES:
                 text, names = translate_params(queries[name])
                 given = {**params, **own}
-                # EXECUTE takes no bound parameters: the values go in as literals.
+                # EXECUTE takes no bound parameters: the values go in as literals, and a
+                # statement without any (the reaper's scan) takes no parentheses.
                 values = ", ".join(sql_literal(given[n]) for n in names)
+                execute = f"EXPLAIN EXECUTE generic({values})" if names else "EXPLAIN EXECUTE generic"
                 async with connection.transaction():
                     await connection.execute("SET LOCAL plan_cache_mode = force_generic_plan")
                     await connection.execute(f"PREPARE generic AS {text}")
-                    rows = await connection.fetch(f"EXPLAIN EXECUTE generic({values})")
-                    await connection.execute("DEALLOCATE generic")
+                    try:
+                        rows = await connection.fetch(execute)
+                    finally:
+                        # A prepared statement outlives the transaction, even one that fails.
+                        await connection.execute("DEALLOCATE generic")
                 found[label] = [row[0] for row in rows]
             return found
         finally:

@@ -1,10 +1,10 @@
 """bench/lease_costs.py runs end to end in its quickest mode, so that the benchmark cannot rot.
 
 The script runs with ``--quick`` cut down to tiny sizes (a few hundred runs of history,
-fifty parked runs, one lease) into a temporary results directory, on SQLite only; the
-test reads the JSON and checks that both sections are there and that their counts add
-up. It compares no figure with a time: a benchmark on a shared machine may be slow,
-never wrong.
+fifty parked runs, one lease) into a temporary results directory, on SQLite, and its
+history once more on the test's PostgreSQL server; the tests read the JSON and check
+that the sections are there and that their counts add up. They compare no figure with
+a time: a benchmark on a shared machine may be slow, never wrong.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ OPERATIONS = {"claim_32", "claim_1", "reap_100", "reap_0"}
 PLANNED = {"claim", "reap scan", "reap journal read", "reap write", "lease renewal"}
 
 
-def run_tiny(results: Path) -> tuple[dict[str, Any], str]:
+def run_tiny(results: Path, *more: str) -> tuple[dict[str, Any], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEASEWARD_")}
     env["PYTHONPATH"] = str(ROOT)
     command = [
@@ -44,6 +44,7 @@ def run_tiny(results: Path) -> tuple[dict[str, Any], str]:
         "2",
         "--results-dir",
         str(results),
+        *more,
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -107,3 +108,27 @@ def test_quick_run_writes_both_sections_with_counts_that_add_up(tmp_path: Path) 
         assert c["short_runs_completed"] > 0
         assert c["persister"]["batches"] > 0
         assert set(c["loop_lag_ms"]) == {"p50", "p99", "max"}
+
+
+def test_history_on_postgresql_plans_every_statement_for_values_and_for_any(
+    tmp_path: Path, pg_server: Any
+) -> None:
+    # The script makes and drops its own databases on the server.
+    pg_server.settle()
+    document, _ = run_tiny(tmp_path, "--sections", "history", "--pg-url", pg_server.admin_url)
+
+    history = document["history"]
+    assert history["failures"] == []
+    assert history["settings"]["stores"] == ["sqlite", "postgresql"]
+    points = [p for p in history["points"] if p["store"] == "postgresql"]
+    assert [(p["series"], p["size"]) for p in points] == [
+        ("finished", 200),
+        ("finished", 600),
+        ("queued", 300),
+    ]
+    for point in points:
+        assert set(point["plans"]) == PLANNED == set(point["generic_plans"])
+        assert all(point["plans"][label] and point["generic_plans"][label] for label in PLANNED)
+        assert point["operations"]["claim_32"]["runs_claimed"] == (
+            32 * history["settings"]["claim_samples"]
+        )
