@@ -493,15 +493,12 @@ class PostgresFiller:
                 # EXECUTE takes no bound parameters: the values go in as literals, and a
                 # statement without any (the reaper's scan) takes no parentheses.
                 values = ", ".join(sql_literal(given[n]) for n in names)
-                execute = f"EXPLAIN EXECUTE generic({values})" if names else "EXPLAIN EXECUTE generic"
+                execute = "EXPLAIN EXECUTE generic" + (f"({values})" if names else "")
                 async with connection.transaction():
                     await connection.execute("SET LOCAL plan_cache_mode = force_generic_plan")
                     await connection.execute(f"PREPARE generic AS {text}")
-                    try:
-                        rows = await connection.fetch(execute)
-                    finally:
-                        # A prepared statement outlives the transaction, even one that fails.
-                        await connection.execute("DEALLOCATE generic")
+                    rows = await connection.fetch(execute)
+                    await connection.execute("DEALLOCATE generic")
                 found[label] = [row[0] for row in rows]
             return found
         finally:
