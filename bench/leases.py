@@ -280,14 +280,21 @@ def log_claims_and_reaps(events: EventLog) -> None:
 
 
 def renew_at_step_boundaries_only() -> None:
-    """The comparison policy: no call is registered with the lease keeper, so no lease
-    is renewed while a call runs, and no call is cancelled for want of one."""
+    """The comparison policy: the lease keeper is handed no lease, neither a call's nor
+    a commit's, so no lease is renewed but by the run's own step records, and no call
+    is cancelled for want of one. Every way a lease reaches the keeper is replaced:
+    a run's actor hands its calls' leases over with ``hold``, not ``guarding``."""
     from leaseward.actors.lease_keeper import LeaseKeeper
 
     def unguarded(self: LeaseKeeper, *args: Any, **kwargs: Any) -> contextlib.nullcontext[None]:
         return contextlib.nullcontext()
 
+    def not_held(self: LeaseKeeper, *args: Any, **kwargs: Any) -> None:
+        return None
+
     LeaseKeeper.guarding = unguarded  # type: ignore[method-assign,assignment]
+    LeaseKeeper.hold = not_held  # type: ignore[method-assign]
+    LeaseKeeper.hold_commit = not_held  # type: ignore[method-assign]
 
 
 def counter(rt: Runtime, name: str) -> int:
