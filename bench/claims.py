@@ -67,6 +67,9 @@ class Result:
     busy: float | None
     """The share of the machine's CPU time busy while the workers claimed: the workers,
     the server and whatever else ran; what one more worker process could still use."""
+    worker_cpu_seconds: float
+    """The worker processes' own CPU time while they claimed, all of them together; the
+    rest of ``busy`` is the server's (and whatever else ran)."""
 
     @property
     def runs_per_second(self) -> float:
@@ -75,6 +78,11 @@ class Result:
     @property
     def claims_per_second(self) -> float:
         return self.claims / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def worker_cpu_per_run(self) -> float | None:
+        """Seconds of the workers' CPU a run claimed."""
+        return self.worker_cpu_seconds / self.claimed if self.claimed else None
 
 
 # -- one worker process -------------------------------------------------------------------
@@ -87,6 +95,7 @@ async def worker(url: str, worker_id: str, batch: int, start_at: float) -> None:
         await store.claim_runs(worker_id, batch, LEASE_SECONDS, ["nobody"])
         await anyio.sleep(max(0.0, start_at - time.time()))
         started = time.time()
+        cpu_started = time.process_time()
         claimed = claims = 0
         while True:
             got = await store.claim_runs(worker_id, batch, LEASE_SECONDS, [AGENT])
@@ -95,9 +104,20 @@ async def worker(url: str, worker_id: str, batch: int, start_at: float) -> None:
                 break
             claimed += len(got)
         ended = time.time()
+        cpu_seconds = time.process_time() - cpu_started
     finally:
         await store.aclose()
-    print(json.dumps({"claimed": claimed, "claims": claims, "started": started, "ended": ended}))
+    print(
+        json.dumps(
+            {
+                "claimed": claimed,
+                "claims": claims,
+                "started": started,
+                "ended": ended,
+                "cpu_seconds": cpu_seconds,
+            }
+        )
+    )
 
 
 # -- the driver ---------------------------------------------------------------------------
@@ -161,6 +181,7 @@ async def measure(admin_url: str, workers: int, batch: int, runs: int) -> Result
         per_worker=tuple(r["claimed"] for r in reports),
         double_claims=int(bad) + (claimed - int(running)),
         busy=busy_share(cpu_before, cpu_after),
+        worker_cpu_seconds=sum(r["cpu_seconds"] for r in reports),
     )
 
 
@@ -265,6 +286,7 @@ def write_json(path: Path, args: argparse.Namespace, results: Sequence[Result]) 
                 **attrs.asdict(r),
                 "runs_per_second": r.runs_per_second,
                 "claims_per_second": r.claims_per_second,
+                "worker_cpu_per_run": r.worker_cpu_per_run,
                 "vs_one_worker": r.runs_per_second / base[r.batch] if base.get(r.batch) else None,
             }
             for r in results
@@ -276,7 +298,8 @@ def write_json(path: Path, args: argparse.Namespace, results: Sequence[Result]) 
 def print_results(results: Sequence[Result]) -> None:
     header = (
         f"{'P':>3} {'batch':>5} {'runs':>7} {'claimed':>7} {'claims':>7} {'wall s':>7} "
-        f"{'runs/s':>8} {'claims/s':>8} {'vs P=1':>7} {'double':>6} {'busy':>5}  per worker"
+        f"{'runs/s':>8} {'claims/s':>8} {'vs P=1':>7} {'double':>6} {'busy':>5} "
+        f"{'worker µs':>9}  per worker"
     )
     print(header)
     print("-" * len(header))
@@ -286,10 +309,13 @@ def print_results(results: Sequence[Result]) -> None:
             base.setdefault(r.batch, r.runs_per_second)
         ratio = r.runs_per_second / base[r.batch] if base.get(r.batch) else 0.0
         busy = "-" if r.busy is None else f"{r.busy:.0%}"
+        per_run = r.worker_cpu_per_run
+        worker_cpu = "-" if per_run is None else f"{per_run * 1e6:.1f}"
         print(
             f"{r.workers:>3} {r.batch:>5} {r.runs:>7} {r.claimed:>7} {r.claims:>7} "
             f"{r.seconds:>7.3f} {r.runs_per_second:>8.0f} {r.claims_per_second:>8.0f} "
-            f"{ratio:>6.2f}x {r.double_claims:>6} {busy:>5}  {','.join(map(str, r.per_worker))}"
+            f"{ratio:>6.2f}x {r.double_claims:>6} {busy:>5} {worker_cpu:>9}  "
+            f"{','.join(map(str, r.per_worker))}"
         )
 
 
@@ -331,7 +357,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "with one worker;\ndouble = runs claimed more than once or not at epoch 1 "
         "(checked in the database after; must be 0);\nbusy = the machine's CPU busy "
         "while they claimed (workers, server and all else): where two workers leave none "
-        "idle, four have no more to take."
+        "idle, four have no more to take;\nworker µs = the worker processes' own CPU "
+        "a run claimed (the rest of busy is the server's)."
     )
     print(f"total {time.perf_counter() - started:.1f} s")
     if args.json is not None:

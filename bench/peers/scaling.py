@@ -4,16 +4,15 @@
 and 4 worker processes) and ``bench/memory.py --quick`` (RSS per run parked in
 a long tool call) are run as they are, as subprocesses with leaseward's
 interpreter; compare.py prints their summary figures beside its own. claims.py
-prints a table and no JSON, so its lines are parsed; memory.py writes JSON to
-``--results-dir``, which is a temporary directory here. A call that fails
-yields why, and the report goes on. Standard library only.
+writes JSON to ``--json`` and memory.py to ``--results-dir``, both in a temporary
+directory here. A call that fails yields why, and the report goes on. Standard
+library only.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import re
 import subprocess
 import tempfile
 import time
@@ -23,14 +22,7 @@ from typing import Any
 
 from systems import REPO, last_line
 
-__all__ = ["claim_growth", "claims", "memory", "print_scaling"]
-
-# claims.py's table: P batch runs claimed claims wall-s runs/s claims/s vs-P=1 double busy
-# per-worker; busy is "-" where /proc/stat could not tell
-CLAIMS_LINE = re.compile(
-    r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+([\d.]+)x\s+(\d+)"
-    r"(?:\s+(\d+)%)?"
-)
+__all__ = ["claim_growth", "claim_rows", "claims", "memory", "print_scaling"]
 
 
 def run(
@@ -50,33 +42,43 @@ def run(
 
 
 def claims(python: Path, pg_url: str, timeout: float) -> dict[str, Any]:
-    argv = [str(python), "bench/claims.py", "--workers", "1,2,4", "--store", pg_url]
-    done, error, seconds = run(argv, timeout)
-    found: dict[str, Any] = {"command": " ".join(argv[1:]), "seconds": seconds, "error": error}
-    rows = []
-    for line in done.stdout.splitlines() if done else []:
-        match = CLAIMS_LINE.match(line)
-        if match:
-            g = match.groups()
-            rows.append(
-                {
-                    "workers": int(g[0]),
-                    "batch": int(g[1]),
-                    "runs": int(g[2]),
-                    "claimed": int(g[3]),
-                    "claims": int(g[4]),
-                    "seconds": float(g[5]),
-                    "runs_per_second": int(g[6]),
-                    "claims_per_second": int(g[7]),
-                    "vs_one_worker": float(g[8]),
-                    "double": int(g[9]),
-                    "busy": None if g[10] is None else int(g[10]) / 100,
-                }
-            )
-    if error is None and not rows:
-        found["error"] = "no result lines found in its output"
-    found["rows"] = rows
-    return found
+    with tempfile.TemporaryDirectory(prefix="leaseward-peers-claims-") as tmp:
+        results = Path(tmp) / "claims.json"
+        argv = [str(python), "bench/claims.py", "--workers", "1,2,4", "--store", pg_url]
+        _, error, seconds = run([*argv, "--json", str(results)], timeout)
+        measurements: list[dict[str, Any]] = []
+        if error is None:
+            try:
+                measurements = json.loads(results.read_text())["measurements"]
+            except (OSError, ValueError, KeyError) as exc:
+                error = f"could not read its results: {exc}"
+    if error is None and not measurements:
+        error = "it measured nothing"
+    rows = claim_rows(measurements)
+    return {"command": " ".join(argv[1:]), "seconds": seconds, "error": error, "rows": rows}
+
+
+def claim_rows(measurements: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """claims.py's measurements (its ``--json``) as the report shows them."""
+    return [
+        {
+            "workers": m["workers"],
+            "batch": m["batch"],
+            "runs": m["runs"],
+            "claimed": m["claimed"],
+            "claims": m["claims"],
+            "seconds": round(m["seconds"], 3),
+            "runs_per_second": round(m["runs_per_second"]),
+            "claims_per_second": round(m["claims_per_second"]),
+            "vs_one_worker": round(m["vs_one_worker"], 2),
+            "double": m["double_claims"],
+            "busy": None if m["busy"] is None else round(m["busy"], 2),
+            "worker_us_per_run": (
+                None if m["worker_cpu_per_run"] is None else round(m["worker_cpu_per_run"] * 1e6, 1)
+            ),
+        }
+        for m in measurements
+    ]
 
 
 def memory(python: Path, timeout: float) -> dict[str, Any]:
@@ -140,6 +142,11 @@ def print_scaling(found: dict[str, Any]) -> None:
                 f"{row['runs_per_second']:>7} runs/s, {row['claims_per_second']:>6} claims/s, "
                 f"{row['vs_one_worker']:.2f}x one worker, double claims {row['double']}"
                 + ("" if row.get("busy") is None else f", machine {row['busy']:.0%} busy")
+                + (
+                    ""
+                    if row.get("worker_us_per_run") is None
+                    else f", workers' CPU {row['worker_us_per_run']} µs a run"
+                )
             )
         busy = {(row["batch"], row["workers"]): row.get("busy") for row in result["rows"]}
         for batch, steps in claim_growth(result["rows"]).items():

@@ -215,59 +215,46 @@ def test_claims_are_marked_where_more_workers_claim_no_more() -> None:
     assert scaling.claim_growth(rows) == {1: [(1, 2, True), (2, 4, False)], 32: [(1, 2, True)]}
 
 
-def test_claims_tables_are_read_with_the_machines_busy_share(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_claims_results_are_read_with_the_machines_busy_share_and_the_workers_cpu(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     import claims
 
-    def result(workers: int, rate: float, busy: float | None) -> claims.Result:
-        seconds = 1.0
+    def result(workers: int, rate: int, busy: float | None) -> claims.Result:
         return claims.Result(
             workers=workers,
             batch=32,
-            runs=int(rate * seconds),
-            claimed=int(rate * seconds),
-            claims=int(rate * seconds) // 32 + workers,
-            seconds=seconds,
-            per_worker=(int(rate * seconds),),
+            runs=rate,
+            claimed=rate,
+            claims=rate // 32 + workers,
+            seconds=1.0,
+            per_worker=(rate,),
             double_claims=0,
             busy=busy,
+            worker_cpu_seconds=rate * 20e-6,
         )
 
-    claims.print_results([result(1, 19000, 0.71), result(2, 32000, 0.97), result(4, 31000, None)])
-    rows = []
-    for line in capsys.readouterr().out.splitlines():
-        match = scaling.CLAIMS_LINE.match(line)
-        if match:
-            rows.append(match.groups())
-    assert [(g[0], g[6], g[10]) for g in rows] == [
-        ("1", "19000", "71"),
-        ("2", "32000", "97"),
-        ("4", "31000", None),
+    measured = [result(1, 19000, 0.71), result(2, 32000, 0.97), result(4, 31000, None)]
+    claims.print_results(measured)
+    table = capsys.readouterr().out
+    assert "worker µs" in table
+    assert "   71%      20.0  19000" in table
+
+    written = tmp_path / "claims.json"
+    args = claims.build_parser().parse_args(["--batch", "32", "--json", str(written)])
+    claims.write_json(written, args, measured)
+    rows = scaling.claim_rows(json.loads(written.read_text())["measurements"])
+    assert [(r["workers"], r["runs_per_second"], r["busy"]) for r in rows] == [
+        (1, 19000, 0.71),
+        (2, 32000, 0.97),
+        (4, 31000, None),
     ]
 
-    found = {
-        "claims": {
-            "error": None,
-            "rows": [
-                {
-                    "workers": workers,
-                    "batch": 32,
-                    "runs_per_second": rate,
-                    "claims_per_second": rate // 32,
-                    "vs_one_worker": rate / 19000,
-                    "double": 0,
-                    "busy": busy,
-                }
-                for workers, rate, busy in ((1, 19000, 0.71), (2, 32000, 0.97), (4, 31000, None))
-            ],
-        }
-    }
-    scaling.print_scaling(found)
+    scaling.print_scaling({"claims": {"error": None, "rows": rows}})
     printed = capsys.readouterr().out
-    assert "2 worker(s), batch 32:   32000 runs/s,   1000 claims/s" in printed
-    assert "machine 97% busy" in printed
+    assert "2 worker(s), batch 32:   32000 runs/s,   1002 claims/s" in printed
+    assert "machine 97% busy, workers' CPU 20.0 µs a run" in printed
     assert "batch 32: 1 to 2: ok, 2 to 4: MISS (machine 97% busy with 2)" in printed
 
 

@@ -102,3 +102,21 @@ def test_a_row_without_a_column_its_record_needs_is_refused() -> None:
         run_from_row(without_state)
     with pytest.raises(KeyError, match="'state'"):
         run_from_row(_sqlite_row(without_state))
+
+
+def test_columns_a_query_leaves_out_read_back_as_their_fields_defaults_in_place() -> None:
+    # Without two columns before the clock's: every field after them is still given its
+    # own value, not its neighbour's.
+    left_out = ("idempotency_key", "traceparent")
+    older = {name: value for name, value in ROW.items() if name not in left_out}
+    for row in ({**older, "read_at": 9.0}, _sqlite_row({**older, "read_at": 9.0})):
+        run = run_from_row(row)
+        assert (run.idempotency_key, run.traceparent, run.read_at) == (None, None, 9.0)
+        assert (run.finished_at, run.cancel_requested) == (2.0, False)
+
+
+def test_a_stored_value_that_is_no_member_of_its_kind_is_refused() -> None:
+    with pytest.raises(KeyError, match="'sleeping'"):
+        run_from_row({**ROW, "state": "sleeping"})
+    with pytest.raises(KeyError, match="None"):
+        run_from_row({**ROW, "mode": None})
