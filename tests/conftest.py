@@ -83,13 +83,16 @@ def db_url(tmp_path: Path) -> str:
 
 @pytest.fixture
 def interpreter_collector() -> Iterator[None]:
-    """CPython's own collection thresholds for the test, and the process's after it."""
+    """CPython's own collection thresholds for the test, nothing frozen, and the
+    process's thresholds after it."""
     before = gc.get_threshold()
+    gc.unfreeze()
     gc.set_threshold(700, 10, 10)
     try:
         yield
     finally:
         gc.set_threshold(*before)
+        gc.unfreeze()
 
 
 # -- PostgreSQL ------------------------------------------------------------------------------
