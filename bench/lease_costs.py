@@ -30,8 +30,9 @@ fewest whole renewal intervals (``lease_seconds / 3``) that reach 3 s, at most 5
 (3 s when one interval is longer) measures: the lease keeper's renewal transactions
 and rows per second, every Persister transaction, short runs completed per second by
 16 loops each submitting a run and waiting for it, beside the parked runs, the
-process's CPU time and the event loop's lag (how late a 20 ms sleep wakes). A cell
-with no parked runs gives the short runs' throughput alone.
+process's CPU time, the event loop's lag (how late a 20 ms sleep wakes) and the
+garbage collector's longest pause (``gc.callbacks``). A cell with no parked runs
+gives the short runs' throughput alone.
 
     .venv/bin/python bench/lease_costs.py
     .venv/bin/python bench/lease_costs.py --pg-url postgresql://postgres@127.0.0.1/postgres
@@ -63,6 +64,7 @@ from typing import Any
 
 import anyio
 import attrs
+from collector_pauses import CollectorPauses
 from steps import RESULTS_DIR, describe, environment, shown, without_password, write_results
 
 from leaseward import (
@@ -1057,8 +1059,10 @@ async def measure_cell(spec: dict[str, Any]) -> None:
             cell["park_seconds"] = round(time.perf_counter() - started, 3)
             cell["all_parked"] = parking.inside >= parked
             before = counters(rt, metrics)
-            completed, lags = await fleet_window(rt, window)
+            with CollectorPauses() as pauses:
+                completed, lags = await fleet_window(rt, window)
             after = counters(rt, metrics)
+            cell["collector"] = pauses.figures()
             cell["parked_at_end"] = parking.inside
             cell["park_entries"] = parking.entered
             summarise(cell, before, after, completed, lags)
@@ -1163,8 +1167,8 @@ def print_fleet(result: dict[str, Any]) -> None:
         f"{'store':<10} {'N':>6} {'lease s':>7} {'renew s':>7} {'window s':>8} "
         f"{'renew tx/s':>10} {'renew rows/s':>12} {'expected':>9} {'failed':>6} {'tx/s':>6} "
         f"{'busy':>5} "
-        f"{'short/s':>7} {'vs 0':>5} {'cpu':>5} {'lag p50':>7} {'p99 ms':>7} {'guard':>5} "
-        f"{'reaped':>6} {'parked':>6}"
+        f"{'short/s':>7} {'vs 0':>5} {'cpu':>5} {'lag p50':>7} {'p99 ms':>7} {'max ms':>7} "
+        f"{'GC ms':>6} {'guard':>5} {'reaped':>6} {'parked':>6}"
     )
     print(header)
     print("-" * len(header))
@@ -1181,7 +1185,8 @@ def print_fleet(result: dict[str, Any]) -> None:
             f"{c['persister']['batches_per_second']:>6.0f} "
             f"{c['persister']['busy_share'] * 100:>4.0f}% {c['short_runs_per_second']:>7.1f} "
             f"{versus_text:>5} {c['cpu_share'] * 100:>4.0f}% {c['loop_lag_ms']['p50']:>7.2f} "
-            f"{c['loop_lag_ms']['p99']:>7.2f} {keeper['guard_cancels']:>5} "
+            f"{c['loop_lag_ms']['p99']:>7.2f} {c['loop_lag_ms']['max']:>7.1f} "
+            f"{c['collector']['longest_seconds'] * 1000:>6.0f} {keeper['guard_cancels']:>5} "
             f"{c['reaped_in_window']:>6} {parked:>6}"
         )
     print()
@@ -1196,8 +1201,9 @@ def print_fleet(result: dict[str, Any]) -> None:
         "share of the window the Persister spent committing;",
         "short/s = short runs (claim, two provider turns, one read tool, settle) completed per "
         "second; vs 0 = that over the same store's cell without parked runs;",
-        "cpu = this process's CPU time / window; lag = how late a 20 ms sleep woke; guard = "
-        "calls the keeper cancelled because their lease could not be renewed;",
+        "cpu = this process's CPU time / window; lag = how late a 20 ms sleep woke; GC ms = "
+        "the garbage collector's longest pause in the window;",
+        "guard = calls the keeper cancelled because their lease could not be renewed;",
         "reaped = leases reaped in the window; parked = runs inside the call at the window's end.",
     ]
     print("\n".join(legend))

@@ -13,8 +13,8 @@ counts when it ends), so memory does not grow with it.
 
 Rare is not short: a full collection walks every object that has lived through a
 middle one, and with thousands of runs parked in long calls that is most of a second
-(10,000 runs: 0.45 s on a quiet machine, 0.73 s with its cores busy) in which no
-lease is renewed, against a renewal's slack of two thirds of a lease. It comes when
+or more (10,000 runs: 0.45 s on a quiet machine, 1.06 s with its cores busy) in which
+no lease is renewed, against a renewal's slack of two thirds of a lease. It comes when
 those objects have grown by a quarter since the last one, so a burst of runs meets
 it at once. So once the oldest generation holds FREEZE_AT_OBJECTS objects, what
 survives each middle collection is frozen (``gc.freeze()``): no collection walks it
@@ -40,7 +40,8 @@ FREEZE_AT_OBJECTS = 100_000
 """Objects in the oldest generation, while a Runtime is open, from which on what
 survives a middle collection is frozen: a full collection walks them at about 0.3 µs
 each on a quiet machine, so this many hold the event loop for about 30 ms, and twice
-that with the cores busy. A process of a few hundred runs stays below it."""
+that with the cores busy. A worker of its own holds some 46,000 before its first run,
+so one of a few hundred runs stays below it."""
 
 _OLDEST = 2
 _MIDDLE = 1
@@ -96,7 +97,8 @@ class _Tuning:
         if phase != "stop" or info["generation"] < _MIDDLE:
             return
         if not self._freezing:
-            # Counted only until it turns on, and so only while the count is small.
+            # Counted at each middle collection until it turns on: a walk of a list of at
+            # most FREEZE_AT_OBJECTS, but for the collection that turns it on.
             self._freezing = len(gc.get_objects(_OLDEST)) >= FREEZE_AT_OBJECTS
         if self._freezing:
             # Right after a middle or full collection the younger generations are empty:
