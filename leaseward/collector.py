@@ -41,7 +41,7 @@ FREEZE_AT_OBJECTS = 100_000
 survives a middle collection is frozen: a full collection walks them at about 0.3 µs
 each on a quiet machine, so this many hold the event loop for about 30 ms, and twice
 that with the cores busy. A worker of its own holds some 46,000 before its first run,
-so one of a few hundred runs stays below it."""
+and stays below it with a few hundred runs in flight."""
 
 _OLDEST = 2
 _MIDDLE = 1
