@@ -89,8 +89,9 @@ def test_quick_run_writes_every_section_with_counts_that_add_up(tmp_path: Path) 
         assert {"live", "watcher"} == set(result["worker_stats"])
     # The comparison policy is what it says: its live worker's keeper renews nothing, and
     # a call of five leases (3 s, its lease 0.6 s) is reaped while it runs, where
-    # leaseward's keeper renews the leases of the calls in flight. (Whether a 0.6 s lease
-    # is ever reaped under a loaded machine is the benchmark's figure, not this test's.)
+    # leaseward's keeper renews the leases of the calls in flight. (Whether leaseward's
+    # 0.6 s leases are never reaped on a loaded machine is the benchmark's figure, not
+    # this test's.)
     by_policy = {r["policy"]: r for r in document["live"] if r["scenario"] == "calls"}
     boundary, guarded = by_policy["step-boundary"], by_policy["leaseward"]
     assert boundary["worker_stats"]["live"]["keeper"]["renewals"] == 0
