@@ -62,6 +62,16 @@ def new_run_id() -> str:
     return str(uuid.uuid4())
 
 
+def _storable_id(run_id: str) -> str:
+    """``run_id`` as every store looks it up: RunNotFound for one no store could have
+    given (PostgreSQL's text refuses NUL, and would answer a lookup of it with an error)."""
+    if not isinstance(run_id, str):
+        raise InvalidInput(f"a run id is a string, not {run_id!r}")
+    if "\x00" in run_id:
+        raise RunNotFound(run_id=run_id)
+    return run_id
+
+
 def default_operator() -> str:
     try:
         return getpass.getuser()
@@ -177,7 +187,7 @@ class Client:
         return ids
 
     async def _record(self, run_id: str) -> RunRecord:
-        record = await self._store.get_run(run_id)
+        record = await self._store.get_run(_storable_id(run_id))
         if record is not None:
             return record
         purged = await self._store.purged_run(run_id)
@@ -238,7 +248,7 @@ class Client:
         """Requeue a run dead-lettered not_retryable or retries_exhausted, or interrupted_write
         whose journal records its call's outcome, under a new epoch and with its requeue
         count reset. A write interrupted with no recorded outcome needs ``resolve`` instead."""
-        record = await self._store.redrive(run_id)
+        record = await self._store.redrive(_storable_id(run_id))
         self._writer.queued()
         return record.info()
 
@@ -248,7 +258,10 @@ class Client:
         """Record whether an interrupted write applied; the run then resumes without
         executing that call again. The journal keeps who decided and when."""
         record = await self._store.resolve(
-            run_id, applied=applied, operator=operator or default_operator(), note=note
+            _storable_id(run_id),
+            applied=applied,
+            operator=operator or default_operator(),
+            note=note,
         )
         self._writer.queued()
         return record.info()
@@ -314,7 +327,7 @@ class Client:
     ) -> RunInfo:
         try:
             _, record = await self._store.decide(
-                run_id,
+                _storable_id(run_id),
                 call_id,
                 decision,
                 operator=operator or default_operator(),
@@ -381,7 +394,7 @@ class Client:
     ) -> bool:
         """Put each run's info in ``finished`` as it is seen terminal; whether all were
         before ``timeout``."""
-        pending = run_ids
+        pending = [_storable_id(run_id) for run_id in run_ids]
         with self._wakeups.watching(pending) as settled, anyio.move_on_after(timeout):
             records = {record.id: record for record in await self._store.get_runs(pending)}
             for run_id in pending:
@@ -481,7 +494,7 @@ class Client:
 
         Returns False when the run had already finished.
         """
-        outcome = await self._writer.cancel_run(run_id)
+        outcome = await self._writer.cancel_run(_storable_id(run_id))
         if outcome is CancelOutcome.CANCELLED:
             self._wakeups.settled(run_id)
         return outcome is not CancelOutcome.ALREADY_FINISHED

@@ -16,11 +16,16 @@ from leaseward.runtime.errors import InvalidInput
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
 from leaseward.runtime.runs import RunInfo
 
-__all__ = ["MAX_CURSOR_CHARS", "RunCursor", "RunListing"]
+__all__ = ["EARLIEST_MOMENT", "LATEST_MOMENT", "MAX_CURSOR_CHARS", "RunCursor", "RunListing"]
 
 # A token carries a run id, which a store caps nowhere; this bound only keeps a pasted
 # or forged query string from being decoded at any length.
 MAX_CURSOR_CHARS = 1024
+
+# The times a filter may name, in seconds since the epoch: 0001-01-01 to 9999-12-31
+# UTC, what a calendar, a date input and Python's datetime can show.
+EARLIEST_MOMENT = -62_135_596_800.0
+LATEST_MOMENT = 253_402_300_799.0
 
 _CREATED_AT = struct.Struct(">d")
 _URL_SAFE = re.compile(r"[A-Za-z0-9_-]+")
@@ -86,14 +91,27 @@ def _positive(owner: Any, attribute: attrs.Attribute[int], value: Any) -> None:
 
 
 def _moment(owner: Any, attribute: attrs.Attribute[float | None], value: Any) -> None:
+    if value is None:
+        return
     finite = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
-    if value is not None and not finite:
+    if not finite:
         raise InvalidInput(f"{attribute.name} must be a finite number of seconds, not {value!r}")
+    if not EARLIEST_MOMENT <= value <= LATEST_MOMENT:
+        # Seconds in nanoseconds, most likely: no calendar that shows a time holds it.
+        raise InvalidInput(
+            f"{attribute.name} {value!r} is not a time between the years 1 and 9999 "
+            "(seconds since 1970-01-01 UTC)"
+        )
 
 
-def _search(owner: Any, attribute: attrs.Attribute[str | None], value: Any) -> None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise InvalidInput(f"search must be a non-empty string, not {value!r}")
+def _matched_text(owner: Any, attribute: attrs.Attribute[str | None], value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{attribute.name} must be a non-empty string, not {value!r}")
+    if "\x00" in value:
+        # PostgreSQL's text refuses NUL: no stored agent, run id or key holds one.
+        raise InvalidInput(f"{attribute.name} must not hold a NUL character")
 
 
 def _cursor(owner: Any, attribute: attrs.Attribute[RunCursor | None], value: Any) -> None:
@@ -113,11 +131,11 @@ class RunListing:
     """
 
     state: RunState | None = None
-    agent: str | None = None
+    agent: str | None = attrs.field(default=None, validator=_matched_text)
     reason: Reason | None = None
     mode: RunMode | None = None
     created_after: float | None = attrs.field(default=None, validator=_moment)
     created_before: float | None = attrs.field(default=None, validator=_moment)
-    search: str | None = attrs.field(default=None, validator=_search)
+    search: str | None = attrs.field(default=None, validator=_matched_text)
     after: RunCursor | None = attrs.field(default=None, validator=_cursor)
     limit: int = attrs.field(default=100, validator=_positive)

@@ -34,7 +34,7 @@ from leaseward.cli.timeline import print_timeline
 from leaseward.client import Client, default_operator, open_existing_store
 from leaseward.console.listen import check_listen_address, configured_token, console_url
 from leaseward.daemon import DaemonSettings, load_app, serve
-from leaseward.runtime.encoding import MAX_INPUT_BYTES
+from leaseward.runtime.encoding import MAX_INPUT_BYTES, MAX_JSON_DEPTH
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
 from leaseward.runtime.runs import RunInfo
 from leaseward.storage.connect import open_store
@@ -84,6 +84,8 @@ def read_input(text: str) -> Any:
         return _read_input_file(Path(text[1:]))
     try:
         return json.loads(text)
+    except RecursionError:
+        raise click.UsageError(_too_deep("--input")) from None
     except json.JSONDecodeError as exc:
         hint = ""
         first = text.strip()[:1]
@@ -110,8 +112,14 @@ def _read_input_file(path: Path) -> Any:
         return json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise click.UsageError(f"--input @{path} is not UTF-8 text: {exc.reason}") from None
+    except RecursionError:
+        raise click.UsageError(_too_deep(f"--input @{path}")) from None
     except json.JSONDecodeError as exc:
         raise click.UsageError(f"--input @{path} is not JSON: {exc}") from None
+
+
+def _too_deep(what: str) -> str:
+    return f"{what} is nested too deep: JSON of at most {MAX_JSON_DEPTH} levels, please"
 
 
 # -- runs nobody serves -----------------------------------------------------------------

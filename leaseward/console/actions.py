@@ -18,6 +18,7 @@ from starlette.responses import RedirectResponse, Response
 from leaseward.client import Client
 from leaseward.console.context import Console, console_of
 from leaseward.console.security import Session, check_operator_name, token_matches
+from leaseward.runtime.encoding import MAX_JSON_DEPTH
 from leaseward.runtime.errors import IllegalTransition, InvalidInput, RequestNotFound
 from leaseward.runtime.lifecycle import RunState
 from leaseward.runtime.runs import RunInfo
@@ -28,6 +29,14 @@ __all__ = ["ACTIONS", "act", "login", "login_form", "logout"]
 def _text(form: FormData, name: str) -> str | None:
     value = form.get(name)
     return (value.strip() or None) if isinstance(value, str) else None
+
+
+def _call_id(form: FormData) -> str:
+    """The call a decision is for: every form that decides names one."""
+    call = _text(form, "call_id")
+    if call is None:
+        raise InvalidInput("the form names no call to decide")
+    return call
 
 
 def _back(form: FormData, run_id: str) -> str:
@@ -80,6 +89,10 @@ def _reply_value(text: str | None) -> Any:
         raise InvalidInput(
             f'the reply is not JSON ({exc.msg}); a text is written in quotes: "yes"'
         ) from None
+    except RecursionError:
+        raise InvalidInput(
+            f"the reply is nested too deep: at most {MAX_JSON_DEPTH} levels"
+        ) from None
 
 
 def _requeued(run: RunInfo) -> str:
@@ -106,13 +119,13 @@ async def _cancel(client: Client, run_id: str, form: FormData, operator: str) ->
 
 
 async def _approve(client: Client, run_id: str, form: FormData, operator: str) -> str:
-    call = _text(form, "call_id")
+    call = _call_id(form)
     run = await client.approve(run_id, call, operator=operator, note=_text(form, "note"))
     return _decided(run, f"call {call} approved")
 
 
 async def _reject(client: Client, run_id: str, form: FormData, operator: str) -> str:
-    call = _text(form, "call_id")
+    call = _call_id(form)
     reason = _text(form, "reason")
     if reason is None:
         raise InvalidInput("a rejection needs a reason: the model is told it")
@@ -121,7 +134,7 @@ async def _reject(client: Client, run_id: str, form: FormData, operator: str) ->
 
 
 async def _reply(client: Client, run_id: str, form: FormData, operator: str) -> str:
-    call = _text(form, "call_id")
+    call = _call_id(form)
     value = _reply_value(_text(form, "value"))
     run = await client.send_input(run_id, value, call_id=call, operator=operator)
     return _decided(run, f"call {call} answered")

@@ -14,7 +14,7 @@ from leaseward.client import Client
 from leaseward.console import actions, pages
 from leaseward.console.context import Console, console_of
 from leaseward.console.security import SecurityHeaders
-from leaseward.runtime.errors import InvalidInput, LeasewardError, RunNotFound
+from leaseward.runtime.errors import InvalidInput, LeasewardError, RunNotFound, StoreError
 
 __all__ = ["create_app"]
 
@@ -35,6 +35,12 @@ async def _bad_request(request: Request, exc: Exception) -> Response:
 
 async def _store_failed(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, LeasewardError)
+    if isinstance(exc, StoreError) and exc.data_error:
+        # The store refused what the request carried (text it cannot hold): the store
+        # is well, and the same request would be refused again.
+        return console_of(request).refuse(
+            request, 400, f"the store cannot hold what the request carries: {exc.message}"
+        )
     return console_of(request).refuse(request, 503, exc.message)
 
 

@@ -13,6 +13,7 @@ from starlette.templating import Jinja2Templates
 from leaseward.cli.tables import timestamp
 from leaseward.cli.timeline import shown
 from leaseward.client import Client
+from leaseward.console.listing import date_input
 from leaseward.console.security import Sessions
 
 __all__ = ["Console", "console_of"]
@@ -32,6 +33,7 @@ class Console:
         )
         environment.filters["time"] = timestamp
         environment.filters["shown"] = shown
+        environment.filters["date_input"] = date_input
         self.templates = Jinja2Templates(env=environment)
 
     def render(

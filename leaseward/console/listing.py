@@ -15,7 +15,7 @@ from leaseward.runtime.lifecycle import RunMode, RunState
 from leaseward.runtime.listing import RunCursor
 from leaseward.runtime.runs import RunInfo
 
-__all__ = ["PAGE_SIZE", "RunQuery", "fetch_runs"]
+__all__ = ["PAGE_SIZE", "RunQuery", "date_input", "fetch_runs"]
 
 PAGE_SIZE = 50
 
@@ -48,6 +48,13 @@ def _moment(params: Mapping[str, str], name: str) -> float | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
+
+
+def date_input(seconds: float) -> str:
+    """A time as the filter form's date inputs show it (UTC): to the millisecond where it
+    has a fraction, so that filtering again selects the same runs."""
+    moment = datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+    return moment.isoformat(timespec="milliseconds" if seconds % 1 else "seconds")
 
 
 def _text(params: Mapping[str, str], name: str) -> str | None:

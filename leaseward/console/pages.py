@@ -138,6 +138,8 @@ async def api_run(request: Request) -> Response:
 async def dead_letters(request: Request) -> Response:
     console = console_of(request)
     found = await console.client.dead_letters(limit=LIST_LIMIT)
+    # The newest of them when there are more: the runs page pages through them all.
+    total = (await console.client.run_counts())[RunState.DEAD_LETTERED]
     found.sort(key=lambda r: "" if r.reason is None else r.reason.value)
     letters = []
     for letter in found:
@@ -151,7 +153,9 @@ async def dead_letters(request: Request) -> Response:
                 "can_redrive": _redrivable(letter, steps),
             }
         )
-    return console.render(request, "dead_letters.html", {"letters": letters})
+    return console.render(
+        request, "dead_letters.html", {"letters": letters, "total": max(total, len(letters))}
+    )
 
 
 def _needs_verdict(run: RunInfo) -> bool:
@@ -165,12 +169,15 @@ async def api_dead_letters(request: Request) -> Response:
 
 async def approvals(request: Request) -> Response:
     console = console_of(request)
-    pending = await console.client.approvals(limit=LIST_LIMIT)
+    # One more than the page says whether more wait: deciding these shows the next ones.
+    pending = await console.client.approvals(limit=LIST_LIMIT + 1)
+    more = len(pending) > LIST_LIMIT
+    pending = pending[:LIST_LIMIT]
     runs_by_id = {r.run_id: await console.client.get(r.run_id) for r in pending}
     return console.render(
         request,
         "approvals.html",
-        {"pending": [(_request_view(r), runs_by_id[r.run_id]) for r in pending]},
+        {"pending": [(_request_view(r), runs_by_id[r.run_id]) for r in pending], "more": more},
     )
 
 

@@ -80,6 +80,9 @@ class Session:
     flash: str | None = None
     fresh: bool = attrs.field(default=True, eq=False)
     """Made for this request: no form was drawn for it yet."""
+    began: float = attrs.field(factory=time.time)
+    """When it began (a login begins a new one), on the wall clock: it lasts
+    SESSION_SECONDS from then, however often an action signs its cookie anew."""
 
     def csrf_matches(self, sent: Any) -> bool:
         return (
@@ -119,22 +122,31 @@ class Sessions:
             return Session()
         if data["csrf"] in self._ended:
             return Session()
+        began = data.get("began")
+        if not isinstance(began, int | float) or time.time() - began > SESSION_SECONDS:
+            return Session()
         operator, flash = data.get("operator"), data.get("flash")
         return Session(
             csrf=data["csrf"],
             operator=operator if isinstance(operator, str) else None,
             flash=flash if isinstance(flash, str) else None,
             fresh=False,
+            began=began,
         )
 
     def save(self, response: Response, request: Request, session: Session) -> None:
         value = self._serializer.dumps(
-            {"csrf": session.csrf, "operator": session.operator, "flash": session.flash}
+            {
+                "csrf": session.csrf,
+                "operator": session.operator,
+                "flash": session.flash,
+                "began": session.began,
+            }
         )
         response.set_cookie(
             SESSION_COOKIE,
             value,
-            max_age=SESSION_SECONDS,
+            max_age=max(0, int(session.began + SESSION_SECONDS - time.time())),
             httponly=True,
             samesite="strict",
             secure=request.url.scheme == "https",

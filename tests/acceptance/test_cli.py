@@ -286,6 +286,8 @@ def test_an_operator_command_on_a_file_that_is_no_database_changes_nothing(
         # The shell ate the quotes: the error says how a JSON string is written.
         ("hello", """a JSON string is written in quotes: --input '"hello"'"""),
         ("two words", """--input '"two words"'"""),
+        # Deeper than the JSON reader recurses: an error line, not a traceback.
+        ("[" * 100_000, "--input is nested too deep"),
     ],
 )
 def test_submit_input_that_is_not_json(copy: Path, value: str, fragment: str) -> None:
@@ -305,6 +307,13 @@ def test_submit_input_from_a_file_that_is_not_json(copy: Path, tmp_path: Path) -
         lambda: leaseward("submit", "payer", "--input", f"@{source}", "--store", _url(copy)),
         EXIT_USAGE,
         "is not JSON",
+    )
+    source.write_text("[" * 100_000)
+    assert_unchanged(
+        copy,
+        lambda: leaseward("submit", "payer", "--input", f"@{source}", "--store", _url(copy)),
+        EXIT_USAGE,
+        "is nested too deep",
     )
     source.write_text('{"order": "from a file"}')
     run_id = ok("submit", "payer", "--input", f"@{source}", "--store", _url(copy)).stdout.strip()

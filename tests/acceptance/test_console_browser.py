@@ -279,6 +279,38 @@ def test_an_action_without_login_or_without_its_csrf_token_is_refused(
         tab.assert_quiet(refusals=3)
 
 
+def test_the_runs_page_refreshes_itself_but_not_under_a_filter_being_typed(
+    browser: Browser, store: str
+) -> None:
+    submit(store, "greeter", '"hello"')
+    with served_console(store) as address:
+        tab = open_tab(browser, address)
+        page = tab.page
+        # The page's timers on a clock the test moves: no test waits out a refresh.
+        page.clock.install()
+        page.goto("/runs?state=queued")
+
+        def still_drawn_after(seconds: int) -> bool:
+            page.evaluate("() => { window.drawnBefore = true; }")
+            page.clock.run_for(seconds * 1000)
+            # A reload the timer asked for would be under way within this real moment.
+            page.wait_for_timeout(300)
+            return bool(page.evaluate("() => window.drawnBefore === true"))
+
+        with page.expect_navigation():
+            page.clock.run_for(6000)
+        page.get_by_label("Agent").fill("gree")
+        page.locator("h1").click()
+        assert still_drawn_after(6)
+        expect(page.get_by_label("Agent")).to_have_value("gree")
+        page.get_by_label("Agent").fill("")
+        page.get_by_label("State").select_option("completed")
+        page.locator("h1").click()
+        assert still_drawn_after(6)
+        expect(page.get_by_label("State")).to_have_value("completed")
+        tab.assert_quiet()
+
+
 def _assert_inert(tab: Tab) -> None:
     """Nothing of the payloads became markup: no element, no handler, no script link."""
     page = tab.page

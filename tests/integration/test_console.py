@@ -5,6 +5,7 @@ and no action is taken without a login and a CSRF token."""
 from __future__ import annotations
 
 import re
+import time
 
 import anyio
 import httpx
@@ -12,6 +13,7 @@ import pytest
 
 from leaseward import ProviderReply, ToolCall, ToolEffect
 from leaseward.client import new_run_id
+from leaseward.console import pages, security
 from leaseward.console.listing import PAGE_SIZE
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.journal import StepWrite
@@ -21,6 +23,7 @@ from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, open_store
 from tests.integration.console_support import TOKEN, console, forms_of, logged_in
 from tests.integration.support import ghost_claims, provider_step
+from tests.integration.test_operator import dead_letter
 from tests.stores import created
 
 pytestmark = pytest.mark.anyio
@@ -111,6 +114,55 @@ async def test_an_unknown_run_or_page_is_404_and_bad_filters_400(url: str) -> No
         for query in ["state=sleeping", "mode=x", "created_after=yesterday", "after=nonsense"]:
             assert (await page.http.get(f"/runs?{query}")).status_code == 400, query
             assert (await page.http.get(f"/api/runs?{query}")).status_code == 400, query
+
+
+async def test_a_time_no_calendar_holds_or_a_nul_is_refused_as_bad_input(store_url: str) -> None:
+    async with console(created(store_url)) as page:
+        await page.client.submit("chat", "hi")
+        for query in [
+            # Nanoseconds for seconds; far before the year 1.
+            "created_after=1796597640000000000",
+            "created_before=-99999999999999999",
+            "created_after=-1e308",
+            # PostgreSQL's text holds no NUL, so no agent, id or key has one.
+            "agent=%00",
+            "search=x%00y",
+        ]:
+            for path in ("/runs", "/api/runs"):
+                answer = await page.http.get(f"{path}?{query}")
+                assert answer.status_code == 400, (path, query, answer.text)
+        years = await page.http.get("/api/runs?created_after=1796597640000000000")
+        assert "between the years 1 and 9999" in years.json()["error"]
+        for path in ("/runs/%00", "/api/runs/x%00y"):
+            assert (await page.http.get(path)).status_code == 404, path
+        assert (await page.http.get("/healthz")).status_code == 200
+
+
+async def test_the_filter_form_shows_the_time_it_filters_on_to_the_millisecond(
+    url: str,
+) -> None:
+    async with console(url) as page:
+        html = (await page.http.get("/runs?created_after=1796597655.75")).text
+        assert 'name="created_after" step="any"\n    value="2026-12-06T22:54:15.750"' in html
+        html = (await page.http.get("/runs?created_before=2026-12-06T22:54:15Z")).text
+        assert 'value="2026-12-06T22:54:15"' in html
+
+
+async def test_the_dead_letters_page_says_when_it_shows_only_the_newest(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pages, "LIST_LIMIT", 2)
+    store = await open_store(url)
+    try:
+        for _ in range(3):
+            await dead_letter(store, Reason.NOT_RETRYABLE, outcome=StepStatus.SUCCEEDED)
+    finally:
+        await store.aclose()
+    async with console(url) as page:
+        html = (await page.http.get("/dead-letters")).text
+        assert "The newest 2 of 3 dead letters" in html
+        assert 'href="/runs?state=dead_lettered"' in html
+        assert 'data-refresh="5"' in html
 
 
 async def test_the_json_twins_print_what_the_cli_prints(url: str) -> None:
@@ -269,6 +321,31 @@ async def test_a_cookie_copied_before_a_logout_opens_nothing_after_it(url: str) 
             refused = await thief.post(path, data=form.fields)
             assert refused.status_code == 403
         assert (await page.client.get(run_id)).state is RunState.QUEUED
+
+
+async def test_a_session_ends_twelve_hours_after_its_login_however_often_it_acts(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with console(url) as page:
+        alice = await logged_in(page)
+        logged_in_at = time.time()
+        first, second = [await page.client.submit("chat", n) for n in range(2)]
+
+        async def drawn_cancel(run_id: str) -> dict[str, str]:
+            path = f"/runs/{run_id}/cancel"
+            return forms_of((await alice.http.get(f"/runs/{run_id}")).text, path)[0].fields
+
+        # Eleven hours on: acting signs the cookie anew, which must not lengthen it.
+        monkeypatch.setattr(time, "time", lambda: logged_in_at + 11 * 3600)
+        assert (
+            await alice.http.post(f"/runs/{first}/cancel", data=await drawn_cancel(first))
+        ).status_code == 303
+        later = await drawn_cancel(second)
+        monkeypatch.setattr(time, "time", lambda: logged_in_at + security.SESSION_SECONDS + 60)
+        assert "operator <strong>alice</strong>" not in (await alice.http.get("/runs")).text
+        refused = await alice.http.post(f"/runs/{second}/cancel", data=later)
+        assert refused.status_code == 403
+        assert (await page.client.get(second)).state is RunState.QUEUED
 
 
 async def test_over_https_the_session_cookie_is_secure(url: str) -> None:

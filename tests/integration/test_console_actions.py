@@ -99,6 +99,19 @@ async def test_a_rejection_needs_a_reason_and_is_kept_escaped(
         assert "<script>alert" not in html
 
 
+async def test_a_decision_whose_form_names_no_call_is_refused(
+    store_url: str, tmp_path: Path
+) -> None:
+    run_id = await parked_run(store_url, tmp_path, "payer", RunState.WAITING_FOR_APPROVAL)
+    async with console(store_url) as page:
+        dave = await logged_in(page, "dave")
+        [form] = forms_of((await dave.http.get(f"/runs/{run_id}")).text, f"/runs/{run_id}/approve")
+        fields = {name: value for name, value in form.fields.items() if name != "call_id"}
+        refused = await dave.http.post(f"/runs/{run_id}/approve", data=fields)
+        assert refused.status_code == 400 and "names no call" in refused.text
+        assert (await page.client.requests(run_id))[0].pending
+
+
 async def test_reply_answers_an_input_request_with_json(store_url: str, tmp_path: Path) -> None:
     run_id = await parked_run(store_url, tmp_path, "asker", RunState.WAITING_FOR_INPUT)
     async with console(store_url) as page:
@@ -106,6 +119,10 @@ async def test_reply_answers_an_input_request_with_json(store_url: str, tmp_path
         assert "Which colour?" in (await carol.http.get(f"/runs/{run_id}")).text
         bare = await carol.submit(f"/runs/{run_id}", f"/runs/{run_id}/reply", value="blue")
         assert bare.status_code == 400 and "not JSON" in bare.text
+        # Deeper than the JSON reader recurses: refused as too deep, not a server error.
+        deep = await carol.submit(f"/runs/{run_id}", f"/runs/{run_id}/reply", value="[" * 200_000)
+        assert deep.status_code == 400 and "nested too deep" in deep.text
+        assert (await page.client.requests(run_id))[0].pending
         done = await carol.submit(f"/runs/{run_id}", f"/runs/{run_id}/reply", value='"blue"')
         assert done.status_code == 303
         [request] = await page.client.requests(run_id)

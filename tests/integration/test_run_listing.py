@@ -13,7 +13,7 @@ import sqlite3
 import attrs
 import pytest
 
-from leaseward import Client, InvalidInput
+from leaseward import Client, InvalidInput, RunNotFound
 from leaseward.runtime.commits import Stored
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState
 from leaseward.runtime.listing import RunCursor, RunListing
@@ -324,6 +324,12 @@ async def test_run_counts_name_every_state(mixed: Client) -> None:
         {"search": ""},
         {"search": 7},
         {"after": "not-a-cursor"},
+        # Nanoseconds taken for seconds, and before the year 1: no calendar shows them.
+        {"created_after": 1_796_597_640_000_000_000},
+        {"created_before": -99_999_999_999_999_999},
+        # PostgreSQL's text holds no NUL: its driver would fail, not find nothing.
+        {"agent": "a\x00"},
+        {"search": "x\x00y"},
     ],
 )
 async def test_a_listing_asked_with_a_wrong_value_is_refused(
@@ -332,6 +338,27 @@ async def test_a_listing_asked_with_a_wrong_value_is_refused(
 ) -> None:
     with pytest.raises(InvalidInput):
         await Client(store).runs(**bad)  # type: ignore[arg-type]
+
+
+async def test_a_run_id_no_store_could_hold_is_a_run_not_found_on_every_store(
+    store: SQLStore,  # noqa: F811
+) -> None:
+    client = Client(store)
+    ghost = "run\x00id"
+    for asked in (
+        client.get(ghost),
+        client.steps(ghost),
+        client.requests(ghost),
+        client.cancel(ghost),
+        client.redrive(ghost),
+        client.resolve(ghost, applied=True, operator="alice", note="checked"),
+        client.approve(ghost, operator="alice"),
+        client.wait_all([ghost], timeout=1),
+    ):
+        with pytest.raises(RunNotFound, match=r"run\\x00id"):
+            await asked
+    with pytest.raises(InvalidInput, match="a run id is a string"):
+        await client.get(7)  # type: ignore[arg-type]
 
 
 async def test_a_garbled_cursor_token_is_refused_before_the_store_is_asked(
