@@ -55,6 +55,11 @@ class MCPServer:
     change what the code decided. ``approve_destructive`` makes every call of a
     tool that may be destructive (by the annotations of a trusted server; every
     tool not read-only otherwise) wait for a person's approval.
+
+    A result with ``isError`` is told to the model as a ``ToolError`` for a read-only
+    tool. For a write it is handled as a call that may have run (an interrupted
+    write), since a handler may fail after its effect, unless ``errors_apply_nothing``
+    says that this server reports errors only for calls that changed nothing.
     """
 
     name: str
@@ -65,6 +70,10 @@ class MCPServer:
     """How long one call may take; past it the call is cancelled, on the server too."""
     connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS
     approve_destructive: bool = False
+    errors_apply_nothing: bool = False
+    """The server's ``isError`` results come only from calls that changed nothing (it
+    checks before it writes, or undoes what it wrote): a write's error result is then
+    told to the model, which may try again, as for a ``ToolError``."""
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -88,6 +97,7 @@ class MCPServer:
         timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
         connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
         approve_destructive: bool = False,
+        errors_apply_nothing: bool = False,
     ) -> MCPServer:
         """A server the worker runs as ``command args...`` and supervises."""
         return cls(
@@ -98,6 +108,7 @@ class MCPServer:
             timeout_seconds=timeout_seconds,
             connect_timeout_seconds=connect_timeout_seconds,
             approve_destructive=approve_destructive,
+            errors_apply_nothing=errors_apply_nothing,
         )
 
     @classmethod
@@ -112,6 +123,7 @@ class MCPServer:
         timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
         connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
         approve_destructive: bool = False,
+        errors_apply_nothing: bool = False,
     ) -> MCPServer:
         """A server at ``url`` (Streamable HTTP)."""
         return cls(
@@ -122,6 +134,7 @@ class MCPServer:
             timeout_seconds=timeout_seconds,
             connect_timeout_seconds=connect_timeout_seconds,
             approve_destructive=approve_destructive,
+            errors_apply_nothing=errors_apply_nothing,
         )
 
     @property

@@ -20,7 +20,7 @@ from leaseward.runtime.errors import ConfigurationError, ToolError
 from leaseward.runtime.tool_sources import ListedTool, ToolProvenance
 from leaseward.runtime.tools import ToolContext
 
-__all__ = ["listed_tool", "serving_sources"]
+__all__ = ["WriteReportedError", "listed_tool", "serving_sources"]
 
 
 def _result_value(result: mcp_types.CallToolResult) -> Any:
@@ -33,6 +33,11 @@ def _result_value(result: mcp_types.CallToolResult) -> Any:
         texts = [block.text for block in blocks if isinstance(block, mcp_types.TextContent)]
         return texts[0] if len(texts) == 1 else texts
     return [block.model_dump(by_alias=True, exclude_none=True, mode="json") for block in blocks]
+
+
+class WriteReportedError(Exception):
+    """A write's call answered with ``isError`` by a server that does not say its errors
+    change nothing: the call may have applied, so it is settled as interrupted."""
 
 
 def _error_text(result: mcp_types.CallToolResult) -> str:
@@ -54,11 +59,20 @@ def listed_tool(
     )
     name = tool.name
 
+    # A handler that raised after its effect is an error result too: only a read, or a
+    # server that says its errors change nothing, is known not to have applied.
+    errors_applied_nothing = not effect.is_write or server.errors_apply_nothing
+
     async def call(ctx: ToolContext, /, **arguments: Any) -> Any:
         meta = {IDEMPOTENCY_KEY_META: ctx.idempotency_key, FENCING_TOKEN_META: ctx.fencing_token}
         result = await connection.call(name, arguments, meta)
         if result.is_error:
-            raise ToolError(_error_text(result))
+            if errors_applied_nothing:
+                raise ToolError(_error_text(result))
+            raise WriteReportedError(
+                f"MCP server {server.name!r} answered the call of {name} with an error "
+                f"({_error_text(result)}); the write may have applied before it failed"
+            )
         return _result_value(result)
 
     return ListedTool(

@@ -93,6 +93,20 @@ class ToolCallSteps(MachineCore):
         arguments_json, rejection, checked_arguments = (
             checked if checked is not None else self._check_arguments(bound, call)
         )
+        if open_attempt is not None and (bound is None or rejection is not None):
+            # An earlier attempt's write may have applied, and this app can no longer make
+            # the call again under its key (its tool is gone or now refuses its arguments):
+            # told of the error, the model would ask again under a new key, a second write.
+            why = "its tool is not in this app" if bound is None else f"now {rejection}"
+            return self._settle(
+                Settlement(
+                    Event.DEAD_LETTER,
+                    Reason.INTERRUPTED_WRITE,
+                    error=f"call {call.call_id} of {call.name} was interrupted at epoch "
+                    f"{open_attempt.epoch} and cannot be made again under its key ({why}); "
+                    "its outcome is unknown",
+                )
+            )
         base = StepWrite(
             seq=seq,
             kind=StepKind.TOOL,

@@ -36,6 +36,7 @@ ANNOTATED: dict[str, ToolAnnotations | None] = {
     "slow_write": None,
     "refuse": ToolAnnotations(read_only_hint=True),
     "charge_then_fail": None,
+    "charge_then_raise": None,
 }
 
 server = MCPServer("leaseward-test")
@@ -125,6 +126,16 @@ if offered("charge_then_fail"):
         a JSON-RPC internal error, which does not say whether the charge happened."""
         record("charge_then_fail", {"amount": amount}, ctx)
         raise MCPError(INTERNAL_ERROR, "the handler failed after charging")
+
+
+if offered("charge_then_raise"):
+
+    @server.tool(annotations=ANNOTATED["charge_then_raise"])
+    async def charge_then_raise(amount: int, ctx: Context[Any, Any]) -> str:
+        """Applies its charge, then its handler raises: the SDK answers with a result
+        marked isError, which does not say whether the charge happened."""
+        record("charge_then_raise", {"amount": amount}, ctx)
+        raise KeyError("receipt")
 
 
 if __name__ == "__main__":

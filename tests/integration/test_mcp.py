@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from leaseward import (
@@ -248,6 +249,37 @@ async def test_an_error_answer_that_is_not_a_refusal_dead_letters_a_write(
     assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.INTERRUPTED_WRITE)
     assert tool_rows(journal)["charge_then_fail"].status is StepStatus.STARTED
     assert [line["tool"] for line in ledger_lines(str(ledger))] == ["charge_then_fail"]
+
+
+@pytest.mark.parametrize("errors_apply_nothing", [False, True])
+async def test_an_error_result_of_a_write_is_an_interrupted_write_unless_the_server_says(
+    store_url: str, tmp_path: Path, errors_apply_nothing: bool
+) -> None:
+    """A handler that raises after its charge is answered as a result marked isError.
+    Told to the model as not applied, it would be asked for again under a new key: a
+    second charge. Only a server declared to report errors for calls that changed
+    nothing has its write's error told to the model."""
+    ledger = tmp_path / "ledger"
+    server = attrs.evolve(stdio_server(ledger), errors_apply_nothing=errors_apply_nothing)
+    charge = ToolCall("charge_then_raise", {"amount": 5}, "call-1")
+    again = ToolCall("charge_then_raise", {"amount": 5}, "call-2")
+    agent = Agent("clerk", calling(charge, again), tools=[server])
+    async with Runtime.open(store_url, App([agent]), **FAST) as rt:
+        run_id = await rt.submit("clerk", "bill them")
+        run = await rt.wait(run_id, timeout=WAIT_SECONDS)
+        journal = await rt.steps(run_id)
+
+    tools = [step for step in journal if step.kind is StepKind.TOOL]
+    charges = [line["tool"] for line in ledger_lines(str(ledger))]
+    if errors_apply_nothing:
+        assert (run.state, charges) == (RunState.COMPLETED, ["charge_then_raise"] * 2)
+        assert [step.status for step in tools] == [StepStatus.FAILED] * 2
+        return
+    assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.INTERRUPTED_WRITE)
+    assert charges == ["charge_then_raise"]
+    [interrupted] = tools
+    assert interrupted.status is StepStatus.STARTED
+    assert "may have applied" in (interrupted.error or "")
 
 
 async def test_a_call_whose_server_is_gone_before_it_is_sent_is_withdrawn_and_retried(

@@ -262,15 +262,18 @@ async def test_a_reaped_actor_still_alive_keeps_its_run_from_a_second_local_acto
     assert (run.state, run.epoch) == (RunState.COMPLETED, 2)
 
 
+@pytest.mark.parametrize("effect", [ToolEffect.NON_IDEMPOTENT_WRITE, ToolEffect.IDEMPOTENT_WRITE])
 @pytest.mark.parametrize("change", ["removed", "schema_changed"])
-async def test_an_open_non_idempotent_attempt_wins_over_every_other_check(
-    store_url: str, change: str
+async def test_an_open_attempt_of_a_write_wins_over_every_other_check(
+    store_url: str, change: str, effect: ToolEffect
 ) -> None:
-    """Hole 7: the tool was removed, or its arguments no longer validate; the
-    journal still holds a non-idempotent call that may have run."""
+    """Hole 7: the tool was removed, or its arguments no longer validate, in a deploy;
+    the journal still holds a write that may have run. An idempotent one could be
+    made again only under its key: told of the error, the model would ask again under
+    a new key, and the write would apply twice."""
     calls = Calls()
 
-    @tool(name="charge", effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    @tool(name="charge", effect=effect)
     async def charge_in_cents(ctx: ToolContext, cents: int) -> int:
         calls.record(ctx, cents=cents)
         return cents
@@ -278,9 +281,7 @@ async def test_an_open_non_idempotent_attempt_wins_over_every_other_check(
     tools = [] if change == "removed" else [charge_in_cents]
     app = App([Agent("payer", ScriptedProvider([CHARGE, ProviderReply(text="ok")]), tools)])
     store = await open_store(store_url)
-    run_id = await ghost_claims(
-        store, "payer", (provider_step(0, CHARGE), intent(1, ToolEffect.NON_IDEMPOTENT_WRITE, "k"))
-    )
+    run_id = await ghost_claims(store, "payer", (provider_step(0, CHARGE), intent(1, effect, "k")))
     async with Runtime.open(
         store, app, reap_interval_seconds=0.05, poll_interval_seconds=0.02
     ) as rt:
