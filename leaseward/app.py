@@ -348,9 +348,12 @@ class Runtime:
         *,
         operator: str | None = None,
         note: str | None = None,
+        digest: str | None = None,
     ) -> RunInfo:
         """Approve one call that waits for approval (see ``Client.approve``)."""
-        return await self.client.approve(run_id, call_id, operator=operator, note=note)
+        return await self.client.approve(
+            run_id, call_id, operator=operator, note=note, digest=digest
+        )
 
     async def reject(
         self,

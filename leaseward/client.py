@@ -15,7 +15,13 @@ from leaseward.actors.tracing import current_traceparent
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.conversation import run_usage
-from leaseward.runtime.encoding import MAX_INPUT_BYTES, MAX_RESULT_BYTES, dump_json, request_digest
+from leaseward.runtime.encoding import (
+    MAX_INPUT_BYTES,
+    MAX_RESULT_BYTES,
+    check_digest_prefix,
+    dump_json,
+    request_digest,
+)
 from leaseward.runtime.errors import (
     InvalidInput,
     RequestExpired,
@@ -273,18 +279,27 @@ class Client:
         *,
         operator: str | None = None,
         note: str | None = None,
+        digest: str | None = None,
     ) -> RunInfo:
         """Approve one call that waits for approval: that call, with exactly the arguments
         its request shows, may then execute once. ``call_id`` may be left out when the run
         waits for one approval only. Once every request of the turn is decided, the run
         goes back to the queue (an interactive one too) and resumes from its journal.
 
+        ``digest`` binds the approval to the arguments the approver was shown: the
+        start (8 hex digits or more) of the request's ``arguments_digest``. A request
+        of other arguments (the run moved on, and asks for another call, maybe under
+        the same call id) is then refused with ArgumentsNotApproved; an approver who
+        looked before deciding should always give it.
+
         Raises RequestNotFound for a call with no request, IllegalTransition for one
         already decided (a second approve changes nothing) or a run no longer waiting,
         and RequestExpired (an IllegalTransition) for one whose expiry passed on the
         store's clock: it is rejected as expired then, as the reaper would have done.
         """
-        return await self._decide(run_id, call_id, Decision.APPROVED, operator, note)
+        if digest is not None:
+            check_digest_prefix(digest)
+        return await self._decide(run_id, call_id, Decision.APPROVED, operator, note, digest=digest)
 
     async def reject(
         self,
@@ -324,6 +339,7 @@ class Client:
         note: str | None,
         *,
         value_json: str | None = None,
+        digest: str | None = None,
     ) -> RunInfo:
         try:
             _, record = await self._store.decide(
@@ -333,6 +349,7 @@ class Client:
                 operator=operator or default_operator(),
                 note=note,
                 value_json=value_json,
+                digest=digest,
             )
         except RequestExpired:
             # Expiring it may have put the run back in the queue, as a reaper pass does.

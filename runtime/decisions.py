@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from leaseward.runtime.encoding import DIGEST_SHOWN
 from leaseward.runtime.errors import (
     AmbiguousRequest,
+    ArgumentsNotApproved,
     LastDecision,
     NothingToDecide,
     RequestDecided,
@@ -48,9 +50,26 @@ def request_to_decide(
     requests: Sequence[HumanRequest],
     call_id: str | None,
     kind: RequestKind,
+    digest: str | None = None,
 ) -> HumanRequest:
     """The one request of ``run`` that a decision of ``kind`` on ``call_id`` (None: the
-    only one pending) is for; raises the error saying why there is none."""
+    only one pending) is for; raises the error saying why there is none. With
+    ``digest`` (the start of the arguments' digest the person was shown), only a
+    request of exactly those arguments is."""
+    request = _request_named(run, requests, call_id, kind)
+    if digest is not None and not request.arguments_digest.startswith(digest):
+        raise ArgumentsNotApproved(
+            run.id, request.call_id, request.arguments_digest[:DIGEST_SHOWN], digest
+        )
+    return request
+
+
+def _request_named(
+    run: RunRecord,
+    requests: Sequence[HumanRequest],
+    call_id: str | None,
+    kind: RequestKind,
+) -> HumanRequest:
     waiting = run.state is kind.waiting_state
     pending = [r for r in requests if r.pending and r.kind is kind] if waiting else []
     if call_id is None:

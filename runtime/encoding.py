@@ -11,11 +11,14 @@ from typing import Any
 from leaseward.runtime.errors import InvalidInput
 
 __all__ = [
+    "DIGEST_SHOWN",
     "MAX_ARGUMENTS_BYTES",
     "MAX_INPUT_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_RESULT_BYTES",
+    "MIN_DIGEST_PREFIX",
     "arguments_digest",
+    "check_digest_prefix",
     "dump_json",
     "load_json",
     "request_digest",
@@ -27,6 +30,10 @@ MAX_INPUT_BYTES = 256 * 1024
 MAX_ARGUMENTS_BYTES = 64 * 1024
 MAX_RESULT_BYTES = 256 * 1024
 MAX_JSON_DEPTH = 200
+DIGEST_SHOWN = 12
+"""Hex digits of an arguments digest that the CLI and the console show."""
+MIN_DIGEST_PREFIX = 8
+"""Hex digits of an arguments digest that an approval must name at least."""
 _CONTAINERS = (dict, list, tuple)
 # Made once: json.dumps builds an encoder at every call that asks for other than its defaults.
 _UNICODE_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -164,3 +171,18 @@ def arguments_digest(arguments: Mapping[str, Any]) -> str:
     """
     text = json.dumps(dict(arguments), sort_keys=True, allow_nan=False, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def check_digest_prefix(digest: str) -> str:
+    """An arguments digest, or the start of one, as an approval names what it was shown;
+    InvalidInput for anything else."""
+    if (
+        not isinstance(digest, str)
+        or not MIN_DIGEST_PREFIX <= len(digest) <= 64
+        or any(c not in "0123456789abcdef" for c in digest)
+    ):
+        raise InvalidInput(
+            f"a digest is {MIN_DIGEST_PREFIX} to 64 lowercase hex digits of the arguments' "
+            f"digest, as `leaseward approvals` shows it, not {digest!r}"
+        )
+    return digest

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AmbiguousRequest",
+    "ArgumentsNotApproved",
     "AuditPersistenceFailed",
     "CallNotStarted",
     "CallTimedOut",
@@ -283,6 +284,22 @@ class NothingToResolve(IllegalTransition):
             "the outcome of its last call; `redrive` puts it back in the queue"
         )
         self.run_id = run_id
+
+
+class ArgumentsNotApproved(IllegalTransition):
+    """The request waits for approval of other arguments than those the approver was
+    shown (named by their digest): the run moved on to another request since."""
+
+    def __init__(self, run_id: str, call_id: str, waiting: str, shown: str) -> None:
+        super().__init__(
+            f"call {call_id} of run {run_id} waits for approval of arguments with digest "
+            f"{waiting}, not of those shown ({shown}); nothing changed: look at its "
+            "arguments again"
+        )
+        self.run_id = run_id
+        self.call_id = call_id
+        self.waiting = waiting
+        self.shown = shown
 
 
 class RequestExpired(IllegalTransition):

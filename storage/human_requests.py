@@ -50,6 +50,7 @@ class HumanRequests(StoreConcern):
         operator: str,
         note: str | None = None,
         value_json: str | None = None,
+        digest: str | None = None,
     ) -> tuple[HumanRequest, RunRecord]:
         q = self._queries
         kind = kind_decided(decision)
@@ -64,7 +65,7 @@ class HumanRequests(StoreConcern):
                     q["run_requests"], {"run_id": run_id, "now": now}
                 )
             ]
-            request = request_to_decide(run, requests, call_id, kind)
+            request = request_to_decide(run, requests, call_id, kind, digest)
             decided = await self._executor.fetch_all(
                 q["decide_request"],
                 {

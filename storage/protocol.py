@@ -355,11 +355,14 @@ class Store(Protocol):
         operator: str,
         note: str | None = None,
         value_json: str | None = None,
+        digest: str | None = None,
     ) -> tuple[HumanRequest, RunRecord]:
         """Record a person's decision on one pending request, in one transaction; the run
         is requeued when none of its requests is left undecided.
 
-        ``call_id`` None names the run's only pending request of that kind. Raises
+        ``call_id`` None names the run's only pending request of that kind; ``digest``,
+        the start of the arguments' digest the person was shown, decides only a request
+        of those arguments (ArgumentsNotApproved otherwise). Raises
         RequestNotFound for a call with no such request, and IllegalTransition for a
         request already decided or a run no longer waiting for it; nothing changes then.
         A decision after the request's expiry (on the store's clock) raises

@@ -177,9 +177,16 @@ class SQLStore:
         operator: str,
         note: str | None = None,
         value_json: str | None = None,
+        digest: str | None = None,
     ) -> tuple[HumanRequest, RunRecord]:
         return await self._requests.decide(
-            run_id, call_id, decision, operator=operator, note=note, value_json=value_json
+            run_id,
+            call_id,
+            decision,
+            operator=operator,
+            note=note,
+            value_json=value_json,
+            digest=digest,
         )
 
     async def expire_requests(self, limit: int) -> list[ExpiredRequest]:

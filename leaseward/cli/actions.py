@@ -305,10 +305,13 @@ async def approve(
     store_url: str,
     run_id: str,
     call: str | None,
+    digest: str | None,
     note: str | None,
     operator: str | None,
 ) -> int:
-    run = await client.approve(run_id, call, operator=operator or default_operator(), note=note)
+    run = await client.approve(
+        run_id, call, operator=operator or default_operator(), note=note, digest=digest
+    )
     print(_decided(run, "approved"))
     return 0
 

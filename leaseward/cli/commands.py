@@ -293,6 +293,11 @@ def approvals(store_url: str, limit: int, as_json: bool) -> int:
 @_run_id
 @_store
 @_call("waits for")
+@one_off(
+    "--digest",
+    help="the arguments' digest as `approvals` or `show` prints it: the approval is refused "
+    "if the call waiting now has other arguments",
+)
 @one_off("--note", help="why you approve (kept in the journal)")
 @_operator("decides")
 def approve(store_url: str, **flags: Any) -> int:

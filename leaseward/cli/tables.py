@@ -7,12 +7,14 @@ import json
 import time
 from collections.abc import Sequence
 
+from leaseward.runtime.encoding import DIGEST_SHOWN
 from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.messages import Usage
 from leaseward.runtime.runs import RunInfo
 from leaseward.runtime.workers import WorkerInfo
 
 __all__ = [
+    "APPROVAL_ARGUMENTS_CHARS",
     "RUN_COLUMNS",
     "age",
     "count",
@@ -94,28 +96,47 @@ def count(number: int, noun: str, plural: str | None = None) -> str:
     return f"{number} {noun if number == 1 else plural or noun + 's'}"
 
 
-_APPROVAL_COLUMNS = ("RUN", "CALL", "AGENT", "TOOL", "EFFECT", "WAITS FOR", "AGE", "ARGUMENTS")
+_APPROVAL_COLUMNS = (
+    "RUN",
+    "CALL",
+    "DIGEST",
+    "AGENT",
+    "TOOL",
+    "EFFECT",
+    "WAITS FOR",
+    "AGE",
+    "ARGUMENTS",
+)
+APPROVAL_ARGUMENTS_CHARS = 120
+"""How much of a call's arguments the approvals table prints; `show` prints them whole."""
 
 
 def print_approvals(requests: Sequence[HumanRequest]) -> None:
     if not requests:
         print("nothing waits for a person")
         return
+    arguments = [json.dumps(r.arguments, ensure_ascii=False) for r in requests]
     rows = [
         (
             r.run_id,
             r.call_id,
+            r.arguments_digest[:DIGEST_SHOWN],
             r.agent,
             r.tool,
             r.effect.value,
             r.kind.value,
             age(r.age_seconds),
-            shortened(json.dumps(r.arguments, ensure_ascii=False), 60),
+            shortened(text, APPROVAL_ARGUMENTS_CHARS),
         )
-        for r in requests
+        for r, text in zip(requests, arguments, strict=True)
     ]
     for line in table([_APPROVAL_COLUMNS, *rows]):
         print(line)
+    if any(len(text) > APPROVAL_ARGUMENTS_CHARS for text in arguments):
+        print(
+            f"arguments cut to {APPROVAL_ARGUMENTS_CHARS} characters: `leaseward show RUN` "
+            "prints a waiting call's whole"
+        )
 
 
 _WORKER_COLUMNS = ("WORKER", "HOST", "PID", "AGENTS", "STARTED", "HEARTBEAT", "STATUS")

@@ -21,6 +21,7 @@ from leaseward.cli.tables import (
     tokens,
 )
 from leaseward.runtime.conversation import usage_from_json
+from leaseward.runtime.encoding import DIGEST_SHOWN
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.human_requests import HumanRequest, RequestKind
 from leaseward.runtime.journal import StepInfo
@@ -175,11 +176,15 @@ def lease_lines(run: RunInfo, steps: Sequence[StepInfo]) -> list[str]:
 
 
 def _request_lines(request: HumanRequest, run: RunInfo) -> list[str]:
-    asked = (
-        f"question: {shortened(json.dumps(request.question, ensure_ascii=False))}"
-        if request.kind is RequestKind.INPUT
-        else f"arguments: {shortened(json.dumps(request.arguments, ensure_ascii=False))}"
-    )
+    waiting = request.decision is None and not run.state.terminal
+    if request.kind is RequestKind.INPUT:
+        asked = f"question: {shortened(json.dumps(request.question, ensure_ascii=False))}"
+    elif waiting:
+        # Whole, with their digest: what an approval authorises is exactly what is shown.
+        arguments = json.dumps(request.arguments, ensure_ascii=False)
+        asked = f"arguments: {arguments} (digest {request.arguments_digest[:DIGEST_SHOWN]})"
+    else:
+        asked = f"arguments: {shortened(json.dumps(request.arguments, ensure_ascii=False))}"
     lines = [
         f"call {request.call_id} of {request.tool} ({request.effect.value}, turn "
         f"{request.seq}): {request.kind.value} requested at {timestamp(request.requested_at)}",
@@ -217,7 +222,11 @@ def _waiting_next_steps(run: RunInfo, requests: Sequence[HumanRequest], store: s
         if request.kind is RequestKind.INPUT:
             lines.append(f"  leaseward reply {command}{call} --input JSON{flag}")
         else:
-            lines.append(f"  leaseward approve {command}{call}{flag}")
+            # Bound to the arguments shown above: if the run moves on to another
+            # request meanwhile, this command is refused instead of approving that one.
+            named = f" --call {shlex.quote(request.call_id)}"
+            digest = f" --digest {request.arguments_digest[:DIGEST_SHOWN]}"
+            lines.append(f"  leaseward approve {command}{named}{digest}{flag}")
             lines.append(f'  leaseward reject {command}{call} --reason "..."{flag}')
     what = "input" if run.state is RunState.WAITING_FOR_INPUT else "approval"
     return [f"the run waits for {what} ({count(len(pending), 'call')}); decide with:", *lines]

@@ -120,7 +120,14 @@ async def _cancel(client: Client, run_id: str, form: FormData, operator: str) ->
 
 async def _approve(client: Client, run_id: str, form: FormData, operator: str) -> str:
     call = _call_id(form)
-    run = await client.approve(run_id, call, operator=operator, note=_text(form, "note"))
+    # The arguments the page showed: a request of others (the run moved on since, in
+    # another transaction than the page's) is refused in the approval's own.
+    digest = _text(form, "digest")
+    if digest is None:
+        raise InvalidInput("the form names no arguments to approve")
+    run = await client.approve(
+        run_id, call, operator=operator, note=_text(form, "note"), digest=digest
+    )
     return _decided(run, f"call {call} approved")
 
 

@@ -48,13 +48,14 @@ def test_approve_from_the_cli_executes_the_call_once_and_show_tells_who_decided(
 
     listed = ok("approvals", "--store", url).stdout.splitlines()
     assert listed[0].split() == [
-        "RUN", "CALL", "AGENT", "TOOL", "EFFECT", "WAITS", "FOR", "AGE", "ARGUMENTS",
+        "RUN", "CALL", "DIGEST", "AGENT", "TOOL", "EFFECT", "WAITS", "FOR", "AGE", "ARGUMENTS",
     ]  # fmt: skip
-    assert listed[1].split()[:6] == [
-        run_id, "transfer-1", "approver", "transfer", "non_idempotent_write", "approval",
+    [request] = ok("approvals", "--json", "--store", url).json()
+    digest = request["arguments_digest"][:12]
+    assert listed[1].split()[:7] == [
+        run_id, "transfer-1", digest, "approver", "transfer", "non_idempotent_write", "approval",
     ]  # fmt: skip
     assert '{"amount_cents": 900, "to": "ACME"}' in listed[1]
-    [request] = ok("approvals", "--json", "--store", url).json()
     assert (request["run_id"], request["call_id"], request["decision"]) == (
         run_id,
         "transfer-1",
@@ -64,13 +65,29 @@ def test_approve_from_the_cli_executes_the_call_once_and_show_tells_who_decided(
     assert "call transfer-1 of transfer (non_idempotent_write, turn 0): approval requested" in (
         timeline
     )
-    assert f"leaseward approve {run_id}" in timeline
+    assert f"leaseward approve {run_id} --call transfer-1 --digest {digest}" in timeline
     assert f'leaseward reject {run_id} --reason "..."' in timeline
 
     wrong = leaseward("approve", run_id, "--call", "transfer-9", "--store", url)
     assert_one_line_error(wrong, 1, "no request for call 'transfer-9'")
+    # Another call's arguments than those shown: refused, nothing decided.
+    other = "0" * 12 if digest != "0" * 12 else "1" * 12
+    unseen = leaseward("approve", run_id, "--digest", other, "--store", url)
+    assert_one_line_error(unseen, 1, f"not of those shown ({other})")
+    malformed = leaseward("approve", run_id, "--digest", "ab", "--store", url)
+    assert_one_line_error(malformed, 2, "a digest is 8 to 64 lowercase hex digits")
+    assert ok("approvals", "--json", "--store", url).json()[0]["decision"] is None
     approved = ok(
-        "approve", run_id, "--note", "invoice 7 checked", "--operator", "alice", "--store", url
+        "approve",
+        run_id,
+        "--digest",
+        digest,
+        "--note",
+        "invoice 7 checked",
+        "--operator",
+        "alice",
+        "--store",
+        url,
     )
     assert approved.stdout.strip() == f"run {run_id}: approved; every call is decided, requeued"
     again = leaseward("approve", run_id, "--store", url)

@@ -164,6 +164,18 @@ def build_app(ledger: Path) -> App:
                 one_turn(ToolCall("ask_human", {"question": "Which colour?"}, "ask-1")),
                 tools=[ask_human],
             ),
+            # Refused, the model asks again for more, under the call id it used before.
+            Agent(
+                "escalating",
+                ScriptedProvider(
+                    [
+                        ProviderReply(tool_calls=[ToolCall("charge", {"amount": 50}, "call-1")]),
+                        ProviderReply(tool_calls=[ToolCall("charge", {"amount": 5000}, "call-1")]),
+                        last_tool_output,
+                    ]
+                ),
+                tools=[charge],
+            ),
         ]
     )
 

@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 from leaseward import (
+    ArgumentsNotApproved,
     Client,
     Decision,
     IllegalTransition,
@@ -471,3 +472,34 @@ async def test_a_cancelled_runs_requests_never_expire_nor_crowd_out_those_that_d
         assert untouched.pending
         run = await rt.wait(waiting, timeout=WAIT_SECONDS)
     assert run.result == '{"error": "rejected: approval expired"}'
+
+
+async def test_an_approval_is_bound_to_the_arguments_its_approver_was_shown(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Alice looks at a charge of 50; Bob rejects it meanwhile, and the model asks for
+    5000 under the same call id. Alice's approval of what she saw must not approve that."""
+    async with runtime(store_url, tmp_path) as rt:
+        run_id = await parked(rt, "escalating")
+        [shown] = await rt.approvals()
+        assert shown.arguments == {"amount": 50}
+        await rt.reject(run_id, "call-1", reason="too much", operator="bob")
+        with anyio.fail_after(WAIT_SECONDS):
+            while True:
+                if [r.arguments for r in await rt.approvals()] == [{"amount": 5000}]:
+                    break
+                await anyio.sleep(POLL_SECONDS)
+        seen = shown.arguments_digest[:12]
+        with pytest.raises(ArgumentsNotApproved, match=f"not of those shown \\({seen}\\)"):
+            await rt.approve(run_id, "call-1", digest=seen, operator="alice")
+        with pytest.raises(ArgumentsNotApproved):
+            await rt.approve(run_id, digest=shown.arguments_digest, operator="alice")
+        for malformed in ("abc", "Z" * 12, shown.arguments_digest + "0"):
+            with pytest.raises(InvalidInput, match="digest"):
+                await rt.approve(run_id, digest=malformed, operator="alice")
+        [waiting] = await rt.approvals()
+        assert waiting.pending and executions(tmp_path, run_id) == []
+        await rt.approve(run_id, digest=waiting.arguments_digest[:8], operator="alice")
+        run = await rt.wait(run_id, timeout=WAIT_SECONDS)
+    assert run.state is RunState.COMPLETED
+    assert [e["amount"] for e in executions(tmp_path, run_id)] == [5000]

@@ -99,6 +99,21 @@ async def test_a_rejection_needs_a_reason_and_is_kept_escaped(
         assert "<script>alert" not in html
 
 
+async def test_an_approval_from_the_console_is_bound_to_the_arguments_it_showed(
+    store_url: str, tmp_path: Path
+) -> None:
+    run_id = await parked_run(store_url, tmp_path, "payer", RunState.WAITING_FOR_APPROVAL)
+    async with console(store_url) as page:
+        erin = await logged_in(page, "erin")
+        [form] = forms_of((await erin.http.get("/approvals")).text, f"/runs/{run_id}/approve")
+        [request] = await page.client.requests(run_id)
+        assert form.fields["digest"] == request.arguments_digest
+        other = {**form.fields, "digest": "0" * 64}
+        refused = await erin.http.post(f"/runs/{run_id}/approve", data=other)
+        assert refused.status_code == 409 and "not of those shown" in refused.text
+        assert (await page.client.requests(run_id))[0].pending
+
+
 async def test_a_decision_whose_form_names_no_call_is_refused(
     store_url: str, tmp_path: Path
 ) -> None:
