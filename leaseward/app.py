@@ -336,10 +336,18 @@ class Runtime:
         return await self.client.redrive(run_id)
 
     async def resolve(
-        self, run_id: str, *, applied: bool, operator: str | None = None, note: str | None = None
+        self,
+        run_id: str,
+        *,
+        applied: bool,
+        operator: str | None = None,
+        note: str | None = None,
+        step: int | None = None,
     ) -> RunInfo:
         """Record whether an interrupted write applied (see ``Client.resolve``)."""
-        return await self.client.resolve(run_id, applied=applied, operator=operator, note=note)
+        return await self.client.resolve(
+            run_id, applied=applied, operator=operator, note=note, step=step
+        )
 
     async def approve(
         self,

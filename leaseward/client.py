@@ -259,15 +259,31 @@ class Client:
         return record.info()
 
     async def resolve(
-        self, run_id: str, *, applied: bool, operator: str | None = None, note: str | None = None
+        self,
+        run_id: str,
+        *,
+        applied: bool,
+        operator: str | None = None,
+        note: str | None = None,
+        step: int | None = None,
     ) -> RunInfo:
         """Record whether an interrupted write applied; the run then resumes without
-        executing that call again. The journal keeps who decided and when."""
+        executing that call again. The journal keeps who decided and when.
+
+        ``step`` binds the verdict to the call the operator checked: its journal step
+        (``StepInfo.seq``, as ``leaseward show`` prints it). If the run was resolved,
+        resumed and interrupted again at another call meanwhile, the verdict is refused
+        with OtherCallInterrupted instead of landing on a call nobody checked; an
+        operator who looked the call up should always give it.
+        """
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+            raise InvalidInput(f"a step is a journal step number, not {step!r}")
         record = await self._store.resolve(
             _storable_id(run_id),
             applied=applied,
             operator=operator or default_operator(),
             note=note,
+            step=step,
         )
         self._writer.queued()
         return record.info()

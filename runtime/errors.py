@@ -29,6 +29,7 @@ __all__ = [
     "NotRedrivable",
     "NothingToDecide",
     "NothingToResolve",
+    "OtherCallInterrupted",
     "ProviderError",
     "RequestDecided",
     "RequestExpired",
@@ -284,6 +285,22 @@ class NothingToResolve(IllegalTransition):
             "the outcome of its last call; `redrive` puts it back in the queue"
         )
         self.run_id = run_id
+
+
+class OtherCallInterrupted(IllegalTransition):
+    """The run's interrupted call is another than the one the operator checked (named by
+    its step): the run moved on, and was interrupted again, since."""
+
+    def __init__(self, run_id: str, step: int, open_step: int, call_id: str, tool: str) -> None:
+        super().__init__(
+            f"run {run_id}'s interrupted call is call {call_id} of {tool} (step {open_step}), "
+            f"not step {step}; nothing changed: check that call before you resolve it"
+        )
+        self.run_id = run_id
+        self.step = step
+        self.open_step = open_step
+        self.call_id = call_id
+        self.tool = tool
 
 
 class ArgumentsNotApproved(IllegalTransition):

@@ -3,11 +3,16 @@ resolve, which the store checks under the run's lock."""
 
 from __future__ import annotations
 
-from leaseward.runtime.errors import NotAwaitingResolution, NothingToResolve, NotRedrivable
+from leaseward.runtime.errors import (
+    NotAwaitingResolution,
+    NothingToResolve,
+    NotRedrivable,
+    OtherCallInterrupted,
+)
 from leaseward.runtime.lifecycle import REDRIVABLE_REASONS, Reason, RunState
 from leaseward.runtime.runs import RunRecord
 
-__all__ = ["check_redrive", "check_resolve"]
+__all__ = ["check_redrive", "check_resolve", "check_resolved_call"]
 
 
 def _reason(run: RunRecord) -> str | None:
@@ -35,3 +40,13 @@ def check_resolve(run: RunRecord, *, call_open: bool) -> None:
         raise NotAwaitingResolution(run.id, run.state.value, _reason(run))
     if not call_open:
         raise NothingToResolve(run.id)
+
+
+def check_resolved_call(
+    run: RunRecord, step: int | None, *, open_step: int, call_id: str, tool: str
+) -> None:
+    """Refuse a resolution meant for another call than the one open now (``open_step``,
+    the journal step of call ``call_id`` of ``tool``): ``step`` is the step of the call
+    the operator checked; None resolves whichever is open."""
+    if step is not None and step != open_step:
+        raise OtherCallInterrupted(run.id, step, open_step, call_id, tool)

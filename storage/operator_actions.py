@@ -11,7 +11,7 @@ from leaseward.runtime.lifecycle import (
     StepStatus,
     source_state,
 )
-from leaseward.runtime.operator_rules import check_redrive, check_resolve
+from leaseward.runtime.operator_rules import check_redrive, check_resolve, check_resolved_call
 from leaseward.runtime.runs import RunRecord
 from leaseward.storage.concern import WORK_CHANNEL, StoreConcern
 from leaseward.storage.executor import Row
@@ -54,7 +54,13 @@ class OperatorActions(StoreConcern):
             return await self._reopen(run, Event.REDRIVE, reset_requeues=True)
 
     async def resolve(
-        self, run_id: str, *, applied: bool, operator: str, note: str | None = None
+        self,
+        run_id: str,
+        *,
+        applied: bool,
+        operator: str,
+        note: str | None = None,
+        step: int | None = None,
     ) -> RunRecord:
         q = self._queries
         async with self._executor.transaction():
@@ -62,6 +68,9 @@ class OperatorActions(StoreConcern):
             last = await self._open_call(run_id)
             check_resolve(run, call_open=last is not None)
             assert last is not None, "check_resolve refuses a run with no open call"
+            check_resolved_call(
+                run, step, open_step=last["seq"], call_id=last["call_id"], tool=last["tool"]
+            )
             output = {
                 "resolution": "applied" if applied else "not_applied",
                 "resolved_by": operator,

@@ -333,9 +333,17 @@ class Store(Protocol):
         ...
 
     async def resolve(
-        self, run_id: str, *, applied: bool, operator: str, note: str | None = None
+        self,
+        run_id: str,
+        *,
+        applied: bool,
+        operator: str,
+        note: str | None = None,
+        step: int | None = None,
     ) -> RunRecord:
-        """Record an operator's verdict on an interrupted write and requeue its run."""
+        """Record an operator's verdict on an interrupted write and requeue its run; with
+        ``step``, only if the interrupted call is the one at that journal step
+        (OtherCallInterrupted otherwise, changing nothing)."""
         ...
 
     async def list_requests(self, run_id: str) -> list[HumanRequest]:

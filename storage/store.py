@@ -198,9 +198,17 @@ class SQLStore:
         return await self._operator.redrive(run_id)
 
     async def resolve(
-        self, run_id: str, *, applied: bool, operator: str, note: str | None = None
+        self,
+        run_id: str,
+        *,
+        applied: bool,
+        operator: str,
+        note: str | None = None,
+        step: int | None = None,
     ) -> RunRecord:
-        return await self._operator.resolve(run_id, applied=applied, operator=operator, note=note)
+        return await self._operator.resolve(
+            run_id, applied=applied, operator=operator, note=note, step=step
+        )
 
     # -- workers --------------------------------------------------------------------------
 

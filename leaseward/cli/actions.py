@@ -270,11 +270,12 @@ async def resolve(
     store_url: str,
     run_id: str,
     applied: bool,
+    step: int | None,
     note: str | None,
     operator: str | None,
 ) -> int:
     run = await client.resolve(
-        run_id, applied=applied, operator=operator or default_operator(), note=note
+        run_id, applied=applied, operator=operator or default_operator(), note=note, step=step
     )
     verdict = "applied" if applied else "not applied"
     print(f"run {run.id}: call recorded as {verdict}; requeued: {_next_attempt(run)}")

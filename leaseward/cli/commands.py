@@ -269,6 +269,12 @@ def redrive(store_url: str, run_id: str) -> int:
 @_store
 @one_off("--applied", is_flag=True, help="the call took effect")
 @one_off("--not-applied", is_flag=True, help="the call had no effect")
+@one_off(
+    "--step",
+    type=click.IntRange(min=0),
+    help="the journal step of the call you checked, as `show` prints it: refused if the "
+    "run's interrupted call is another now",
+)
 @one_off("--note", help="why you decided so (kept in the journal)")
 @_operator("decides")
 def resolve(store_url: str, applied: bool, not_applied: bool, **flags: Any) -> int:

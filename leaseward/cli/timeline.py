@@ -113,8 +113,8 @@ def _next_steps(run: RunInfo, steps: Sequence[StepInfo], store: str) -> list[str
         "whether it applied.",
         f"Check the outside system (idempotency key {call.idempotency_key}), then record "
         "what happened:",
-        f"  {command} --applied{flag}",
-        f"  {command} --not-applied{flag}",
+        f"  {command} --applied --step {call.seq}{flag}",
+        f"  {command} --not-applied --step {call.seq}{flag}",
         'with --note "..." to keep why in the journal.',
     ]
 

@@ -154,7 +154,14 @@ async def _resolve(client: Client, run_id: str, form: FormData, operator: str) -
     note = _text(form, "note")
     if note is None:
         raise InvalidInput("a resolution needs a note: why you decided so is kept in the journal")
-    run = await client.resolve(run_id, applied=verdict == "applied", operator=operator, note=note)
+    # The call the page showed: another interrupted since is refused in the verdict's
+    # own transaction.
+    step = _text(form, "step")
+    if step is None or not step.isdecimal():
+        raise InvalidInput("the form names no interrupted call to resolve")
+    run = await client.resolve(
+        run_id, applied=verdict == "applied", operator=operator, note=note, step=int(step)
+    )
     return f"call recorded as {verdict.replace('_', ' ')}; {_requeued(run)}"
 
 

@@ -585,6 +585,8 @@ ONE_OFF = {
     "--limit",
     "--reason",
     "--note",
+    "--step",
+    "--digest",
 }
 
 
@@ -692,15 +694,22 @@ def test_show_of_an_interrupted_write_prints_the_commands_that_resolve_it(url: s
     assert 'arguments: {"amount_cents": 500}' in text
     commands = _resolve_commands(text)
     assert commands == [
-        f"leaseward resolve {run_id} --applied --store {url}",
-        f"leaseward resolve {run_id} --not-applied --store {url}",
+        f"leaseward resolve {run_id} --applied --step 1 --store {url}",
+        f"leaseward resolve {run_id} --not-applied --step 1 --store {url}",
     ]
     # With the store in the environment the commands need no --store.
     from_env = ok("show", run_id, env=base_env(LEASEWARD_STORE=url)).stdout
     assert _resolve_commands(from_env) == [
-        f"leaseward resolve {run_id} --applied",
-        f"leaseward resolve {run_id} --not-applied",
+        f"leaseward resolve {run_id} --applied --step 1",
+        f"leaseward resolve {run_id} --not-applied --step 1",
     ]
+
+    # A verdict for a call at another step than the one interrupted changes nothing.
+    other = leaseward("resolve", run_id, "--applied", "--step", "0", "--store", url)
+    assert_one_line_error(other, 1, "call charge-1 of charge (step 1), not step 0")
+    negative = leaseward("resolve", run_id, "--applied", "--step", "-1", "--store", url)
+    assert_one_line_error(negative, 2, "--step")
+    assert show(url, run_id)["reason"] == "interrupted_write"
 
     # The printed command works as printed.
     resolved = ok(*shlex.split(commands[1])[1:], "--operator", "alice", "--note", "no charge")

@@ -66,4 +66,4 @@ def test_show_prints_a_timed_out_write_as_open_with_its_timeout(url: str) -> Non
     text = ok("show", run_id, "--store", url).stdout
     assert f"error: {words}" in text
     assert "call call-1 of charge (step 1) was interrupted: nobody knows" in text
-    assert f"leaseward resolve {run_id} --applied --store {url}" in text
+    assert f"leaseward resolve {run_id} --applied --step 1 --store {url}" in text

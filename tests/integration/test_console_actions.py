@@ -148,6 +148,18 @@ async def test_reply_answers_an_input_request_with_json(store_url: str, tmp_path
         )
 
 
+async def test_a_verdict_from_the_console_is_bound_to_the_call_it_showed(store_url: str) -> None:
+    run_id = await dead_lettered(store_url, Reason.INTERRUPTED_WRITE, None)
+    async with console(store_url) as page:
+        frank = await logged_in(page, "frank")
+        forms = forms_of((await frank.http.get(f"/runs/{run_id}")).text, f"/runs/{run_id}/resolve")
+        assert {form.fields["step"] for form in forms} == {"1"}
+        other = {**forms[0].fields, "step": "7", "note": "checked"}
+        refused = await frank.http.post(f"/runs/{run_id}/resolve", data=other)
+        assert refused.status_code == 409 and "not step 7" in refused.text
+        assert (await page.client.get(run_id)).state is RunState.DEAD_LETTERED
+
+
 @pytest.mark.parametrize("verdict", ["applied", "not_applied"])
 async def test_resolve_records_the_verdict_once_and_requeues_the_run(
     store_url: str, verdict: str

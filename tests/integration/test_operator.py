@@ -10,7 +10,10 @@ import pytest
 from leaseward import (
     Agent,
     App,
+    Client,
     IllegalTransition,
+    InvalidInput,
+    OtherCallInterrupted,
     ProviderError,
     ProviderReply,
     ProviderRequest,
@@ -174,6 +177,34 @@ async def dead_letter(store: SQLStore, reason: Reason, *, outcome: StepStatus | 
     )
     assert isinstance(stored, Stored)
     return run_id
+
+
+async def test_a_verdict_bound_to_a_step_lands_only_on_the_call_at_that_step(
+    store_url: str,
+) -> None:
+    """An operator checked the call at one step; the run since resumed and was interrupted
+    at another (someone resolved the first meanwhile). The verdict must not land there."""
+    store = await open_store(store_url)
+    try:
+        run_id = await dead_letter(store, Reason.INTERRUPTED_WRITE, outcome=None)
+        client = Client(store)
+        with pytest.raises(
+            OtherCallInterrupted, match=r"call call-1 of charge \(step 1\), not step 3"
+        ):
+            await client.resolve(run_id, applied=False, operator="alice", step=3)
+        for bad in (-1, True, "1"):
+            with pytest.raises(InvalidInput, match="step"):
+                await client.resolve(run_id, applied=False, step=bad)  # type: ignore[arg-type]
+        unchanged = await client.get(run_id)
+        assert (unchanged.state, unchanged.reason) == (
+            RunState.DEAD_LETTERED,
+            Reason.INTERRUPTED_WRITE,
+        )
+        assert (await client.steps(run_id))[1].status is StepStatus.STARTED
+        resolved = await client.resolve(run_id, applied=True, operator="alice", step=1)
+        assert resolved.state is RunState.QUEUED
+    finally:
+        await store.aclose()
 
 
 # (reason, the charge's recorded outcome or None for an open intent, the operator action)

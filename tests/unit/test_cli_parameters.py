@@ -92,7 +92,8 @@ def _options() -> list[tuple[str, click.Option]]:
 # Flags that say what one invocation does: no variable left in the environment may set them.
 ONE_OFF = {
     "--input", "--idempotency-key", "--wait", "--timeout", "--json", "--state", "--agent",
-    "--limit", "--reason", "--call", "--digest", "--note", "--applied", "--not-applied", "--once",
+    "--limit", "--reason", "--call", "--digest", "--step", "--note", "--applied", "--not-applied",
+    "--once",
     "--finished-before", "--include-dead-letters", "--forget-keys-older-than", "--dry-run",
 }  # fmt: skip
 
