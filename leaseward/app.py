@@ -22,7 +22,7 @@ from leaseward.actors.tracing import TraceSettings
 from leaseward.client import Client, new_run
 from leaseward.collector import collector_tuned
 from leaseward.runtime.agents import App
-from leaseward.runtime.clock import Clock, SystemClock
+from leaseward.runtime.clock import MAX_DURATION_SECONDS, Clock, SystemClock
 from leaseward.runtime.errors import ConfigurationError
 from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.journal import StepInfo
@@ -66,6 +66,18 @@ def _positive(name: str, value: Any, *, integer: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, number_type) or not value > 0:
         kind = "a positive integer" if integer else "a positive number"
         raise ConfigurationError(f"{name} must be {kind}, not {value!r}")
+
+
+def _seconds(name: str, value: Any, *, zero: bool = False) -> None:
+    """A span of time a setting gives: past a year (infinity included) it is a slip,
+    which a deadline computed from it would overflow on."""
+    number = not isinstance(value, bool) and isinstance(value, int | float)
+    if not number or not (value >= 0 if zero else value > 0) or value > MAX_DURATION_SECONDS:
+        least = "0 or more" if zero else "greater than 0"
+        raise ConfigurationError(
+            f"{name} must be {least} and at most {MAX_DURATION_SECONDS:.0f} seconds "
+            f"(a year), not {value!r}"
+        )
 
 
 def _margin(given: float | None, lease_seconds: float) -> float:
@@ -167,9 +179,9 @@ class Runtime:
             raise ConfigurationError(f"app must be an App, not {type(app).__name__}")
         _positive("concurrency", concurrency, integer=True)
         _positive("max_batch", max_batch, integer=True)
-        _positive("lease_seconds", lease_seconds)
-        _positive("reap_interval_seconds", reap_interval_seconds)
-        _positive("poll_interval_seconds", poll_interval_seconds)
+        _seconds("lease_seconds", lease_seconds)
+        _seconds("reap_interval_seconds", reap_interval_seconds)
+        _seconds("poll_interval_seconds", poll_interval_seconds)
         if reap_interval_seconds >= lease_seconds:
             # A reaper that looks less often than a lease lasts leaves a dead worker's
             # runs waiting for it longer than the lease that was meant to bound that.
@@ -178,8 +190,7 @@ class Runtime:
                 f"lease_seconds ({lease_seconds:g}): a dead worker's runs wait up to "
                 "lease_seconds + reap_interval_seconds to be recovered"
             )
-        if drain_seconds < 0:
-            raise ConfigurationError(f"drain_seconds must be >= 0, not {drain_seconds!r}")
+        _seconds("drain_seconds", drain_seconds, zero=True)
         margin = _margin(deadline_margin_seconds, lease_seconds)
         clock = clock or SystemClock()
         settings = SupervisorSettings(

@@ -5,7 +5,11 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
+__all__ = ["MAX_DURATION_SECONDS", "Clock", "ManualClock", "SystemClock"]
+
+MAX_DURATION_SECONDS = 365 * 24 * 3600.0
+"""The longest span a setting may give (a lease, an interval, a drain, a wait): past a
+year it is a slip, and infinity overflows the first deadline computed from it."""
 
 
 class Clock(Protocol):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import json.encoder
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = [
     "dump_json",
     "load_json",
     "request_digest",
+    "shown",
     "valid_error",
     "valid_text",
 ]
@@ -160,7 +162,9 @@ def request_digest(agent: str, input: Any) -> str:
     text = json.dumps(
         [agent, input], sort_keys=True, allow_nan=False, separators=(",", ":"), ensure_ascii=False
     )
-    return hashlib.sha256(text.encode()).hexdigest()
+    # A lone surrogate (which dump_json stores escaped) has no UTF-8: its code unit's bytes
+    # stand for it, and every other text digests exactly as before.
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def arguments_digest(arguments: Mapping[str, Any]) -> str:
@@ -186,3 +190,15 @@ def check_digest_prefix(digest: str) -> str:
             f"digest, as `leaseward approvals` shows it, not {digest!r}"
         )
     return digest
+
+
+def shown(line: str) -> str:
+    """A line as a terminal gets it: a tool name, a tool's error and a model's words are
+    untrusted, so control and format characters (escape sequences, newlines, bidi
+    overrides) are written as escapes, never acted on. Writing it again changes nothing."""
+    return "".join(
+        (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+        if unicodedata.category(c) in ("Cc", "Cf")
+        else c
+        for c in line
+    )

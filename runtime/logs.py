@@ -20,6 +20,8 @@ from typing import Any, Literal
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
+from leaseward.runtime.encoding import shown
+
 __all__ = [
     "LOG_FORMATS",
     "LOG_LEVELS",
@@ -28,6 +30,7 @@ __all__ = [
     "configure_logging",
     "default_log_format",
     "get_logger",
+    "line_formatter",
 ]
 
 LogFormat = Literal["json", "console"]
@@ -155,6 +158,17 @@ def get_logger(name: str) -> LeasewardLogger:
     return LeasewardLogger(logging.getLogger(name), _PROCESSORS, {})
 
 
+def _terminal_safe(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    """Every text of a line bound for a terminal with its control characters escaped: a
+    tool's name or a model's words in a field must not drive the terminal. JSON lines
+    escape them already; a traceback keeps its line breaks."""
+    for key, value in event_dict.items():
+        if isinstance(value, str):
+            lines = value.split("\n") if key == "exception" else [value]
+            event_dict[key] = "\n".join(shown(line) for line in lines)
+    return event_dict
+
+
 def default_log_format() -> LogFormat:
     return "console" if sys.stderr.isatty() else "json"
 
@@ -169,24 +183,8 @@ def configure_logging(log_format: LogFormat, *, level: int = logging.INFO) -> No
     leaseward's; other loggers stay at INFO or above, because DEBUG from the
     libraries underneath (aiosqlite logs every statement) would bury leaseward's.
     """
-    renderer: Processor = (
-        structlog.processors.JSONRenderer()
-        if log_format == "json"
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-    )
-    formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[structlog.contextvars.merge_contextvars],
-        processors=[
-            structlog.stdlib.add_log_level,
-            structlog.stdlib.add_logger_name,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            renderer,
-        ],
-    )
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(formatter)
+    handler.setFormatter(line_formatter(log_format, colors=sys.stderr.isatty()))
     logging.basicConfig(handlers=[handler], level=max(level, logging.INFO), force=True)
     logging.getLogger("leaseward").setLevel(level)
     structlog.configure(
@@ -198,4 +196,24 @@ def configure_logging(log_format: LogFormat, *, level: int = logging.INFO) -> No
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
+    )
+
+
+def line_formatter(log_format: LogFormat, *, colors: bool = False) -> logging.Formatter:
+    """How ``configure_logging`` makes a record a line: JSON, or for a terminal."""
+    rendering: list[Processor] = (
+        [structlog.processors.JSONRenderer()]
+        if log_format == "json"
+        else [_terminal_safe, structlog.dev.ConsoleRenderer(colors=colors)]
+    )
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.contextvars.merge_contextvars],
+        processors=[
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            *rendering,
+        ],
     )

@@ -89,7 +89,10 @@ def store_location(url: str) -> str:
 def parse_store_url(url: str) -> StoreURL:
     if not isinstance(url, str) or "://" not in url:
         raise ConfigurationError(f"store URL {url!r} is not a URL; expected e.g. sqlite:///runs.db")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise ConfigurationError(f"store URL {url!r} is not a URL: {exc}") from None
     if parts.scheme == "sqlite":
         return StoreURL(
             "sqlite", sqlite=_sqlite_options(url, parts.netloc, parts.path, parts.query)
@@ -122,6 +125,14 @@ def _postgres_options(url: str) -> PostgresOptions:
             f"store URL {url!r} names no server or database; "
             "expected e.g. postgresql://user@host:5432/dbname"
         )
+    try:
+        # urlsplit reads the port only when asked, and refuses one out of range then.
+        parts.port  # noqa: B018
+    except ValueError:
+        port = parts.netloc.rpartition(":")[2]
+        raise ConfigurationError(
+            f"store URL {url!r}: {port!r} is not a port number (0 to 65535)"
+        ) from None
     pool_size: int | None = None
     connect_timeout = CONNECT_TIMEOUT_SECONDS
     command_timeout = COMMAND_TIMEOUT_SECONDS

@@ -29,7 +29,14 @@ from leaseward.cli.json_output import (
     run_json,
     worker_json,
 )
-from leaseward.cli.tables import count, print_approvals, print_runs, print_workers, timestamp
+from leaseward.cli.tables import (
+    count,
+    print_approvals,
+    print_runs,
+    print_workers,
+    shown,
+    timestamp,
+)
 from leaseward.cli.timeline import print_timeline
 from leaseward.client import Client, default_operator, open_existing_store
 from leaseward.console.listen import check_listen_address, configured_token, console_url
@@ -224,7 +231,7 @@ async def show(client: Client, *, store_url: str, run_id: str, as_json: bool) ->
     else:
         print_timeline(run, steps, store_url, requests)
         if run.agent in await _unserved(client, [run]):
-            print(f"note: no live worker serves {run.agent}; the run waits until one does")
+            print(shown(f"note: no live worker serves {run.agent}; the run waits until one does"))
     return 0
 
 

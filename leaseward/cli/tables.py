@@ -7,8 +7,9 @@ import json
 import time
 from collections.abc import Sequence
 
-from leaseward.runtime.encoding import DIGEST_SHOWN
+from leaseward.runtime.encoding import DIGEST_SHOWN, shown
 from leaseward.runtime.human_requests import HumanRequest
+from leaseward.runtime.lifecycle import RunState
 from leaseward.runtime.messages import Usage
 from leaseward.runtime.runs import RunInfo
 from leaseward.runtime.workers import WorkerInfo
@@ -23,6 +24,7 @@ __all__ = [
     "print_workers",
     "run_row",
     "shortened",
+    "shown",
     "table",
     "timestamp",
     "tokens",
@@ -45,7 +47,9 @@ def shortened(text: str, limit: int = SHOWN_CHARS) -> str:
 
 
 def table(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Rows as columns two spaces apart, each as wide as its widest cell."""
+    """Rows as columns two spaces apart, each as wide as its widest cell: cells as
+    ``shown`` prints them, for an agent's or a tool's name is anyone's text."""
+    rows = [[shown(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
@@ -77,7 +81,8 @@ def print_runs(runs: Sequence[RunInfo], unserved: frozenset[str] = frozenset()) 
     header, *lines = table([RUN_COLUMNS, *(run_row(r) for r in runs)])
     print(header)
     for run, line in zip(runs, lines, strict=True):
-        note = f"  no live worker serves {run.agent}" if run.agent in unserved else ""
+        waits = run.state is RunState.QUEUED and run.agent in unserved
+        note = f"  no live worker serves {shown(run.agent)}" if waits else ""
         print(line + note)
 
 

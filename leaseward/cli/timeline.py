@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import unicodedata
 from collections.abc import Sequence
 
 from leaseward.cli.defaults import DEFAULT_STORE_URL
@@ -16,6 +15,7 @@ from leaseward.cli.tables import (
     count,
     run_row,
     shortened,
+    shown,
     table,
     timestamp,
     tokens,
@@ -36,22 +36,10 @@ from leaseward.runtime.lifecycle import (
 )
 from leaseward.runtime.runs import RunInfo
 
-__all__ = ["lease_lines", "print_timeline", "shown", "step_details", "took"]
+__all__ = ["lease_lines", "print_timeline", "step_details", "took"]
 
 
 _STEP_COLUMNS = ("SEQ", "EPOCH", "STEP", "EFFECT", "STATUS", "TOOK")
-
-
-def shown(line: str) -> str:
-    """A line as the terminal gets it: a tool name, a tool's error and a model's words are
-    untrusted, so control and format characters (escape sequences, newlines, bidi
-    overrides) are printed as escapes, never acted on."""
-    return "".join(
-        (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
-        if unicodedata.category(c) in ("Cc", "Cf")
-        else c
-        for c in line
-    )
 
 
 def took(step: StepInfo) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from leaseward.runtime.clock import MAX_DURATION_SECONDS
 from leaseward.runtime.lifecycle import Reason, RunState
 from leaseward.runtime.logs import LOG_FORMATS, LOG_LEVELS
 
@@ -61,9 +62,14 @@ class WordedFloatRange(click.FloatRange):
     """Click's float range, its refusals naming what was expected; NaN is in no range."""
 
     def __init__(
-        self, requirement: str, min: float | None = None, *, min_open: bool = False
+        self,
+        requirement: str,
+        min: float | None = None,
+        max: float | None = None,
+        *,
+        min_open: bool = False,
     ) -> None:
-        super().__init__(min, None, min_open=min_open)
+        super().__init__(min, max, min_open=min_open)
         self.requirement = requirement
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
@@ -81,8 +87,19 @@ class WordedFloatRange(click.FloatRange):
 
 POSITIVE_INT = WordedIntRange("a whole number", "must be at least 1", min=1)
 PORT = WordedIntRange("a port number", "is not a port number", min=0, max=65535)
-POSITIVE_FLOAT = WordedFloatRange("must be greater than 0", min=0, min_open=True)
-NON_NEGATIVE_FLOAT = WordedFloatRange("must be 0 or more", min=0)
+# Seconds: a span past a year (infinity included) is a slip, and no clock adds it to a
+# time without overflowing somewhere.
+POSITIVE_FLOAT = WordedFloatRange(
+    f"must be greater than 0 and at most {MAX_DURATION_SECONDS:.0f} (a year)",
+    min=0,
+    max=MAX_DURATION_SECONDS,
+    min_open=True,
+)
+NON_NEGATIVE_FLOAT = WordedFloatRange(
+    f"must be 0 or more and at most {MAX_DURATION_SECONDS:.0f} (a year)",
+    min=0,
+    max=MAX_DURATION_SECONDS,
+)
 
 
 class _Named(click.ParamType[Any]):

@@ -10,8 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.templating import Jinja2Templates
 
-from leaseward.cli.tables import timestamp
-from leaseward.cli.timeline import shown
+from leaseward.cli.tables import shown, timestamp
 from leaseward.client import Client
 from leaseward.console.listing import date_input
 from leaseward.console.security import Sessions

@@ -10,8 +10,8 @@ from typing import Any
 import attrs
 
 from leaseward.cli.json_output import total_usage
-from leaseward.cli.tables import age, count, shortened, timestamp, tokens
-from leaseward.cli.timeline import lease_lines, shown, step_details, took
+from leaseward.cli.tables import age, count, shortened, shown, timestamp, tokens
+from leaseward.cli.timeline import lease_lines, step_details, took
 from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunState, StepStatus

@@ -137,7 +137,8 @@ def test_a_bad_variable_is_one_usage_error_naming_it_and_changes_nothing(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (
-        "leaseward: error: LEASEWARD_LEASE_SECONDS='0': '0' must be greater than 0\n"
+        "leaseward: error: LEASEWARD_LEASE_SECONDS='0': '0' must be greater than 0 "
+        "and at most 31536000 (a year)\n"
     )
     assert list(tmp_path.iterdir()) == []
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from leaseward.runtime.logs import LeasewardLogger, get_logger
+from leaseward.runtime.logs import LeasewardLogger, get_logger, line_formatter
 
 
 class Records(logging.Handler):
@@ -161,3 +161,20 @@ def test_an_exception_reaches_plain_formatters_and_processor_formatters(own: Rec
     }
     assert "ValueError: boom" in line["exception"]
     assert "\n" not in as_json
+
+
+EVIL = "no_such\x1b[31mRED\x1b]0;PWNED\x07\u202eevil\u009b2J"
+
+
+def test_a_line_for_a_terminal_escapes_what_a_model_or_tool_wrote(own: Records) -> None:
+    log = get_logger(own.logger)
+    try:
+        raise ValueError(EVIL)
+    except ValueError:
+        log.exception("step.recorded", tool=EVIL, seq=1)
+    [record] = own.records
+    line = line_formatter("console").format(record)
+    assert not any(c in line for c in ("\x1b", "\x07", "\u202e", "\u009b"))
+    assert "no_such\\x1b[31mRED" in line and "\\u202eevil" in line
+    # The traceback keeps its line breaks; its message is escaped as any field.
+    assert "Traceback" in line and line.count("\n") > 2

@@ -1,0 +1,88 @@
+"""The CLI against input a newcomer or a model could give: spans no clock can add, store
+URLs with impossible ports, text no store encodes, and names that would drive a terminal.
+Each is one line and changes nothing, or is shown escaped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.acceptance_support import (
+    assert_one_line_error,
+    leaseward,
+    ok,
+    show,
+    sqlite_url,
+)
+
+EXIT_USAGE = 2
+# An escape sequence, a terminal title, a bell, a right-to-left override and a C1 control.
+EVIL = "ag\x1b[31mRED\x1b]0;PWNED\x07\u202eevil\u009b2J"
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    store = sqlite_url(tmp_path / "runs.db")
+    ok("migrate", "--store", store)
+    return store
+
+
+@pytest.mark.parametrize("span", ["inf", "1e400", "1e300", "31536001"])
+@pytest.mark.parametrize(
+    "flag", ["--lease-seconds", "--reap-interval-seconds", "--poll-interval-seconds"]
+)
+def test_a_daemon_span_past_a_year_is_refused_before_it_starts(
+    url: str, flag: str, span: str
+) -> None:
+    result = leaseward(
+        "daemon", "--app", "examples.quickstart:build_app", flag, span, "--store", url
+    )
+    assert_one_line_error(result, EXIT_USAGE, flag, "at most 31536000 (a year)")
+    assert ok("workers", "--store", url).stdout.strip() == "no workers"
+
+
+def test_a_wait_past_a_year_is_refused_and_queues_nothing(url: str) -> None:
+    result = leaseward(
+        "submit", "greeter", "--input", "1", "--wait", "--timeout", "inf", "--store", url
+    )
+    assert_one_line_error(result, EXIT_USAGE, "--timeout", "at most 31536000")
+    assert ok("runs", "--store", url).stdout.strip() == "no runs"
+
+
+@pytest.mark.parametrize(
+    ("port", "said"), [("99999", "'99999' is not a port number"), ("abc", "'abc' is not a port")]
+)
+def test_a_postgresql_url_with_an_impossible_port_is_one_line(port: str, said: str) -> None:
+    result = leaseward("runs", "--store", f"postgresql://postgres@127.0.0.1:{port}/postgres")
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.describe()
+    assert_one_line_error(result, result.returncode, said)
+
+
+def test_an_input_holding_a_lone_surrogate_is_queued_with_its_key_and_found_again(
+    url: str,
+) -> None:
+    first = ok(
+        "submit", "greeter", "--input", '"\\ud800"', "--idempotency-key", "k", "--store", url
+    )
+    again = ok(
+        "submit", "greeter", "--input", '"\\ud800"', "--idempotency-key", "k", "--store", url
+    )
+    assert first.stdout == again.stdout
+    assert show(url, first.stdout.strip())["state"] == "queued"
+
+
+def test_names_anyone_wrote_are_shown_escaped_and_only_queued_runs_are_unserved(
+    url: str,
+) -> None:
+    cancelled = ok("submit", EVIL, "--input", "1", "--store", url).stdout.strip()
+    ok("cancel", cancelled, "--store", url)
+    queued = ok("submit", EVIL, "--input", "2", "--store", url).stdout.strip()
+    listed = ok("runs", "--store", url).stdout
+    assert not any(c in listed for c in ("\x1b", "\x07", "\u202e", "\u009b")), listed
+    assert "ag\\x1b[31mRED\\x1b]0;PWNED\\x07\\u202eevil\\x9b2J" in listed
+    rows = {line.split()[0]: line for line in listed.splitlines()[1:]}
+    assert "no live worker serves" in rows[queued]
+    assert "no live worker serves" not in rows[cancelled]
+    shown = ok("show", queued, "--store", url).stdout
+    assert not any(c in shown for c in ("\x1b", "\x07", "\u202e", "\u009b")), shown
