@@ -414,7 +414,7 @@ async def daemon(app_path: str | None, settings: DaemonSettings) -> int:
             "up to the lease plus the reap interval to be recovered"
         )
     if settings.console_port is not None:
-        check_listen_address(settings.console_host, configured_token())
+        check_listen_address(settings.console_host, configured_token(), flag="--console-host")
     return await serve(settings, load_app(app_path))
 
 

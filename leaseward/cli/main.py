@@ -17,6 +17,7 @@ from click.core import ParameterSource
 
 from leaseward.cli.commands import leaseward
 from leaseward.cli.defaults import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
+from leaseward.runtime.encoding import shown
 from leaseward.runtime.errors import (
     ConfigurationError,
     InvalidInput,
@@ -50,8 +51,24 @@ def _usage_message(error: click.UsageError) -> str:
     return error.format_message()
 
 
+def _not_text(arguments: Sequence[str]) -> str | None:
+    """The first argument that is not UTF-8 text: the bytes Python could not decode
+    stand in it as lone surrogates, which no store can hold."""
+    for argument in arguments:
+        try:
+            argument.encode()
+        except UnicodeEncodeError:
+            text = argument.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            return f"the argument '{shown(text)}' is not UTF-8 text"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
+    mistake = _not_text(arguments)
+    if mistake is not None:
+        print(f"leaseward: error: {mistake}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         try:
             with leaseward.make_context("leaseward", arguments) as context:

@@ -85,7 +85,11 @@ class WordedFloatRange(click.FloatRange):
             self.fail(f"{str(value)!r} {self.requirement}", param, ctx)
 
 
-POSITIVE_INT = WordedIntRange("a whole number", "must be at least 1", min=1)
+# A count past this is a slip (and past 64 bits no store binds it).
+MAX_COUNT = 1_000_000_000
+POSITIVE_INT = WordedIntRange(
+    "a whole number", f"must be from 1 to {MAX_COUNT:,}", min=1, max=MAX_COUNT
+)
 PORT = WordedIntRange("a port number", "is not a port number", min=0, max=65535)
 # Seconds: a span past a year (infinity included) is a slip, and no clock adds it to a
 # time without overflowing somewhere.

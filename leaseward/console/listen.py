@@ -44,14 +44,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_listen_address(host: str, token: str | None) -> None:
-    """Refuse to listen beyond this machine without an operator token, or with a short one."""
+def check_listen_address(host: str, token: str | None, *, flag: str = "--host") -> None:
+    """Refuse to listen beyond this machine without an operator token, or with a short one;
+    ``flag`` is how the refusal names the address's setting."""
     if token is not None and len(token) < MIN_TOKEN_CHARS:
         raise ConfigurationError(
             f"{TOKEN_VARIABLE} must be at least {MIN_TOKEN_CHARS} characters long"
         )
     if not is_loopback(host) and token is None:
         raise ConfigurationError(
-            f"--host {host} is reachable from other machines: set {TOKEN_VARIABLE} "
+            f"{flag} {host} is reachable from other machines: set {TOKEN_VARIABLE} "
             "(the operators' login token) first, or listen on 127.0.0.1"
         )

@@ -86,3 +86,14 @@ def test_names_anyone_wrote_are_shown_escaped_and_only_queued_runs_are_unserved(
     assert "no live worker serves" not in rows[cancelled]
     shown = ok("show", queued, "--store", url).stdout
     assert not any(c in shown for c in ("\x1b", "\x07", "\u202e", "\u009b")), shown
+
+
+def test_an_argument_that_is_not_utf8_is_one_line_and_changes_nothing(url: str) -> None:
+    result = leaseward("submit", "ag\udcff", "--input", "1", "--store", url)
+    assert_one_line_error(result, EXIT_USAGE, "the argument 'ag\\xff' is not UTF-8 text")
+    assert ok("runs", "--store", url).stdout.strip() == "no runs"
+
+
+def test_a_count_past_any_store_is_one_line(url: str) -> None:
+    result = leaseward("runs", "--limit", "99999999999999999999", "--store", url)
+    assert_one_line_error(result, EXIT_USAGE, "--limit", "must be from 1 to 1,000,000,000")

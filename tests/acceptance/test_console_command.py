@@ -127,4 +127,6 @@ def test_the_daemon_refuses_a_console_beyond_loopback_without_a_token(store: str
         "--console-host",
         "0.0.0.0",
     )
-    assert_one_line_error(result, 2, "LEASEWARD_CONSOLE_TOKEN")
+    assert_one_line_error(
+        result, 2, "--console-host 0.0.0.0 is reachable", "LEASEWARD_CONSOLE_TOKEN"
+    )

@@ -57,7 +57,12 @@ def test_a_good_value_converts(kind: click.ParamType[Any], text: str, value: obj
     ("kind", "text", "message"),
     [
         (POSITIVE_INT, "ten", "'ten' is not a whole number"),
-        (POSITIVE_INT, "0", "'0' must be at least 1"),
+        (POSITIVE_INT, "0", "'0' must be from 1 to 1,000,000,000"),
+        (
+            POSITIVE_INT,
+            "99999999999999999999",
+            "'99999999999999999999' must be from 1 to 1,000,000,000",
+        ),
         (PORT, "70000", "'70000' is not a port number"),
         (POSITIVE_FLOAT, "0", "'0' must be greater than 0"),
         (POSITIVE_FLOAT, "nan", "'nan' must be greater than 0"),
