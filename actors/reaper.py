@@ -24,7 +24,7 @@ from leaseward.actors.metrics import Metrics
 from leaseward.runtime.clock import Clock, SystemClock
 from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.failures import FailureClass
-from leaseward.runtime.lifecycle import Event, RecoveryPolicy, decide_recovery
+from leaseward.runtime.lifecycle import Event, Reason, RecoveryPolicy, StepStatus, decide_recovery
 from leaseward.runtime.logs import get_logger
 from leaseward.runtime.settlements import Settlement, settlement_after
 from leaseward.runtime.workers import WorkerRegistration
@@ -77,10 +77,23 @@ def plan_reap(expired: ExpiredRun, policy: RecoveryPolicy) -> Settlement:
         audit_failed=False,
         policy=policy,
     )
+    error = f"the lease of {expired.run.lease_owner} expired"
+    effect = expired.last_effect
+    if (
+        recovery.reason is Reason.INTERACTIVE_INTERRUPTED
+        and expired.last_status is StepStatus.STARTED
+        and effect is not None
+        and effect.is_write
+    ):
+        # Nobody resumes an interactive run: whoever runs it again must know that its
+        # last write may already have applied.
+        error += (
+            f" during a {effect.value} call, which may have applied: check before running it again"
+        )
     return settlement_after(
         recovery,
         failure_class=FailureClass.CONNECTION,
-        error=f"the lease of {expired.run.lease_owner} expired",
+        error=error,
         cancel_requested=expired.run.cancel_requested,
     )
 

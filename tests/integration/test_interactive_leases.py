@@ -111,6 +111,8 @@ async def test_an_interactive_run_whose_lease_was_reaped_is_cancelled_and_settle
     # The reaper's verdict stands: the actor's own settlement was fenced.
     assert (info.state, info.reason) == (RunState.FAILED, Reason.INTERACTIVE_INTERRUPTED)
     assert info.error is not None and "lease" in info.error and "expired" in info.error
+    # Nobody resumes it: whoever runs it again is told the charge may have applied.
+    assert "during a non_idempotent_write call, which may have applied" in info.error
     assert len(calls) == 1
     assert isinstance(agent.provider, ScriptedProvider) and agent.provider.calls == 1
     assert [(s.seq, s.tool, s.status, s.epoch) for s in journal] == [
@@ -154,6 +156,7 @@ async def test_leaving_the_runtime_waits_for_an_interactive_run_then_cuts_it_off
         await store.aclose()
 
     assert (info.state, info.reason) == (RunState.FAILED, Reason.INTERACTIVE_INTERRUPTED)
+    assert "may have applied" not in (info.error or "")
     assert len(calls) == 1
     assert [s.seq for s in journal] == [0]
     assert "worker.draining" in events(logs)
