@@ -190,6 +190,8 @@ async def submit(
     timeout: float | None,
     as_json: bool,
 ) -> int:
+    if timeout is not None and not wait:
+        raise click.UsageError("--timeout bounds --wait: give both, or neither")
     value = read_input(input_text)
     run_id = await _submit_served(
         client, agent, value, idempotency_key=idempotency_key, wait=wait, timeout=timeout

@@ -97,3 +97,9 @@ def test_an_argument_that_is_not_utf8_is_one_line_and_changes_nothing(url: str) 
 def test_a_count_past_any_store_is_one_line(url: str) -> None:
     result = leaseward("runs", "--limit", "99999999999999999999", "--store", url)
     assert_one_line_error(result, EXIT_USAGE, "--limit", "must be from 1 to 1,000,000,000")
+
+
+def test_a_timeout_without_a_wait_is_a_usage_error_and_queues_nothing(url: str) -> None:
+    result = leaseward("submit", "greeter", "--input", "1", "--timeout", "5", "--store", url)
+    assert_one_line_error(result, EXIT_USAGE, "--timeout bounds --wait")
+    assert ok("runs", "--store", url).stdout.strip() == "no runs"
