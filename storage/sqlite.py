@@ -140,8 +140,17 @@ def _located(exc: Exception, path: str) -> str:
 
 
 def _connect_error(exc: sqlite3.Error, path: str) -> StoreError:
-    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_NOTADB:
         return StoreNotFound(os.path.abspath(path), _located(exc, path))
+    directory = os.path.dirname(os.path.abspath(path))
+    if code == sqlite3.SQLITE_CANTOPEN and not os.access(directory, os.W_OK):
+        # The file may be readable: SQLite still needs its -wal and -shm files beside it.
+        return StoreError(
+            f"{_located(exc, path)}: the directory {directory!r} is not writable here (a "
+            "read-only mount, or its permissions), and SQLite keeps the database's -wal "
+            "and -shm files beside it"
+        )
     return StoreError(_located(exc, path))
 
 

@@ -165,8 +165,9 @@ def _sqlite_options(url: str, netloc: str, path: str, query: str) -> SQLiteOptio
         raise ConfigurationError(
             f"store URL {url!r} names a host; a SQLite URL is sqlite:///path/to/file.db"
         )
-    # sqlite:///runs.db is relative, sqlite:////var/lib/runs.db absolute.
-    file_path = path[1:] if path.startswith("/") else path
+    # sqlite:///runs.db is relative, sqlite:////var/lib/runs.db absolute, and
+    # sqlite:///~/runs.db in the home directory, as a shell would read it.
+    file_path = os.path.expanduser(path[1:] if path.startswith("/") else path)
     if not file_path:
         raise ConfigurationError(f"store URL {url!r} names no database file")
     synchronous = "FULL"

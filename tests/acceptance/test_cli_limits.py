@@ -10,11 +10,13 @@ import pytest
 
 from tests.acceptance.acceptance_support import (
     assert_one_line_error,
+    base_env,
     leaseward,
     ok,
     show,
     sqlite_url,
 )
+from tests.file_modes import unwritable
 
 EXIT_USAGE = 2
 # An escape sequence, a terminal title, a bell, a right-to-left override and a C1 control.
@@ -103,3 +105,23 @@ def test_a_timeout_without_a_wait_is_a_usage_error_and_queues_nothing(url: str) 
     result = leaseward("submit", "greeter", "--input", "1", "--timeout", "5", "--store", url)
     assert_one_line_error(result, EXIT_USAGE, "--timeout bounds --wait")
     assert ok("runs", "--store", url).stdout.strip() == "no runs"
+
+
+def test_a_store_in_a_directory_nobody_may_write_says_so(tmp_path: Path) -> None:
+    directory = tmp_path / "mounted"
+    directory.mkdir()
+    url = sqlite_url(directory / "runs.db")
+    ok("migrate", "--store", url)
+    with unwritable(directory):
+        result = leaseward("submit", "greeter", "--input", "1", "--store", url)
+        assert_one_line_error(result, 1, f"the directory {str(directory)!r} is not writable")
+        assert ok("runs", "--store", url).stdout.strip() == "no runs"
+
+
+def test_a_store_under_the_home_directory_is_where_a_shell_would_put_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = base_env(HOME=str(home))
+    done = ok("migrate", "--store", "sqlite:///~/runs.db", env=env)
+    assert str(home / "runs.db") in done.stdout
+    assert (home / "runs.db").is_file()
