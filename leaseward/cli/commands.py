@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import anyio
 import click
+from click.core import ParameterSource
 
 from leaseward.app import (
     CONCURRENCY,
@@ -178,12 +179,23 @@ def leaseward(context: click.Context) -> None:
 def daemon(
     store_url: str, app_path: str | None, console: bool, console_port: int, **settings: Any
 ) -> int:
+    _needs("--console-port", "console_port", "--console", console)
+    _needs("--console-host", "console_host", "--console", console)
+    _needs("--metrics-host", "metrics_host", "--metrics-port", settings["metrics_port"] is not None)
     served_port = console_port if console else None
     return anyio.run(
         actions.daemon,
         app_path,
         DaemonSettings(store_url=store_url, console_port=served_port, **settings),
     )
+
+
+def _needs(flag: str, name: str, needed: str, given: bool) -> None:
+    """Refuse ``flag`` on the command line without the flag it tunes: it would do nothing.
+    From the environment it is a deployment's setting, read whenever the other is set."""
+    source = click.get_current_context().get_parameter_source(name)
+    if source is ParameterSource.COMMANDLINE and not given:
+        raise click.UsageError(f"{flag} tunes {needed}, which is not given: add it, or drop {flag}")
 
 
 @leaseward.command(help="serve the operator web console on the store until Ctrl-C")

@@ -125,3 +125,19 @@ def test_a_store_under_the_home_directory_is_where_a_shell_would_put_it(tmp_path
     done = ok("migrate", "--store", "sqlite:///~/runs.db", env=env)
     assert str(home / "runs.db") in done.stdout
     assert (home / "runs.db").is_file()
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--console-port", "9000"), "--console-port tunes --console"),
+        (("--console-host", "127.0.0.2"), "--console-host tunes --console"),
+        (("--metrics-host", "0.0.0.0"), "--metrics-host tunes --metrics-port"),
+    ],
+)
+def test_a_daemon_flag_that_tunes_one_not_given_is_a_usage_error(
+    url: str, flags: tuple[str, ...], said: str
+) -> None:
+    result = leaseward("daemon", "--app", "examples.quickstart:build_app", *flags, "--store", url)
+    assert_one_line_error(result, EXIT_USAGE, said)
+    assert ok("workers", "--store", url).stdout.strip() == "no workers"
