@@ -57,9 +57,9 @@ class MCPServer:
     tool not read-only otherwise) wait for a person's approval.
 
     A result with ``isError`` is told to the model as a ``ToolError`` for a read-only
-    tool. For a write it is handled as a call that may have run (an interrupted
-    write), since a handler may fail after its effect, unless ``errors_apply_nothing``
-    says that this server reports errors only for calls that changed nothing.
+    tool. For a write it is handled as a write that raised (it may have applied),
+    since a handler may fail after its effect, unless ``errors_apply_nothing`` says
+    that this server reports errors only for calls that changed nothing.
     """
 
     name: str

@@ -37,7 +37,7 @@ def _result_value(result: mcp_types.CallToolResult) -> Any:
 
 class WriteReportedError(Exception):
     """A write's call answered with ``isError`` by a server that does not say its errors
-    change nothing: the call may have applied, so it is settled as interrupted."""
+    change nothing: the call may have applied, so it is handled as a write that raised."""
 
 
 def _error_text(result: mcp_types.CallToolResult) -> str:
