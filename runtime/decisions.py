@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from leaseward.runtime.encoding import DIGEST_SHOWN
+from leaseward.runtime.encoding import DIGEST_SHOWN, check_digest_prefix
 from leaseward.runtime.errors import (
     AmbiguousRequest,
     ArgumentsNotApproved,
@@ -56,6 +56,8 @@ def request_to_decide(
     only one pending) is for; raises the error saying why there is none. With
     ``digest`` (the start of the arguments' digest the person was shown), only a
     request of exactly those arguments is."""
+    if digest is not None:
+        check_digest_prefix(digest)
     request = _request_named(run, requests, call_id, kind)
     if digest is not None and not request.arguments_digest.startswith(digest):
         raise ArgumentsNotApproved(

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import os
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 
+from leaseward.runtime.clock import MAX_DURATION_SECONDS
 from leaseward.runtime.errors import ConfigurationError
 from leaseward.storage.sqlite import BUSY_TIMEOUT_MS, SYNCHRONOUS_MODES, SQLiteOptions
 
@@ -56,12 +57,16 @@ class PostgresOptions:
     @property
     def display(self) -> str:
         """The DSN without its password, for messages and logs."""
-        parts = urlsplit(self.dsn)
-        netloc = parts.netloc
-        if "@" in netloc:
-            user, _, host = netloc.rpartition("@")
-            netloc = f"{user.partition(':')[0]}@{host}"
-        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+        return _without_password(urlsplit(self.dsn))
+
+
+def _without_password(parts: SplitResult) -> str:
+    """A PostgreSQL URL as messages and logs show it: no password, no options."""
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, _, host = netloc.rpartition("@")
+        netloc = f"{user.partition(':')[0]}@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 @attrs.frozen
@@ -92,7 +97,8 @@ def parse_store_url(url: str) -> StoreURL:
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        raise ConfigurationError(f"store URL {url!r} is not a URL: {exc}") from None
+        # Not echoed: a URL that cannot be read cannot have its password taken out.
+        raise ConfigurationError(f"the store URL is not a URL: {exc}") from None
     if parts.scheme == "sqlite":
         return StoreURL(
             "sqlite", sqlite=_sqlite_options(url, parts.netloc, parts.path, parts.query)
@@ -110,9 +116,10 @@ def _positive_seconds(key: str, value: str) -> float:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
-    if not seconds > 0:
+    if not 0 < seconds <= MAX_DURATION_SECONDS:
         raise ConfigurationError(
-            f"store URL option {key}={value!r} is not a positive number of seconds"
+            f"store URL option {key}={value!r} is not a positive number of seconds, "
+            f"at most {MAX_DURATION_SECONDS:.0f} (a year)"
         )
     return seconds
 
@@ -131,7 +138,7 @@ def _postgres_options(url: str) -> PostgresOptions:
     except ValueError:
         port = parts.netloc.rpartition(":")[2]
         raise ConfigurationError(
-            f"store URL {url!r}: {port!r} is not a port number (0 to 65535)"
+            f"store URL {_without_password(parts)!r}: {port!r} is not a port number (0 to 65535)"
         ) from None
     pool_size: int | None = None
     connect_timeout = CONNECT_TIMEOUT_SECONDS

@@ -79,13 +79,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.exceptions.Exit as done:
         return done.exit_code
     except click.UsageError as exc:
-        print(f"leaseward: error: {_usage_message(exc)}", file=sys.stderr)
+        print(f"leaseward: error: {shown(_usage_message(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except USAGE_ERRORS as exc:
-        print(f"leaseward: error: {exc.message}", file=sys.stderr)
+        print(f"leaseward: error: {shown(exc.message)}", file=sys.stderr)
         return EXIT_USAGE
     except LeasewardError as exc:
-        print(f"leaseward: {exc.message}", file=sys.stderr)
+        # A message may carry a call id or a tool's name, which a model wrote.
+        print(f"leaseward: {shown(exc.message)}", file=sys.stderr)
         return EXIT_FAILURE
     except (KeyboardInterrupt, click.Abort):
         return EXIT_INTERRUPTED

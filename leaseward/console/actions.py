@@ -157,7 +157,8 @@ async def _resolve(client: Client, run_id: str, form: FormData, operator: str) -
     # The call the page showed: another interrupted since is refused in the verdict's
     # own transaction.
     step = _text(form, "step")
-    if step is None or not step.isdecimal():
+    # No journal reaches 18 digits of steps; a longer number is no form's.
+    if step is None or not step.isdecimal() or len(step) > 18:
         raise InvalidInput("the form names no interrupted call to resolve")
     run = await client.resolve(
         run_id, applied=verdict == "applied", operator=operator, note=note, step=int(step)

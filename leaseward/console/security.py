@@ -80,7 +80,7 @@ class Session:
     flash: str | None = None
     fresh: bool = attrs.field(default=True, eq=False)
     """Made for this request: no form was drawn for it yet."""
-    began: float = attrs.field(factory=time.time)
+    began: float = attrs.field(factory=lambda: time.time())
     """When it began (a login begins a new one), on the wall clock: it lasts
     SESSION_SECONDS from then, however often an action signs its cookie anew."""
 

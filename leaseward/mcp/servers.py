@@ -56,10 +56,11 @@ class MCPServer:
     tool that may be destructive (by the annotations of a trusted server; every
     tool not read-only otherwise) wait for a person's approval.
 
-    A result with ``isError`` is told to the model as a ``ToolError`` for a read-only
-    tool. For a write it is handled as a write that raised (it may have applied),
-    since a handler may fail after its effect, unless ``errors_apply_nothing`` says
-    that this server reports errors only for calls that changed nothing.
+    A result with ``isError`` is told to the model as a ``ToolError``, except from a
+    ``NON_IDEMPOTENT_WRITE``: a handler may fail after its effect, so that call is
+    settled as an interrupted write for an operator to resolve, unless
+    ``errors_apply_nothing`` says that this server reports errors only for calls that
+    changed nothing.
     """
 
     name: str
@@ -72,8 +73,8 @@ class MCPServer:
     approve_destructive: bool = False
     errors_apply_nothing: bool = False
     """The server's ``isError`` results come only from calls that changed nothing (it
-    checks before it writes, or undoes what it wrote): a write's error result is then
-    told to the model, which may try again, as for a ``ToolError``."""
+    checks before it writes, or undoes what it wrote): a non-idempotent write's error
+    result is then told to the model, which may try again, as for a ``ToolError``."""
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

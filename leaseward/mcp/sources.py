@@ -16,6 +16,7 @@ from leaseward.mcp.connection import ServerConnection
 from leaseward.mcp.effects import decide_effect, is_destructive
 from leaseward.mcp.servers import MCPServer
 from leaseward.runtime.agents import App
+from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import ConfigurationError, ToolError
 from leaseward.runtime.tool_sources import ListedTool, ToolProvenance
 from leaseward.runtime.tools import ToolContext
@@ -36,8 +37,8 @@ def _result_value(result: mcp_types.CallToolResult) -> Any:
 
 
 class WriteReportedError(Exception):
-    """A write's call answered with ``isError`` by a server that does not say its errors
-    change nothing: the call may have applied, so it is handled as a write that raised."""
+    """A non-idempotent write answered with ``isError`` by a server that does not say its
+    errors change nothing: the call may have applied, so it is settled as interrupted."""
 
 
 def _error_text(result: mcp_types.CallToolResult) -> str:
@@ -59,9 +60,13 @@ def listed_tool(
     )
     name = tool.name
 
-    # A handler that raised after its effect is an error result too: only a read, or a
-    # server that says its errors change nothing, is known not to have applied.
-    errors_applied_nothing = not effect.is_write or server.errors_apply_nothing
+    # A handler that raised after its effect is an error result too. Told to the model,
+    # a non-idempotent write's error would be asked for again under a new key: it is
+    # settled as interrupted instead, for an operator to resolve, unless the server says
+    # its errors change nothing. Any other call is made again under its own key at worst.
+    errors_applied_nothing = (
+        effect is not ToolEffect.NON_IDEMPOTENT_WRITE or server.errors_apply_nothing
+    )
 
     async def call(ctx: ToolContext, /, **arguments: Any) -> Any:
         meta = {IDEMPOTENCY_KEY_META: ctx.idempotency_key, FENCING_TOKEN_META: ctx.fencing_token}

@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
+import msgspec
 import pytest
 
+from leaseward import Reason, ToolEffect
+from leaseward.runtime.lifecycle import Event
+from leaseward.runtime.settlements import Settlement
+from leaseward.storage import BatchItem, open_store
 from tests.acceptance.acceptance_support import (
     assert_one_line_error,
     base_env,
@@ -17,6 +23,8 @@ from tests.acceptance.acceptance_support import (
     sqlite_url,
 )
 from tests.file_modes import unwritable
+from tests.integration.support import ghost_claims, intent, provider_step
+from tests.integration.test_leases import CHARGE
 
 EXIT_USAGE = 2
 # An escape sequence, a terminal title, a bell, a right-to-left override and a C1 control.
@@ -145,3 +153,46 @@ def test_a_daemon_flag_that_tunes_one_not_given_is_a_usage_error(
     result = leaseward("daemon", "--app", "examples.quickstart:build_app", *flags, "--store", url)
     assert_one_line_error(result, EXIT_USAGE, said)
     assert ok("workers", "--store", url).stdout.strip() == "no workers"
+
+
+async def _dead_letter_over(url: str, call_id: str) -> str:
+    """A run dead-lettered over an open charge whose call id a model chose."""
+    store = await open_store(url)
+    try:
+        opened = msgspec.structs.replace(
+            intent(1, ToolEffect.NON_IDEMPOTENT_WRITE, "k"), call_id=call_id
+        )
+        run_id = await ghost_claims(store, "payer", (provider_step(0, CHARGE), opened))
+        run = await store.get_run(run_id)
+        assert run is not None
+        settlement = Settlement(Event.DEAD_LETTER, Reason.INTERRUPTED_WRITE, error="interrupted")
+        await store.commit_batch([BatchItem(run_id, run.epoch, settlement=settlement)])
+        return run_id
+    finally:
+        await store.aclose()
+
+
+def test_an_error_naming_what_a_model_wrote_is_printed_escaped(url: str) -> None:
+    run_id = anyio.run(_dead_letter_over, url, EVIL)
+    result = leaseward("resolve", run_id, "--applied", "--step", "7", "--store", url)
+    assert_one_line_error(result, 1, "not step 7")
+    assert not any(c in result.stderr for c in ("\x1b", "\x07", "\u202e", "\u009b"))
+    assert "ag\\x1b[31mRED" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("query", "said"),
+    [
+        ("connect_timeout_seconds=inf", "at most 31536000"),
+        ("command_timeout_seconds=1e400", "at most"),
+    ],
+)
+def test_a_postgresql_url_option_past_a_year_is_one_line(query: str, said: str) -> None:
+    result = leaseward("runs", "--store", f"postgresql://postgres@127.0.0.1/postgres?{query}")
+    assert_one_line_error(result, EXIT_USAGE, said)
+
+
+def test_a_postgresql_url_refused_for_its_port_does_not_echo_its_password() -> None:
+    result = leaseward("runs", "--store", "postgresql://alice:s3cret@127.0.0.1:54321x/prod")
+    assert_one_line_error(result, EXIT_USAGE, "'54321x' is not a port number")
+    assert "s3cret" not in result.stderr

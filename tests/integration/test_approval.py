@@ -497,6 +497,9 @@ async def test_an_approval_is_bound_to_the_arguments_its_approver_was_shown(
         for malformed in ("abc", "Z" * 12, shown.arguments_digest + "0"):
             with pytest.raises(InvalidInput, match="digest"):
                 await rt.approve(run_id, digest=malformed, operator="alice")
+        # The store checks it too: an empty start would match every digest.
+        with pytest.raises(InvalidInput, match="digest"):
+            await rt.store.decide(run_id, "call-1", Decision.APPROVED, operator="alice", digest="")
         [waiting] = await rt.approvals()
         assert waiting.pending and executions(tmp_path, run_id) == []
         await rt.approve(run_id, digest=waiting.arguments_digest[:8], operator="alice")

@@ -6,29 +6,22 @@
   if (!seconds) {
     return;
   }
+  // What each field of each form held as the page was drawn, read back as the browser
+  // holds it (a date input normalises its value, so its attribute is no guide): any
+  // change since, to a filter or to a decision being written, holds the page.
+  var fields = Array.prototype.slice.call(
+    document.querySelectorAll("form input:not([type=hidden]), form textarea, form select")
+  );
+  var drawn = fields.map(function (field) {
+    return field.value;
+  });
   function busy() {
     var active = document.activeElement;
     if (active && /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName)) {
       return true;
     }
-    // Anything changed in any form since the page was drawn: a filter being edited as
-    // much as a decision being written.
-    var fields = document.querySelectorAll("form input:not([type=hidden]), form textarea");
     for (var i = 0; i < fields.length; i += 1) {
-      if (fields[i].value !== fields[i].defaultValue) {
-        return true;
-      }
-    }
-    var selects = document.querySelectorAll("form select");
-    for (var j = 0; j < selects.length; j += 1) {
-      // A list drawn with no option marked selected shows its first one.
-      var drawn = 0;
-      for (var k = 0; k < selects[j].options.length; k += 1) {
-        if (selects[j].options[k].defaultSelected) {
-          drawn = k;
-        }
-      }
-      if (selects[j].selectedIndex !== drawn) {
+      if (fields[i].value !== drawn[i]) {
         return true;
       }
     }
