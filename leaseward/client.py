@@ -18,7 +18,6 @@ from leaseward.runtime.conversation import run_usage
 from leaseward.runtime.encoding import (
     MAX_INPUT_BYTES,
     MAX_RESULT_BYTES,
-    check_digest_prefix,
     dump_json,
     request_digest,
 )
@@ -313,8 +312,6 @@ class Client:
         and RequestExpired (an IllegalTransition) for one whose expiry passed on the
         store's clock: it is rejected as expired then, as the reaper would have done.
         """
-        if digest is not None:
-            check_digest_prefix(digest)
         return await self._decide(run_id, call_id, Decision.APPROVED, operator, note, digest=digest)
 
     async def reject(

@@ -177,9 +177,9 @@ def arguments_digest(arguments: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def check_digest_prefix(digest: str) -> str:
-    """An arguments digest, or the start of one, as an approval names what it was shown;
-    InvalidInput for anything else."""
+def check_digest_prefix(digest: str) -> None:
+    """Refuse with InvalidInput anything but an arguments digest, or the start of one,
+    as an approval names the arguments it was shown."""
     if (
         not isinstance(digest, str)
         or not MIN_DIGEST_PREFIX <= len(digest) <= 64
@@ -189,7 +189,6 @@ def check_digest_prefix(digest: str) -> str:
             f"a digest is {MIN_DIGEST_PREFIX} to 64 lowercase hex digits of the arguments' "
             f"digest, as `leaseward approvals` shows it, not {digest!r}"
         )
-    return digest
 
 
 def shown(line: str) -> str:
