@@ -59,10 +59,12 @@ _EPILOG = (
 
 
 def configuration(
-    flag: str, name: str | None = None, **settings: Any
+    flag: str, name: str | None = None, *, variable: str | None = None, **settings: Any
 ) -> Callable[[Decorated], Decorated]:
-    """A flag that configures leaseward: ``LEASEWARD_`` and its name set it too."""
-    variable = "LEASEWARD_" + flag.lstrip("-").upper().replace("-", "_")
+    """A flag that configures leaseward: ``LEASEWARD_`` and its name set it too, unless
+    ``variable`` names the setting it shares with another command."""
+    if variable is None:
+        variable = "LEASEWARD_" + flag.lstrip("-").upper().replace("-", "_")
     declarations = (flag,) if name is None else (flag, name)
     return click.option(
         *declarations, envvar=variable, show_envvar=True, show_default=True, **settings
@@ -200,13 +202,22 @@ def _needs(flag: str, name: str, needed: str, given: bool) -> None:
 
 @leaseward.command(help="serve the operator web console on the store until Ctrl-C")
 @_store
+# The variables of the daemon's --console-host and --console-port: one deployment's
+# settings serve the console however it is started.
 @configuration(
     "--host",
     default=CONSOLE_HOST,
+    variable="LEASEWARD_CONSOLE_HOST",
     help="address to listen on (beyond this machine only with LEASEWARD_CONSOLE_TOKEN set, "
     "the operators' login token; without it the console only reads)",
 )
-@configuration("--port", default=CONSOLE_PORT, type=PORT, help="port to listen on")
+@configuration(
+    "--port",
+    default=CONSOLE_PORT,
+    type=PORT,
+    variable="LEASEWARD_CONSOLE_PORT",
+    help="port to listen on",
+)
 def console(store_url: str, host: str, port: int) -> int:
     return anyio.run(actions.console, store_url, host, port)
 

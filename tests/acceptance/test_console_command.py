@@ -74,6 +74,19 @@ def test_a_console_beyond_loopback_without_a_token_or_bad_flags_is_refused(
     assert_one_line_error(result, 2, fragment)
 
 
+def test_the_console_reads_the_variables_the_daemon_console_flags_read(store: str) -> None:
+    """One deployment's environment serves the console however it is started."""
+    result = leaseward(
+        "console",
+        "--store",
+        store,
+        env=base_env(LEASEWARD_CONSOLE_HOST="0.0.0.0", LEASEWARD_CONSOLE_PORT="8788"),
+    )
+    assert_one_line_error(result, 2, "LEASEWARD_CONSOLE_TOKEN")
+    result = leaseward("console", "--store", store, env=base_env(LEASEWARD_CONSOLE_PORT="70000"))
+    assert_one_line_error(result, 2, "LEASEWARD_CONSOLE_PORT", "not a port number")
+
+
 def test_a_console_on_a_missing_store_is_refused(url: str) -> None:
     assert_one_line_error(leaseward("console", "--store", url), 1, "no leaseward store")
 
