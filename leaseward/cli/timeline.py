@@ -23,7 +23,7 @@ from leaseward.cli.tables import (
 from leaseward.runtime.conversation import usage_from_json
 from leaseward.runtime.encoding import DIGEST_SHOWN
 from leaseward.runtime.failures import FailureClass
-from leaseward.runtime.human_requests import HumanRequest, RequestKind
+from leaseward.runtime.human_requests import Decision, HumanRequest, RequestKind
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import (
     Reason,
@@ -189,6 +189,9 @@ def _request_lines(request: HumanRequest, run: RunInfo) -> list[str]:
         return lines
     by = "" if request.operator is None else f" by {request.operator}"
     when = "" if request.decided_at is None else f" at {timestamp(request.decided_at)}"
+    if request.decision is Decision.EXPIRED and request.expires_at is not None:
+        # Decided when a reaper pass or a late decision found it, which can be long after.
+        when = f" at {timestamp(request.expires_at)}, noticed{when}"
     why = "" if not request.note else f": {shortened(request.note)}"
     lines.append(f"  {request.decision.value}{by}{when}{why}")
     if request.kind is RequestKind.INPUT:

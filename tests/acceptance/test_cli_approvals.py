@@ -197,6 +197,9 @@ def test_an_approval_after_the_expiry_is_refused_and_the_transfer_never_runs(
     [expired] = shown["requests"]
     assert (shown["state"], expired["decision"], expired["operator"]) == ("queued", "expired", None)
     assert expired["decided_at"] > expires_at
+    noticed_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expired["decided_at"]))
+    printed = ok("show", run_id, "--store", url).stdout
+    assert f"expired at {expired_at}, noticed at {noticed_at}" in printed
     again = leaseward("approve", run_id, "--store", url)
     assert_one_line_error(again, 1, f"the request expired at {expired_at}")
 

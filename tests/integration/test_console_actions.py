@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from leaseward import Decision, Reason, RunState
+from leaseward.cli.tables import timestamp
 from leaseward.runtime.lifecycle import StepStatus
 from leaseward.storage import open_store
 from tests.integration.approval_worker import executions
@@ -223,3 +224,18 @@ async def test_cancel_and_an_action_on_a_run_that_moved_on(store_url: str) -> No
         assert done.status_code == 303
         assert (await page.client.get(other)).state is RunState.CANCELLED
         assert "cancelled" in (await alice.http.get(f"/runs/{other}")).text
+
+
+async def test_an_expired_request_shows_when_it_expired_and_when_that_was_noticed(
+    store_url: str, tmp_path: Path
+) -> None:
+    async with runtime(store_url, tmp_path) as rt:
+        run_id = await rt.submit("expiring", "go")
+        await rt.wait(run_id, timeout=20)
+    async with console(store_url) as page:
+        [request] = await page.client.requests(run_id)
+        assert request.decision is Decision.EXPIRED
+        assert request.expires_at is not None and request.decided_at is not None
+        html = (await page.http.get(f"/runs/{run_id}")).text
+    expired_at, noticed_at = timestamp(request.expires_at), timestamp(request.decided_at)
+    assert f"expired at {expired_at}, noticed at {noticed_at}" in html
