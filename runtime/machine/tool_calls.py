@@ -93,11 +93,19 @@ class ToolCallSteps(MachineCore):
         arguments_json, rejection, checked_arguments = (
             checked if checked is not None else self._check_arguments(bound, call)
         )
-        if open_attempt is not None and (bound is None or rejection is not None):
+        if open_attempt is not None and (
+            bound is None or rejection is not None or effect is ToolEffect.NON_IDEMPOTENT_WRITE
+        ):
             # An earlier attempt's write may have applied, and this app can no longer make
             # the call again under its key (its tool is gone or now refuses its arguments):
             # told of the error, the model would ask again under a new key, a second write.
-            why = "its tool is not in this app" if bound is None else f"now {rejection}"
+            # Nor may it when its code now declares a second execution unsafe.
+            if bound is None:
+                why = "its tool is not in this app"
+            elif rejection is not None:
+                why = f"now {rejection}"
+            else:
+                why = f"its tool is now a {effect.value}"
             return self._settle(
                 Settlement(
                     Event.DEAD_LETTER,

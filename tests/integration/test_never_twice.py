@@ -295,3 +295,36 @@ async def test_an_open_attempt_of_a_write_wins_over_every_other_check(
         (0, StepStatus.SUCCEEDED),
         (1, StepStatus.STARTED),
     ]
+
+
+async def test_an_open_idempotent_attempt_of_a_tool_now_non_idempotent_is_not_made_again(
+    store_url: str,
+) -> None:
+    """A deploy made an idempotent write non-idempotent: its code now says a second
+    execution of a call is unsafe, and the attempt that was interrupted may have run."""
+    calls = Calls()
+
+    @tool(name="charge", effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def charge(ctx: ToolContext, amount: int) -> int:
+        calls.record(ctx, amount=amount)
+        return amount
+
+    app = App([Agent("payer", ScriptedProvider([CHARGE, ProviderReply(text="ok")]), [charge])])
+    store = await open_store(store_url)
+    run_id = await ghost_claims(
+        store, "payer", (provider_step(0, CHARGE), intent(1, ToolEffect.IDEMPOTENT_WRITE, "k"))
+    )
+    async with Runtime.open(
+        store, app, reap_interval_seconds=0.05, poll_interval_seconds=0.02
+    ) as rt:
+        run = await rt.wait(run_id, timeout=10)
+        journal = await rt.steps(run_id)
+    await store.aclose()
+
+    assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.INTERRUPTED_WRITE)
+    assert run.error is not None and "non_idempotent_write" in run.error
+    assert calls.seen == []
+    assert [(s.seq, s.status) for s in journal] == [
+        (0, StepStatus.SUCCEEDED),
+        (1, StepStatus.STARTED),
+    ]
