@@ -26,6 +26,7 @@ from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.human_requests import Decision, HumanRequest, RequestKind
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import (
+    REDRIVABLE_REASONS,
     Reason,
     RecoveryAction,
     RecoveryPolicy,
@@ -84,6 +85,11 @@ def _store_flag(store: str) -> str:
 
 def _next_steps(run: RunInfo, steps: Sequence[StepInfo], store: str) -> list[str]:
     """What the operator does next with a run that waits for a decision."""
+    if run.state is RunState.DEAD_LETTERED and run.reason in REDRIVABLE_REASONS:
+        return [
+            "fix the cause of the error above, then requeue the run; it resumes from its journal:",
+            f"  leaseward redrive {shlex.quote(run.id)}{_store_flag(store)}",
+        ]
     if run.state is not RunState.DEAD_LETTERED or run.reason is not Reason.INTERRUPTED_WRITE:
         return []
     # By status: an intent whose call raised or timed out has ended, yet stays open.

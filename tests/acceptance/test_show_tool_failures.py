@@ -3,6 +3,7 @@ happened, with the arguments it was given, and an open write says how to resolve
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import anyio
@@ -18,7 +19,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from tests.acceptance.acceptance_support import ok, show
+from tests.acceptance.acceptance_support import leaseward, ok, show
 
 WAIT_SECONDS = 20.0
 
@@ -51,6 +52,23 @@ def test_show_prints_what_a_read_raised_and_its_arguments(url: str) -> None:
     assert 'arguments: {"numerator": 1, "denominator": 0}' in text
     assert "error: ZeroDivisionError: division by zero" in text
     assert show(url, run_id)["error"] == "ZeroDivisionError: division by zero"
+
+
+def test_show_prints_the_redrive_of_a_run_dead_lettered_not_retryable_and_it_works(
+    url: str,
+) -> None:
+    run_id = anyio.run(_run, url, divide, {"numerator": 1, "denominator": 0})
+    assert (show(url, run_id)["state"], show(url, run_id)["reason"]) == (
+        "dead_lettered",
+        "not_retryable",
+    )
+
+    text = ok("show", run_id, "--store", url).stdout
+    printed = [line.strip() for line in text.splitlines() if "leaseward redrive" in line]
+    assert printed == [f"leaseward redrive {run_id} --store {url}"]
+    redriven = leaseward(*shlex.split(printed[0])[1:])
+    assert redriven.returncode == 0, redriven.stderr
+    assert show(url, run_id)["state"] == "queued"
 
 
 def test_show_prints_a_timed_out_write_as_open_with_its_timeout(url: str) -> None:

@@ -33,3 +33,17 @@ def test_control_and_bidi_characters_of_a_tool_are_printed_as_escapes(
     assert "error: boom\\x1b[2J\\x0aforged line" in printed
     assert "charge\\x1b]0;owned\\x07" in printed
     assert "error: bad\\u202eelif\\x0d" in printed
+
+
+@pytest.mark.parametrize("reason", [Reason.NOT_RETRYABLE, Reason.RETRIES_EXHAUSTED])
+def test_a_dead_letter_that_needs_no_verdict_is_shown_with_its_redrive(
+    capsys: pytest.CaptureFixture[str], reason: Reason
+) -> None:
+    run = RunInfo(
+        id="r1", agent="payer", mode=RunMode.QUEUED, state=RunState.DEAD_LETTERED,
+        reason=reason, failure_class=None, result=None, epoch=1, requeues=3,
+        created_at=1.0, finished_at=2.0, error="quota exceeded", idempotency_key=None,
+    )  # fmt: skip
+    print_timeline(run, [], "sqlite:///other runs.db")
+    printed = capsys.readouterr().out
+    assert "  leaseward redrive r1 --store 'sqlite:///other runs.db'\n" in printed
