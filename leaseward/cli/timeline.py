@@ -37,7 +37,7 @@ from leaseward.runtime.lifecycle import (
 )
 from leaseward.runtime.runs import RunInfo
 
-__all__ = ["lease_lines", "print_timeline", "step_details", "took"]
+__all__ = ["interrupted_call", "lease_lines", "print_timeline", "step_details", "took"]
 
 
 _STEP_COLUMNS = ("SEQ", "EPOCH", "STEP", "EFFECT", "STATUS", "TOOK")
@@ -83,6 +83,19 @@ def _store_flag(store: str) -> str:
     return "" if store == implied else f" --store {shlex.quote(store)}"
 
 
+def interrupted_call(run: RunInfo, steps: Sequence[StepInfo]) -> StepInfo | None:
+    """The call an interrupted write left open: its outcome is what the operator decides."""
+    if run.state is not RunState.DEAD_LETTERED or run.reason is not Reason.INTERRUPTED_WRITE:
+        return None
+    # By status: an intent whose call raised or timed out has ended, yet stays open. The
+    # newest step only, as `resolve` takes it: an older intent stays open when its call
+    # was made again under its key, and is no longer anybody's to decide.
+    call = steps[-1] if steps else None
+    if call is None or call.status is not StepStatus.STARTED or call.tool is None:
+        return None
+    return call
+
+
 def _next_steps(run: RunInfo, steps: Sequence[StepInfo], store: str) -> list[str]:
     """What the operator does next with a run that waits for a decision."""
     if run.state is RunState.DEAD_LETTERED and run.reason in REDRIVABLE_REASONS:
@@ -92,14 +105,12 @@ def _next_steps(run: RunInfo, steps: Sequence[StepInfo], store: str) -> list[str
         ]
     if run.state is not RunState.DEAD_LETTERED or run.reason is not Reason.INTERRUPTED_WRITE:
         return []
-    # By status: an intent whose call raised or timed out has ended, yet stays open.
-    open_calls = [s for s in steps if s.status is StepStatus.STARTED and s.tool is not None]
-    if not open_calls:
+    call = interrupted_call(run, steps)
+    if call is None:
         return [
             "the journal records the outcome of every call: nothing is left to decide.",
             f"  leaseward redrive {shlex.quote(run.id)}{_store_flag(store)}",
         ]
-    call = open_calls[-1]
     command = f"leaseward resolve {shlex.quote(run.id)}"
     flag = _store_flag(store)
     return [

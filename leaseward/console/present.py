@@ -11,10 +11,10 @@ import attrs
 
 from leaseward.cli.json_output import total_usage
 from leaseward.cli.tables import age, count, shortened, shown, timestamp, tokens
-from leaseward.cli.timeline import lease_lines, step_details, took
+from leaseward.cli.timeline import interrupted_call, lease_lines, step_details, took
 from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.journal import StepInfo
-from leaseward.runtime.lifecycle import Reason, RunState, StepStatus
+from leaseward.runtime.lifecycle import RunState, StepStatus
 from leaseward.runtime.runs import RunInfo
 
 __all__ = [
@@ -112,15 +112,6 @@ def usage_line(steps: Sequence[StepInfo]) -> str | None:
         return None
     usage, turns = total
     return f"{tokens(usage)} in total, over {count(turns, 'provider turn')}"
-
-
-def interrupted_call(run: RunInfo, steps: Sequence[StepInfo]) -> StepInfo | None:
-    """The call an interrupted write left open: its outcome is what the operator decides."""
-    if run.state is not RunState.DEAD_LETTERED or run.reason is not Reason.INTERRUPTED_WRITE:
-        return None
-    # By status: an intent whose call raised or timed out has ended, yet stays open.
-    open_calls = [s for s in steps if s.status is StepStatus.STARTED and s.tool is not None]
-    return open_calls[-1] if open_calls else None
 
 
 def time_to_expiry(request: HumanRequest) -> str:

@@ -47,3 +47,38 @@ def test_a_dead_letter_that_needs_no_verdict_is_shown_with_its_redrive(
     print_timeline(run, [], "sqlite:///other runs.db")
     printed = capsys.readouterr().out
     assert "  leaseward redrive r1 --store 'sqlite:///other runs.db'\n" in printed
+
+
+def test_an_intent_left_open_by_an_attempt_made_again_is_not_shown_for_a_verdict(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Step 1 is the intent of an idempotent write whose attempt was interrupted and
+    made again as step 2; the run was dead-lettered over step 4, whose outcome did get
+    stored. `resolve` looks at the newest step only, so show must too: redrive."""
+    run = RunInfo(
+        id="r1", agent="payer", mode=RunMode.QUEUED, state=RunState.DEAD_LETTERED,
+        reason=Reason.INTERRUPTED_WRITE, failure_class=None, result=None, epoch=2,
+        requeues=1, created_at=1.0, finished_at=2.0, error="lost answer",
+        idempotency_key=None,
+    )  # fmt: skip
+
+    def step(seq: int, tool: str | None, effect: ToolEffect | None, status: StepStatus) -> StepInfo:
+        return StepInfo(
+            run_id="r1", seq=seq, epoch=1 if seq < 2 else 2,
+            kind=StepKind.PROVIDER if tool is None else StepKind.TOOL, tool=tool,
+            call_id=None if tool is None else f"{tool}-1", effect=effect, status=status,
+            idempotency_key=None if tool is None else "k", arguments=None, output=None,
+            error=None, started_at=1.0, finished_at=None if status is StepStatus.STARTED else 1.5,
+        )  # fmt: skip
+
+    steps = [
+        step(0, None, None, StepStatus.SUCCEEDED),
+        step(1, "stamp", ToolEffect.IDEMPOTENT_WRITE, StepStatus.STARTED),
+        step(2, "stamp", ToolEffect.IDEMPOTENT_WRITE, StepStatus.SUCCEEDED),
+        step(3, None, None, StepStatus.SUCCEEDED),
+        step(4, "charge", ToolEffect.NON_IDEMPOTENT_WRITE, StepStatus.SUCCEEDED),
+    ]
+    print_timeline(run, steps, "sqlite:///runs.db")
+    printed = capsys.readouterr().out
+    assert "leaseward resolve" not in printed
+    assert "  leaseward redrive r1 --store sqlite:///runs.db\n" in printed
