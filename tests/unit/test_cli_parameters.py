@@ -103,6 +103,13 @@ ONE_OFF = {
 }  # fmt: skip
 
 
+# `leaseward console` is configured as the daemon's console is.
+SHARED_VARIABLES = {
+    ("console", "--host"): "LEASEWARD_CONSOLE_HOST",
+    ("console", "--port"): "LEASEWARD_CONSOLE_PORT",
+}
+
+
 @pytest.mark.parametrize(("command", "option"), _options(), ids=lambda o: getattr(o, "name", o))
 def test_each_configuration_flag_declares_its_variable_and_help_shows_it(
     command: str, option: click.Option, capsys: pytest.CaptureFixture[str]
@@ -111,7 +118,9 @@ def test_each_configuration_flag_declares_its_variable_and_help_shows_it(
     if flag in ONE_OFF:
         assert option.envvar is None
         return
-    variable = "LEASEWARD_" + flag[2:].upper().replace("-", "_")
+    variable = SHARED_VARIABLES.get(
+        (command, flag), "LEASEWARD_" + flag[2:].upper().replace("-", "_")
+    )
     assert option.envvar == variable
     assert main([command, "--help"]) == 0
     assert f"[env var: {variable}" in " ".join(capsys.readouterr().out.split())
