@@ -77,7 +77,7 @@ def plan_reap(expired: ExpiredRun, policy: RecoveryPolicy) -> Settlement:
         audit_failed=False,
         policy=policy,
     )
-    error = f"the lease of {expired.run.lease_owner} expired"
+    error = f"the lease of worker {expired.run.lease_owner} expired"
     effect = expired.last_effect
     if (
         recovery.reason is Reason.INTERACTIVE_INTERRUPTED
