@@ -53,6 +53,8 @@ class RunInfo:
     lease_expires_at: float | None = None
     available_at: float | None = None
     """When a queued run may be claimed: a requeued one's retry is due then."""
+    cancel_requested: bool = False
+    """A cancel was asked and the run stops at its next step boundary."""
     read_at: float | None = attrs.field(default=None, eq=False)
     """The store's clock when the run was read, which its times compare with (a worker's
     clock may differ); None where the store did not say."""

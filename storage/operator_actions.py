@@ -23,7 +23,9 @@ __all__ = ["OperatorActions"]
 class OperatorActions(StoreConcern):
     """Redrive and resolve, each under the run's lock."""
 
-    async def _reopen(self, run: RunRecord, event: Event, *, reset_requeues: bool) -> RunRecord:
+    async def _reopen(
+        self, run: RunRecord, event: Event, *, reset_requeues: bool, keep_cancel: bool
+    ) -> RunRecord:
         row = await self._executor.fetch_one(
             self._queries["reopen_run"],
             {
@@ -32,6 +34,7 @@ class OperatorActions(StoreConcern):
                 "source": source_state(event).value,
                 "target": TRANSITIONS[event][1].value,
                 "reset_requeues": reset_requeues,
+                "keep_cancel": keep_cancel,
                 "now": self._now(),
             },
         )
@@ -51,7 +54,9 @@ class OperatorActions(StoreConcern):
         async with self._executor.transaction():
             run = await self._lock_run(run_id)
             check_redrive(run, call_open=await self._open_call(run_id) is not None)
-            return await self._reopen(run, Event.REDRIVE, reset_requeues=True)
+            # Running it again is the operator's newest word on the run: it outranks a
+            # cancel asked before it was dead-lettered.
+            return await self._reopen(run, Event.REDRIVE, reset_requeues=True, keep_cancel=False)
 
     async def resolve(
         self,
@@ -93,4 +98,6 @@ class OperatorActions(StoreConcern):
             )
             if len(resolved) != 1:
                 raise StoreError(f"the interrupted call of run {run_id} changed meanwhile")
-            return await self._reopen(run, Event.RESOLVE, reset_requeues=False)
+            # A verdict on one call says nothing of going on: a cancel asked before the run
+            # was dead-lettered stops it before its next call, not after more writes.
+            return await self._reopen(run, Event.RESOLVE, reset_requeues=False, keep_cancel=True)

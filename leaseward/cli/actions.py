@@ -262,6 +262,8 @@ async def dead_letters(
 
 
 def _next_attempt(run: RunInfo) -> str:
+    if run.cancel_requested:
+        return "a cancel was asked before it stopped, so it is cancelled before its next call"
     # The operator's action opened an epoch of its own (G9); the claim that resumes the
     # run opens the next one, which its new steps carry and show then reports.
     return f"it resumes from its journal at epoch {run.epoch + 1}"

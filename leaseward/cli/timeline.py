@@ -37,7 +37,14 @@ from leaseward.runtime.lifecycle import (
 )
 from leaseward.runtime.runs import RunInfo
 
-__all__ = ["interrupted_call", "lease_lines", "print_timeline", "step_details", "took"]
+__all__ = [
+    "cancel_line",
+    "interrupted_call",
+    "lease_lines",
+    "print_timeline",
+    "step_details",
+    "took",
+]
 
 
 _STEP_COLUMNS = ("SEQ", "EPOCH", "STEP", "EFFECT", "STATUS", "TOOK")
@@ -75,6 +82,20 @@ def step_details(step: StepInfo) -> list[str]:
     elif step.error:
         details.append(f"error: {step.error}")
     return details
+
+
+def cancel_line(run: RunInfo) -> str | None:
+    """What becomes of a cancel asked and not yet carried out."""
+    if not run.cancel_requested:
+        return None
+    if run.state is RunState.DEAD_LETTERED:
+        return (
+            "cancel requested: a resolve keeps it, and the run stops before its next call; "
+            "a redrive drops it"
+        )
+    if run.state.terminal:
+        return None
+    return "cancel requested: the run stops at its next step boundary"
 
 
 def _store_flag(store: str) -> str:
@@ -256,6 +277,9 @@ def print_timeline(
         print(shown(f"error: {run.error}"))
     if run.failure_class is not None:
         print(shown(f"failure class: {run.failure_class.value}"))
+    cancel = cancel_line(run)
+    if cancel is not None:
+        print(cancel)
     for line in lease_lines(run, steps):
         print(shown(line))
     if steps:

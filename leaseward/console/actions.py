@@ -96,6 +96,11 @@ def _reply_value(text: str | None) -> Any:
 
 
 def _requeued(run: RunInfo) -> str:
+    if run.cancel_requested:
+        return (
+            "requeued: a cancel was asked before it stopped, so it is cancelled before its "
+            "next call"
+        )
     # The operator's action opened an epoch of its own; the claim that resumes the run
     # opens the next one.
     return f"requeued: it resumes from its journal at epoch {run.epoch + 1}"

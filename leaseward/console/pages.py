@@ -13,6 +13,7 @@ from leaseward.cli.json_output import request_json, run_document, run_json, work
 from leaseward.console.context import console_of
 from leaseward.console.listing import PAGE_SIZE, RunQuery, fetch_runs
 from leaseward.console.present import (
+    cancel_line,
     interrupted_call,
     json_text,
     run_lease,
@@ -103,6 +104,7 @@ async def run(request: Request) -> Response:
             "usage": usage_line(steps),
             "requests": [_request_view(r) for r in requests],
             "interrupted": interrupted_call(found, steps),
+            "cancel": cancel_line(found),
             "can_redrive": _redrivable(found, steps),
         },
     )

@@ -11,7 +11,7 @@ import attrs
 
 from leaseward.cli.json_output import total_usage
 from leaseward.cli.tables import age, count, shortened, shown, timestamp, tokens
-from leaseward.cli.timeline import interrupted_call, lease_lines, step_details, took
+from leaseward.cli.timeline import cancel_line, interrupted_call, lease_lines, step_details, took
 from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import RunState, StepStatus
@@ -19,6 +19,7 @@ from leaseward.runtime.runs import RunInfo
 
 __all__ = [
     "StepView",
+    "cancel_line",
     "interrupted_call",
     "json_text",
     "lease_expired",

@@ -99,6 +99,64 @@ async def test_resolve_resumes_an_interrupted_write_without_running_it(
     assert len(tool_messages) == 1 and "alice" in (tool_messages[0].content or "")
 
 
+async def test_a_cancel_asked_before_an_interrupted_write_outlives_its_resolve(
+    store_url: str,
+) -> None:
+    """An operator cancels a run that charges turn after turn; its worker dies mid-charge.
+    Recording that charge's outcome must not set the run charging again."""
+    calls = Calls()
+    agent = one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")
+    agent.provider = ScriptedProvider([CHARGE, ProviderReply(text="done")])
+    ghost = await ghost_run(store_url)
+    store = await open_store(store_url)
+    try:
+        assert await Client(store).cancel(ghost)
+    finally:
+        await store.aclose()
+    async with Runtime.open(store_url, App([agent]), **FAST) as rt:
+        run_id = await dead_lettered(rt, ghost)
+        assert (await rt.get(run_id)).cancel_requested
+        reopened = await rt.resolve(run_id, applied=True, operator="alice")
+        assert (reopened.state, reopened.cancel_requested) == (RunState.QUEUED, True)
+        run = await rt.wait(run_id, timeout=10)
+        journal = await rt.steps(run_id)
+
+    assert (run.state, run.reason) == (RunState.CANCELLED, Reason.CANCELLED)
+    assert len(calls) == 0, "the run went on charging after it was cancelled"
+    assert [(step.seq, step.status) for step in journal] == [
+        (0, StepStatus.SUCCEEDED),
+        (1, StepStatus.SUCCEEDED),
+    ]
+
+
+async def test_a_redrive_drops_a_cancel_asked_before_the_run_was_dead_lettered(
+    store_url: str,
+) -> None:
+    store = await open_store(store_url)
+    try:
+        opened = intent(1, ToolEffect.NON_IDEMPOTENT_WRITE, "k")
+        run_id = await ghost_claims(store, "payer", (provider_step(0, CHARGE), opened))
+        assert await Client(store).cancel(run_id)
+        run = await store.get_run(run_id)
+        assert run is not None
+        failed = msgspec.structs.replace(opened, status=StepStatus.FAILED, settles=True)
+        settlement = Settlement(Event.DEAD_LETTER, Reason.NOT_RETRYABLE, error="it raised")
+        [stored] = await store.commit_batch(
+            [BatchItem(run_id, run.epoch, steps=(failed,), settlement=settlement)]
+        )
+        assert isinstance(stored, Stored)
+    finally:
+        await store.aclose()
+    agent = one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, Calls(), tool_name="charge")
+    agent.provider = ScriptedProvider([CHARGE, ProviderReply(text="done")])
+    async with Runtime.open(store_url, App([agent]), **FAST) as rt:
+        assert (await rt.get(run_id)).cancel_requested
+        redriven = await rt.redrive(run_id)
+        assert (redriven.state, redriven.cancel_requested) == (RunState.QUEUED, False)
+        finished = await rt.wait(run_id, timeout=10)
+    assert (finished.state, finished.result) == (RunState.COMPLETED, "done")
+
+
 async def test_redrive_requeues_a_not_retryable_run_under_a_new_epoch(store_url: str) -> None:
     broken = [True]
 

@@ -347,6 +347,7 @@ RUNS_BY_KEY: list[tuple[str, dict[str, Any]]] = [
             "source": "dead_lettered",
             "target": "queued",
             "reset_requeues": 1,
+            "keep_cancel": 1,
             "now": 1.0,
         },
     ),

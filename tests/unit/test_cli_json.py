@@ -26,7 +26,7 @@ def test_a_run_is_its_fields_less_what_only_the_timeline_shows() -> None:
         "id": "r1", "agent": "payer", "mode": "queued", "state": "dead_lettered",
         "reason": "interrupted_write", "failure_class": "connection", "result": {"ok": True},
         "error": "boom", "epoch": 2, "requeues": 1, "created_at": 1.5, "finished_at": 2.5,
-        "idempotency_key": "k",
+        "idempotency_key": "k", "cancel_requested": False,
     }  # fmt: skip
     assert type(run_json(run)["state"]) is str
 

@@ -82,3 +82,32 @@ def test_an_intent_left_open_by_an_attempt_made_again_is_not_shown_for_a_verdict
     printed = capsys.readouterr().out
     assert "leaseward resolve" not in printed
     assert "  leaseward redrive r1 --store sqlite:///runs.db\n" in printed
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "shown"),
+    [
+        (RunState.RUNNING, None, "cancel requested: the run stops at its next step boundary"),
+        (
+            RunState.DEAD_LETTERED,
+            Reason.INTERRUPTED_WRITE,
+            "cancel requested: a resolve keeps it, and the run stops before its next call; "
+            "a redrive drops it",
+        ),
+        (RunState.CANCELLED, Reason.CANCELLED, None),
+    ],
+)
+def test_a_cancel_not_yet_carried_out_is_shown_with_what_becomes_of_it(
+    capsys: pytest.CaptureFixture[str], state: RunState, reason: Reason | None, shown: str | None
+) -> None:
+    run = RunInfo(
+        id="r1", agent="payer", mode=RunMode.QUEUED, state=state, reason=reason,
+        failure_class=None, result=None, epoch=1, requeues=0, created_at=1.0,
+        finished_at=None, cancel_requested=True,
+    )  # fmt: skip
+    print_timeline(run, [], "sqlite:///runs.db")
+    printed = capsys.readouterr().out
+    if shown is None:
+        assert "cancel requested" not in printed
+    else:
+        assert f"\n{shown}\n" in printed

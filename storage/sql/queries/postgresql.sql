@@ -250,7 +250,8 @@ UPDATE runs
 SET state = :target, reason = NULL, failure_class = NULL, error = NULL,
     requeues = CASE WHEN :reset_requeues::boolean THEN 0 ELSE requeues END,
     epoch = epoch + 1, available_at = leaseward_now(), lease_owner = NULL,
-    lease_expires_at = NULL, cancel_requested = FALSE, updated_at = leaseward_now(),
+    lease_expires_at = NULL, cancel_requested = :keep_cancel::boolean AND cancel_requested,
+    updated_at = leaseward_now(),
     finished_at = NULL
 WHERE id = :run_id AND epoch = :epoch AND state = :source
 RETURNING *;

@@ -263,7 +263,7 @@ UPDATE runs
 SET state = :target, reason = NULL, failure_class = NULL, error = NULL,
     requeues = CASE WHEN :reset_requeues THEN 0 ELSE requeues END,
     epoch = epoch + 1, available_at = :now, lease_owner = NULL, lease_expires_at = NULL,
-    cancel_requested = 0, updated_at = :now, finished_at = NULL
+    cancel_requested = :keep_cancel AND cancel_requested, updated_at = :now, finished_at = NULL
 WHERE id = :run_id AND epoch = :epoch AND state = :source
 RETURNING *;
 
