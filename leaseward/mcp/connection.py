@@ -45,7 +45,7 @@ An internal error, a parse error of the answer, a timeout or a gateway's 502 may
 after the tool applied its effect."""
 
 
-@attrs.define
+@attrs.define(eq=False)
 class _Session:
     """A session held open by its own task until ``closing`` is set."""
 
@@ -54,6 +54,17 @@ class _Session:
     scope: anyio.CancelScope = attrs.Factory(anyio.CancelScope)
     session: ClientSession | None = None
     error: BaseException | None = None
+    calls: int = 0
+    """Calls sent on it and not yet answered."""
+    retired: bool = False
+    """No new call is given it; it closes once ``calls`` is back to zero."""
+
+    def retire(self) -> None:
+        # Other runs' calls may be under way on it: closing it now would cut them off
+        # (for a stdio server, kill the process in the middle of their writes).
+        self.retired = True
+        if self.calls == 0:
+            self.closing.set()
 
 
 class ServerConnection:
@@ -68,10 +79,13 @@ class ServerConnection:
         self._task_group = task_group
         self._lock = anyio.Lock()
         self._current: _Session | None = None
+        # Every session whose task holds it open: the current one, and those given up
+        # with calls still on them.
+        self._open_sessions: set[_Session] = set()
 
     async def list_tools(self) -> list[mcp_types.Tool]:
         """Every tool the server lists, following its pages."""
-        session = await self._live_session()
+        _, session = await self._live_session()
         tools: list[mcp_types.Tool] = []
         cursor: str | None = None
         while True:
@@ -89,7 +103,8 @@ class ServerConnection:
         """Call ``name``. CallNotStarted if no live session could carry the request;
         ToolError if the server refused it before running anything (REFUSALS); AnswerLost
         for any other failure after it was sent, since the call may have run."""
-        session = await self._live_session()
+        holder, session = await self._live_session()
+        holder.calls += 1
         try:
             return await session.call_tool(
                 name, dict(arguments), meta=cast(mcp_types.RequestParamsMeta, dict(meta))
@@ -100,18 +115,24 @@ class ServerConnection:
                     f"MCP server {self.server.name!r} refused the call of {name}: {exc.message}"
                 ) from exc
             # The session may be the broken part; the next call proves a new one first.
-            self._forget(session)
+            self._give_up(holder)
             raise AnswerLost(
                 f"the call of {name} to MCP server {self.server.name!r} was sent, and its "
                 f"answer was lost (error {exc.code}: {exc.message}); it may have run"
             ) from exc
+        finally:
+            holder.calls -= 1
+            if holder.retired:
+                holder.retire()
 
     def close(self) -> None:
-        if self._current is not None:
-            self._current.closing.set()
-            self._current = None
+        """Close every session, with any call still on it: the runtime is closing."""
+        for holder in self._open_sessions:
+            holder.closing.set()
+        self._open_sessions.clear()
+        self._current = None
 
-    async def _live_session(self) -> ClientSession:
+    async def _live_session(self) -> tuple[_Session, ClientSession]:
         async with self._lock:
             current = self._current
             if current is not None and current.session is not None:
@@ -120,16 +141,19 @@ class ServerConnection:
                     # request and fail it as if it had been sent.
                     with anyio.fail_after(self.server.connect_timeout_seconds):
                         await current.session.send_ping()
-                    return current.session
+                    return current, current.session
                 except Exception:
-                    self.close()
+                    # Unanswered may mean busy, not dead: calls already on it go on.
+                    self._give_up(current)
             return await self._open()
 
-    def _forget(self, session: ClientSession) -> None:
-        if self._current is not None and self._current.session is session:
-            self.close()
+    def _give_up(self, holder: _Session) -> None:
+        """Give no new call to ``holder``; it closes once the calls on it have ended."""
+        if self._current is holder:
+            self._current = None
+        holder.retire()
 
-    async def _open(self) -> ClientSession:
+    async def _open(self) -> tuple[_Session, ClientSession]:
         opening = _Session()
         self._task_group.start_soon(self._hold, opening)
         with anyio.move_on_after(self.server.connect_timeout_seconds):
@@ -143,7 +167,8 @@ class ServerConnection:
             )
             raise CallNotStarted(f"MCP server {self.server.name!r} could not be reached: {why}")
         self._current = opening
-        return opening.session
+        self._open_sessions.add(opening)
+        return opening, opening.session
 
     async def _hold(self, opening: _Session) -> None:
         try:
@@ -161,6 +186,7 @@ class ServerConnection:
             opening.error = exc
         finally:
             opening.session = None
+            self._open_sessions.discard(opening)
             opening.ready.set()
 
     @asynccontextmanager

@@ -5,7 +5,8 @@
 line to the ledger file named by LEDGER (the tool, its arguments, the ``_meta``
 it received and this process's id), which the tests read as the server's own
 account of what ran. ``ANNOTATIONS=changed`` lists different annotations;
-``DROP`` (comma-separated names) leaves tools out of the listing.
+``DROP`` (comma-separated names) leaves tools out of the listing. ``hold_write``
+returns once the file named by RELEASE exists.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = ["ANNOTATED", "ledger_lines", "server"]
 
 LEDGER = os.environ.get("LEDGER", "")
 CHANGED = os.environ.get("ANNOTATIONS") == "changed"
+RELEASE = os.environ.get("RELEASE", "")
 DROPPED = frozenset(filter(None, os.environ.get("DROP", "").split(",")))
 
 ANNOTATED: dict[str, ToolAnnotations | None] = {
@@ -37,6 +39,7 @@ ANNOTATED: dict[str, ToolAnnotations | None] = {
     "refuse": ToolAnnotations(read_only_hint=True),
     "charge_then_fail": None,
     "charge_then_raise": None,
+    "hold_write": None,
 }
 
 server = MCPServer("leaseward-test")
@@ -136,6 +139,19 @@ if offered("charge_then_raise"):
         marked isError, which does not say whether the charge happened."""
         record("charge_then_raise", {"amount": amount}, ctx)
         raise KeyError("receipt")
+
+
+if offered("hold_write"):
+
+    @server.tool(annotations=ANNOTATED["hold_write"])
+    async def hold_write(amount: int, ctx: Context[Any, Any]) -> str:
+        """A write that is under way until the test releases it."""
+        record("hold_write", {"amount": amount}, ctx)
+        # Another process releases it: no event of this one can say when.
+        while True:
+            if os.path.exists(RELEASE):
+                return f"held {amount}"
+            await anyio.sleep(0.01)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,10 @@ from leaseward import (
     App,
     ConfigurationError,
     ProviderReply,
+    ProviderRequest,
     Reason,
     RecoveryPolicy,
+    Role,
     RunState,
     Runtime,
     ScriptedProvider,
@@ -280,6 +282,42 @@ async def test_an_error_result_of_a_write_is_an_interrupted_write_unless_the_ser
     [interrupted] = tools
     assert interrupted.status is StepStatus.STARTED
     assert "may have applied" in (interrupted.error or "")
+
+
+async def test_a_session_given_up_by_one_call_keeps_serving_the_calls_already_on_it(
+    store_url: str, tmp_path: Path
+) -> None:
+    """One run's call answered by an internal error makes the worker open a new session
+    for the next call; another run's write, under way on the old session, still gets its
+    answer: the session is closed once no call is on it, never under a call."""
+    ledger, release = tmp_path / "ledger", tmp_path / "release"
+    server = stdio_server(ledger, {"RELEASE": str(release)})
+    held = ToolCall("hold_write", {"amount": 5}, "call-held")
+    failing = ToolCall("charge_then_fail", {"amount": 7}, "call-failing")
+
+    def reply(request: ProviderRequest) -> ProviderReply:
+        if any(message.role is Role.TOOL for message in request.messages):
+            return ProviderReply(text="done")
+        [asked] = [message.content for message in request.messages if message.role is Role.USER]
+        call = held if asked == "hold" else failing
+        return ProviderReply(tool_calls=[call])
+
+    agent = Agent("clerk", ScriptedProvider(reply), tools=[server])
+    async with Runtime.open(store_url, App([agent]), **FAST) as rt:
+        holding = await rt.submit("clerk", "hold")
+        await until(lambda: len(ledger_lines(str(ledger))) == 1, WAIT_SECONDS)
+        failed = await rt.wait(await rt.submit("clerk", "fail"), timeout=WAIT_SECONDS)
+        release.touch()
+        run = await rt.wait(holding, timeout=WAIT_SECONDS)
+        journal = await rt.steps(holding)
+
+    assert (failed.state, failed.reason) == (RunState.DEAD_LETTERED, Reason.INTERRUPTED_WRITE)
+    assert (run.state, run.result) == (RunState.COMPLETED, "done"), run.error
+    assert tool_rows(journal)["hold_write"].output == {"result": "held 5"}
+    assert [line["tool"] for line in ledger_lines(str(ledger))] == [
+        "hold_write",
+        "charge_then_fail",
+    ]
 
 
 async def test_a_call_whose_server_is_gone_before_it_is_sent_is_withdrawn_and_retried(
