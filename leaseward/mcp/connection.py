@@ -18,7 +18,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from leaseward.mcp.servers import MCPServer, Stdio
-from leaseward.runtime.errors import CallNotStarted, ToolError
+from leaseward.runtime.errors import CallNotStarted, ConfigurationError, ToolError
 
 __all__ = ["REFUSALS", "AnswerLost", "ServerConnection"]
 
@@ -84,18 +84,27 @@ class ServerConnection:
         self._open_sessions: set[_Session] = set()
 
     async def list_tools(self) -> list[mcp_types.Tool]:
-        """Every tool the server lists, following its pages."""
+        """Every tool the server lists, following its pages, all of them within the
+        connect timeout: a server whose pages never end must not hold the start for ever."""
         _, session = await self._live_session()
         tools: list[mcp_types.Tool] = []
+        cursors: set[str] = set()
         cursor: str | None = None
-        while True:
-            params = None if cursor is None else mcp_types.PaginatedRequestParams(cursor=cursor)
-            with anyio.fail_after(self.server.connect_timeout_seconds):
+        limit = self.server.connect_timeout_seconds
+        with anyio.move_on_after(limit):
+            while True:
+                params = None if cursor is None else mcp_types.PaginatedRequestParams(cursor=cursor)
                 page = await session.list_tools(params=params)
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if cursor is None:
-                return tools
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if cursor is None:
+                    return tools
+                if cursor in cursors:
+                    raise ConfigurationError("its listing names a page it has already sent")
+                cursors.add(cursor)
+        raise ConfigurationError(
+            f"it did not list its tools within {limit:g} s ({len(tools)} listed by then)"
+        )
 
     async def call(
         self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]

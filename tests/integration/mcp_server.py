@@ -6,11 +6,13 @@ line to the ledger file named by LEDGER (the tool, its arguments, the ``_meta``
 it received and this process's id), which the tests read as the server's own
 account of what ran. ``ANNOTATIONS=changed`` lists different annotations;
 ``DROP`` (comma-separated names) leaves tools out of the listing. ``hold_write``
-returns once the file named by RELEASE exists.
+returns once the file named by RELEASE exists. ``... endless-listing same``
+(or ``new``) serves tools whose every page names a next one.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -154,8 +156,29 @@ if offered("hold_write"):
             await anyio.sleep(0.01)
 
 
+async def endless_listing(cursors: str) -> None:
+    """A server over stdio whose every page of tools names a next page: always the same
+    one, or each time a new one."""
+    from mcp.server.lowlevel import Server
+    from mcp.server.stdio import stdio_server
+    from mcp.types import ListToolsResult, Tool
+
+    pages = itertools.count()
+
+    async def list_tools(ctx: Any, params: Any) -> ListToolsResult:
+        page = Tool(name="lookup", input_schema={"type": "object"})
+        cursor = "next" if cursors == "same" else f"page-{next(pages)}"
+        return ListToolsResult(tools=[page], next_cursor=cursor)
+
+    endless = Server("leaseward-test-endless", on_list_tools=list_tools)
+    async with stdio_server() as (read, write):
+        await endless.run(read, write, endless.create_initialization_options())
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "stdio":
+    if sys.argv[1] == "endless-listing":
+        anyio.run(endless_listing, sys.argv[2])
+    elif sys.argv[1] == "stdio":
         server.run("stdio")
     else:
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))

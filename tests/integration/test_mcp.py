@@ -404,3 +404,25 @@ async def test_a_server_that_cannot_be_listed_stops_the_start(db_url: str) -> No
     with pytest.raises(ConfigurationError, match="billing"):
         async with Runtime.open(db_url, App([agent]), **FAST):
             pass
+
+
+@pytest.mark.parametrize(
+    ("cursors", "why"),
+    [("same", "names a page it has already sent"), ("new", "did not list its tools within 2 s")],
+)
+async def test_a_server_whose_listing_never_ends_stops_the_start_in_its_timeout(
+    db_url: str, cursors: str, why: str
+) -> None:
+    server = MCPServer.stdio(
+        "billing",
+        sys.executable,
+        [*SERVER_ARGS, "endless-listing", cursors],
+        cwd=str(ROOT),
+        connect_timeout_seconds=2.0,
+    )
+    agent = Agent("clerk", calling(), tools=[server])
+    with anyio.fail_after(WAIT_SECONDS), pytest.raises(ConfigurationError) as refused:
+        async with Runtime.open(db_url, App([agent]), **FAST):
+            pass
+    assert "'billing'" in refused.value.message
+    assert why in refused.value.message
