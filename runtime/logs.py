@@ -169,6 +169,29 @@ def _terminal_safe(logger: WrappedLogger, method_name: str, event_dict: EventDic
     return event_dict
 
 
+# A traceback's frames are short lines; its exception's message is whatever its
+# raiser put there: a tool's error, an MCP server's answer, of any length.
+_TRACEBACK_LINE_CHARS = 2000
+_TRACEBACK_LINES = 200
+
+
+def _bounded_traceback(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    """The traceback of a line with each of its lines bounded, and the lines too many
+    for a log left out from the middle: the frames that raised come last."""
+    text = event_dict.get("exception")
+    if isinstance(text, str):
+        lines = [
+            line if len(line) <= _TRACEBACK_LINE_CHARS else line[:_TRACEBACK_LINE_CHARS] + "..."
+            for line in text.split("\n")
+        ]
+        if len(lines) > _TRACEBACK_LINES:
+            kept = _TRACEBACK_LINES // 2
+            left_out = f"... {len(lines) - 2 * kept} lines left out ..."
+            lines = [*lines[:kept], left_out, *lines[-kept:]]
+        event_dict["exception"] = "\n".join(lines)
+    return event_dict
+
+
 def default_log_format() -> LogFormat:
     return "console" if sys.stderr.isatty() else "json"
 
@@ -213,6 +236,7 @@ def line_formatter(log_format: LogFormat, *, colors: bool = False) -> logging.Fo
             structlog.stdlib.add_logger_name,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            _bounded_traceback,
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             *rendering,
         ],

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from leaseward.runtime.logs import LeasewardLogger, get_logger, line_formatter
+from leaseward.runtime.logs import LeasewardLogger, LogFormat, get_logger, line_formatter
 
 
 class Records(logging.Handler):
@@ -178,3 +178,21 @@ def test_a_line_for_a_terminal_escapes_what_a_model_or_tool_wrote(own: Records) 
     assert "no_such\\x1b[31mRED" in line and "\\u202eevil" in line
     # The traceback keeps its line breaks; its message is escaped as any field.
     assert "Traceback" in line and line.count("\n") > 2
+
+
+@pytest.mark.usefixtures("unconfigured_structlog")
+@pytest.mark.parametrize("log_format", ["json", "console"])
+def test_a_traceback_is_bounded_whatever_its_exception_says(
+    own: Records, log_format: LogFormat
+) -> None:
+    """An exception's message may hold what a tool or an MCP server wrote, of any length:
+    the line's traceback keeps its frames and bounds that text."""
+    log = get_logger(own.logger)
+    try:
+        raise ValueError("x" * 300_000 + "\n" * 5_000 + "the end")
+    except ValueError:
+        log.exception("tool.raised", tool="evil_write")
+    [record] = own.records
+    line = line_formatter(log_format).format(record)
+    assert len(line) < 20_000
+    assert "Traceback" in line and "ValueError: xxx" in line and "the end" in line
