@@ -20,7 +20,7 @@ from anyio.abc import TaskStatus
 from leaseward.actors.metrics import Metrics
 from leaseward.app import Runtime
 from leaseward.console.listen import CONSOLE_HOST, configured_token
-from leaseward.otlp import TraceExport, export_traces
+from leaseward.otlp import TRACE_FLUSH_SECONDS, TraceExport, export_traces
 from leaseward.runtime.agents import App
 from leaseward.runtime.errors import ConfigurationError, LeasewardError
 from leaseward.runtime.logs import LogFormat, configure_logging, get_logger
@@ -144,8 +144,12 @@ async def serve(settings: DaemonSettings, app: App) -> int:
     finally:
         if stop_metrics is not None:
             stop_metrics()
-        # Flushes the spans still batched; bounded by the exporter's own timeout.
-        tracing.shutdown()
+        if not tracing.shutdown():
+            log.warning(
+                "daemon.traces_unflushed",
+                endpoint=tracing.detail,
+                seconds=TRACE_FLUSH_SECONDS,
+            )
     log.info("daemon.stopped")
     return 0
 

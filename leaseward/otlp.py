@@ -3,21 +3,40 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 
-__all__ = ["CAPTURE_CONTENT_VARIABLE", "TraceExport", "export_traces"]
+__all__ = ["CAPTURE_CONTENT_VARIABLE", "TRACE_FLUSH_SECONDS", "TraceExport", "export_traces"]
 
 #: The GenAI conventions' switch for recording content (tool arguments and results).
 CAPTURE_CONTENT_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _DEFAULT_SERVICE_NAME = "leaseward"
 
+TRACE_FLUSH_SECONDS = 3.0
+"""How long a stopping daemon waits for its last spans to reach the collector. The
+exporter's own timeout bounds each batch, and the SDK waits up to 30 s for them all:
+a collector that is down or hangs would hold the stop that long."""
 
-def _nothing_to_flush() -> None:
-    return None
+
+def _nothing_to_flush() -> bool:
+    return True
+
+
+def _flush_within(shutdown: Callable[[], None], seconds: float) -> Callable[[], bool]:
+    """``shutdown`` given at most ``seconds``; whether it finished in them. What it has not
+    sent by then is dropped with its thread when the process exits."""
+
+    def flush() -> bool:
+        flushing = threading.Thread(target=shutdown, name="leaseward-trace-flush", daemon=True)
+        flushing.start()
+        flushing.join(seconds)
+        return not flushing.is_alive()
+
+    return flush
 
 
 @attrs.frozen
@@ -28,7 +47,8 @@ class TraceExport:
     detail: str
     """The endpoint when on; why not when off."""
     capture_content: bool = False
-    shutdown: Callable[[], None] = _nothing_to_flush
+    shutdown: Callable[[], bool] = _nothing_to_flush
+    """Flush the spans held and stop exporting; whether it finished in time."""
 
 
 def export_traces(environ: Mapping[str, str]) -> TraceExport:
@@ -61,7 +81,10 @@ def export_traces(environ: Mapping[str, str]) -> TraceExport:
     trace.set_tracer_provider(provider)
     capture = environ.get(CAPTURE_CONTENT_VARIABLE, "").strip().lower() == "true"
     return TraceExport(
-        True, _without_credentials(endpoint), capture_content=capture, shutdown=provider.shutdown
+        True,
+        _without_credentials(endpoint),
+        capture_content=capture,
+        shutdown=_flush_within(provider.shutdown, TRACE_FLUSH_SECONDS),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -135,3 +136,35 @@ def test_without_an_endpoint_the_daemon_says_tracing_is_off(
     assert started["tracing"] == "off"
     assert "OTEL_EXPORTER_OTLP_ENDPOINT" in started["tracing_off"]
     daemon.stop_cleanly()
+
+
+@pytest.fixture
+def silent_collector() -> Iterator[str]:
+    """An endpoint on 127.0.0.1 that accepts connections and never answers."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(64)
+        yield f"http://127.0.0.1:{listening.getsockname()[1]}"
+
+
+def test_a_collector_that_never_answers_holds_neither_a_run_nor_the_stop(
+    daemons: DaemonPool, url: str, calls_file: Path, silent_collector: str
+) -> None:
+    daemon = daemons.start(
+        url,
+        worker_id="unheard",
+        DEMO_CALLS_FILE=str(calls_file),
+        OTEL_EXPORTER_OTLP_ENDPOINT=silent_collector,
+        OTEL_BSP_SCHEDULE_DELAY="50",
+        # Each batch may wait this long for an answer that never comes.
+        OTEL_EXPORTER_OTLP_TIMEOUT="60",
+    )
+    run = ok(
+        "submit", "payer", "--input", '{"order": "T-2"}', "--wait", "--json", "--timeout", "20",
+        "--store", url,
+    ).json()  # fmt: skip
+    assert run["state"] == "completed"
+    daemon.stop_cleanly(timeout=15)
+    [unflushed] = daemon.events("daemon.traces_unflushed")
+    assert unflushed["endpoint"] == silent_collector
+    daemon.wait_for("daemon.stopped")
