@@ -92,7 +92,17 @@ def _bounded(text: str, limit: int) -> str:
 
 
 def _as_json(value: Any, limit: int) -> str:
-    return _bounded(json.dumps(value, default=str, ensure_ascii=False), limit)
+    # What a tool returned need not be JSON as it is (keys that are not text, a cycle,
+    # an object whose str raises): the journal encodes it its own way, and a span's copy
+    # must never stop the run.
+    try:
+        text = json.dumps(value, default=str, ensure_ascii=False)
+    except Exception:
+        try:
+            text = repr(value)
+        except Exception:
+            text = f"<{type(value).__name__}>"
+    return _bounded(text, limit)
 
 
 def _error_type(error: Exception) -> str:

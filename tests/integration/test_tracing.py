@@ -227,3 +227,26 @@ async def test_without_content_opted_in_spans_hold_no_arguments_or_results(
     for span in spans:
         assert "gen_ai.tool.call.arguments" not in attributes(span)
         assert "gen_ai.tool.call.result" not in attributes(span)
+
+
+async def test_a_result_json_cannot_hold_as_it_is_is_traced_and_the_run_goes_on(
+    store_url: str,
+) -> None:
+    """A tool may return what json.dumps refuses (keys that are not text): the journal
+    encodes it its own way, and the span's copy of it must not stop the run."""
+
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def tally(ctx: ToolContext) -> dict[Any, str]:
+        return {(1, 2): "pair"}
+
+    provider = ScriptedProvider(
+        [ProviderReply(tool_calls=[ToolCall("tally", {}, "call-tally")]), ProviderReply(text="ok")]
+    )
+    exporter = in_memory_spans()
+    agent = Agent(AGENT, provider, tools=[tally])
+    async with Runtime.open(store_url, App([agent]), trace_content=True) as rt:
+        run = await rt.run(AGENT, "count")
+    assert (run.state, run.result) == (RunState.COMPLETED, "ok")
+    [span] = named(list(exporter.get_finished_spans()), "execute_tool")
+    assert "pair" in attributes(span)["gen_ai.tool.call.result"]
+    assert attributes(span)["leaseward.outcome.recorded"] is True
