@@ -14,6 +14,8 @@ __all__ = ["CAPTURE_CONTENT_VARIABLE", "TRACE_FLUSH_SECONDS", "TraceExport", "ex
 #: The GenAI conventions' switch for recording content (tool arguments and results).
 CAPTURE_CONTENT_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+_PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+_PROTOCOL = "http/protobuf"
 _DEFAULT_SERVICE_NAME = "leaseward"
 
 TRACE_FLUSH_SECONDS = 3.0
@@ -56,8 +58,22 @@ def export_traces(environ: Mapping[str, str]) -> TraceExport:
     endpoint and the SDK and exporter are installed; otherwise say why not."""
     if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return TraceExport(False, "OTEL_SDK_DISABLED is true")
-    if environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() == "none":
+    exporters = environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower()
+    if exporters == "none":
         return TraceExport(False, "OTEL_TRACES_EXPORTER is none")
+    if "otlp" not in {name.strip() for name in exporters.split(",")}:
+        return TraceExport(
+            False, f"OTEL_TRACES_EXPORTER is {exporters!r}: the daemon has the otlp exporter only"
+        )
+    # The more specific variable wins, as the exporter reads them.
+    for variable in _PROTOCOL_VARIABLES:
+        protocol = environ.get(variable, "").strip().lower()
+        if protocol and protocol != _PROTOCOL:
+            return TraceExport(
+                False, f"{variable} is {protocol!r}: the daemon sends OTLP as {_PROTOCOL} only"
+            )
+        if protocol:
+            break
     endpoint = next((environ[name] for name in _ENDPOINT_VARIABLES if environ.get(name)), None)
     if endpoint is None:
         return TraceExport(False, "no OTEL_EXPORTER_OTLP_ENDPOINT is set")

@@ -128,6 +128,34 @@ def test_the_daemon_exports_a_runs_spans_to_the_otlp_endpoint(
     assert "gen_ai.tool.call.arguments" not in charged
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json"),
+        ("OTEL_TRACES_EXPORTER", "console"),
+    ],
+)
+def test_an_exporter_the_daemon_does_not_have_turns_tracing_off_and_says_why(
+    daemons: DaemonPool, url: str, calls_file: Path, receiver: Receiver, variable: str, value: str
+) -> None:
+    """The daemon sends OTLP over HTTP as protobuf only: asked for another protocol or
+    exporter, it says so at start, never sends the collector what it cannot read."""
+    environment = {
+        "DEMO_CALLS_FILE": str(calls_file),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        variable: value,
+    }
+    # Every parameter named, so that mypy matches the variables to the environment's.
+    daemon = daemons.start(
+        url, worker_id="misconfigured", flags=(), wait=True, app="demo_app:app", **environment
+    )
+    [started] = daemon.events("daemon.started")
+    assert started["tracing"] == "off"
+    assert variable in started["tracing_off"] and value in started["tracing_off"]
+    daemon.stop_cleanly()
+
+
 def test_without_an_endpoint_the_daemon_says_tracing_is_off(
     daemons: DaemonPool, url: str, calls_file: Path
 ) -> None:
