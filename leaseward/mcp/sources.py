@@ -15,9 +15,10 @@ from leaseward.mcp import FENCING_TOKEN_META, IDEMPOTENCY_KEY_META
 from leaseward.mcp.connection import ServerConnection
 from leaseward.mcp.effects import decide_effect, is_destructive
 from leaseward.mcp.servers import MCPServer
-from leaseward.runtime.agents import App
+from leaseward.runtime.agents import Agent, App
 from leaseward.runtime.effects import ToolEffect
-from leaseward.runtime.errors import ConfigurationError, ToolError
+from leaseward.runtime.errors import ConfigurationError, ToolDefinitionError, ToolError
+from leaseward.runtime.schema import schema_arguments
 from leaseward.runtime.tool_sources import ListedTool, ToolProvenance
 from leaseward.runtime.tools import ToolContext
 
@@ -138,6 +139,27 @@ async def _list_sources(
                     f"agent {agent.name!r}: the tools of MCP server {source.name!r} "
                     f"could not be listed: {exc}"
                 )
-            listed.extend(listed_tool(source, connection, tool) for tool in tools)
+            for tool in tools:
+                # Checked here, where the server and the tool can still be named: the
+                # agent, given them all at once, could say only what was wrong.
+                problem = _unusable(agent, source, tool, listed)
+                if problem is not None:
+                    return problem
+                listed.append(listed_tool(source, connection, tool))
         agent.use_listed_tools(listed)
+    return None
+
+
+def _unusable(
+    agent: Agent, server: MCPServer, tool: mcp_types.Tool, listed: list[ListedTool]
+) -> ConfigurationError | None:
+    """Why the agent cannot offer ``tool`` beside what it has, or None."""
+    where = f"agent {agent.name!r}: MCP server {server.name!r} lists the tool {tool.name!r}"
+    taken = next((other for other in listed if other.name == tool.name), None)
+    if taken is not None:
+        return ConfigurationError(f"{where}, and MCP server {taken.provenance.source!r} does too")
+    try:
+        schema_arguments(tool.input_schema)
+    except ToolDefinitionError as exc:
+        return ConfigurationError(f"{where}, which it cannot offer: {exc.message}")
     return None

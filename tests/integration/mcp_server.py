@@ -158,7 +158,8 @@ if offered("hold_write"):
 
 async def endless_listing(cursors: str) -> None:
     """A server over stdio whose every page of tools names a next page: always the same
-    one, or each time a new one."""
+    one, or each time a new one; or (``bad-schema``) one page, of a tool whose input
+    schema is not valid JSON Schema."""
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
     from mcp.types import ListToolsResult, Tool
@@ -166,6 +167,9 @@ async def endless_listing(cursors: str) -> None:
     pages = itertools.count()
 
     async def list_tools(ctx: Any, params: Any) -> ListToolsResult:
+        if cursors == "bad-schema":
+            schema = {"type": "object", "properties": {"city": {"type": "town"}}}
+            return ListToolsResult(tools=[Tool(name="lookup", input_schema=schema)])
         page = Tool(name="lookup", input_schema={"type": "object"})
         cursor = "next" if cursors == "same" else f"page-{next(pages)}"
         return ListToolsResult(tools=[page], next_cursor=cursor)

@@ -426,3 +426,30 @@ async def test_a_server_whose_listing_never_ends_stops_the_start_in_its_timeout(
             pass
     assert "'billing'" in refused.value.message
     assert why in refused.value.message
+
+
+async def test_tools_an_agent_cannot_offer_stop_the_start_naming_server_and_tool(
+    db_url: str, tmp_path: Path
+) -> None:
+    twice = Agent(
+        "clerk",
+        calling(),
+        tools=[
+            stdio_server(tmp_path / "ledger"),
+            attrs.evolve(stdio_server(tmp_path / "l"), name="copy"),
+        ],
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        async with Runtime.open(db_url, App([twice]), **FAST):
+            pass
+    assert "MCP server 'copy' lists the tool 'lookup'" in refused.value.message
+    assert "MCP server 'billing' does too" in refused.value.message
+
+    odd = MCPServer.stdio(
+        "odd", sys.executable, [*SERVER_ARGS, "endless-listing", "bad-schema"], cwd=str(ROOT)
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        async with Runtime.open(db_url, App([Agent("clerk", calling(), tools=[odd])]), **FAST):
+            pass
+    assert "MCP server 'odd' lists the tool 'lookup'" in refused.value.message
+    assert "invalid tool schema" in refused.value.message
