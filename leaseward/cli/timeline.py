@@ -58,6 +58,11 @@ def took(step: StepInfo) -> str:
     if step.finished_at is None:
         return "open"
     seconds = step.finished_at - step.started_at
+    latency = step.output.get("latency_ms") if isinstance(step.output, dict) else None
+    if step.kind is StepKind.PROVIDER and isinstance(latency, int | float):
+        # A provider turn is journaled with the record its run makes next, so its
+        # finished_at includes the call that followed: the reply's own wait is kept.
+        seconds = latency / 1000
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 

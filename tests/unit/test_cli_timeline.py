@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
-from leaseward.cli.timeline import print_timeline
+from leaseward.cli.timeline import print_timeline, took
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState, StepKind, StepStatus
@@ -111,3 +112,16 @@ def test_a_cancel_not_yet_carried_out_is_shown_with_what_becomes_of_it(
         assert "cancel requested" not in printed
     else:
         assert f"\n{shown}\n" in printed
+
+
+def test_a_provider_turn_took_as_long_as_its_reply_not_the_call_journaled_with_it() -> None:
+    """The turn's row is committed with the read that followed it, two seconds later."""
+    turn = StepInfo(
+        run_id="r1", seq=0, epoch=1, kind=StepKind.PROVIDER, tool=None, call_id=None,
+        effect=None, status=StepStatus.SUCCEEDED, idempotency_key=None, arguments=None,
+        output={"text": None, "latency_ms": 12.5}, error=None, started_at=1.0,
+        finished_at=3.0,
+    )  # fmt: skip
+    assert took(turn) == "12.5 ms"
+    older = StepInfo(**{**attrs.asdict(turn, recurse=False), "output": {"text": "hi"}})
+    assert took(older) == "2.0 s"
