@@ -191,6 +191,20 @@ class Client:
         self._writer.queued()
         return ids
 
+    @asynccontextmanager
+    async def _acting_on(self, run_id: str) -> AsyncIterator[None]:
+        """An action on a run that is gone says so as ``get`` does: RunPurged, when and how
+        it had ended, for one purged with its key kept."""
+        try:
+            yield
+        except RunPurged:
+            raise
+        except RunNotFound:
+            purged = await self._store.purged_run(run_id)
+            if purged is not None:
+                raise RunPurged(purged) from None
+            raise
+
     async def _record(self, run_id: str) -> RunRecord:
         record = await self._store.get_run(_storable_id(run_id))
         if record is not None:
@@ -253,7 +267,8 @@ class Client:
         """Requeue a run dead-lettered not_retryable or retries_exhausted, or interrupted_write
         whose journal records its call's outcome, under a new epoch and with its requeue
         count reset. A write interrupted with no recorded outcome needs ``resolve`` instead."""
-        record = await self._store.redrive(_storable_id(run_id))
+        async with self._acting_on(run_id):
+            record = await self._store.redrive(_storable_id(run_id))
         self._writer.queued()
         return record.info()
 
@@ -277,13 +292,14 @@ class Client:
         """
         if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
             raise InvalidInput(f"a step is a journal step number, not {step!r}")
-        record = await self._store.resolve(
-            _storable_id(run_id),
-            applied=applied,
-            operator=operator or default_operator(),
-            note=note,
-            step=step,
-        )
+        async with self._acting_on(run_id):
+            record = await self._store.resolve(
+                _storable_id(run_id),
+                applied=applied,
+                operator=operator or default_operator(),
+                note=note,
+                step=step,
+            )
         self._writer.queued()
         return record.info()
 
@@ -355,15 +371,16 @@ class Client:
         digest: str | None = None,
     ) -> RunInfo:
         try:
-            _, record = await self._store.decide(
-                _storable_id(run_id),
-                call_id,
-                decision,
-                operator=operator or default_operator(),
-                note=note,
-                value_json=value_json,
-                digest=digest,
-            )
+            async with self._acting_on(run_id):
+                _, record = await self._store.decide(
+                    _storable_id(run_id),
+                    call_id,
+                    decision,
+                    operator=operator or default_operator(),
+                    note=note,
+                    value_json=value_json,
+                    digest=digest,
+                )
         except RequestExpired:
             # Expiring it may have put the run back in the queue, as a reaper pass does.
             self._writer.queued()
@@ -524,7 +541,8 @@ class Client:
 
         Returns False when the run had already finished.
         """
-        outcome = await self._writer.cancel_run(_storable_id(run_id))
+        async with self._acting_on(run_id):
+            outcome = await self._writer.cancel_run(_storable_id(run_id))
         if outcome is CancelOutcome.CANCELLED:
             self._wakeups.settled(run_id)
         return outcome is not CancelOutcome.ALREADY_FINISHED

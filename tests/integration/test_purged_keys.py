@@ -8,7 +8,7 @@ ago.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from datetime import timedelta
 from pathlib import Path
@@ -145,6 +145,26 @@ async def test_submits_racing_a_purge_of_their_run_all_get_its_id(store_url: str
         assert await owner.runs() == []
         with pytest.raises(RunPurged):
             await owner.get(run_id)
+
+
+async def test_every_action_on_a_purged_run_says_it_was_purged(store_url: str) -> None:
+    async with Client.open(store_url) as client:
+        run_id = await client.submit("payer", ORDER, idempotency_key=KEY)
+        assert await client.cancel(run_id)
+        await anyio.sleep(0.01)
+        assert (await client.purge(finished_before=JUST_NOW)).runs == 1
+        actions: dict[str, Callable[[], Awaitable[object]]] = {
+            "cancel": lambda: client.cancel(run_id),
+            "redrive": lambda: client.redrive(run_id),
+            "resolve": lambda: client.resolve(run_id, applied=True, step=1),
+            "approve": lambda: client.approve(run_id),
+            "reject": lambda: client.reject(run_id, reason="no"),
+            "reply": lambda: client.send_input(run_id, 1),
+        }
+        for name, action in actions.items():
+            with pytest.raises(RunPurged, match="was purged") as caught:
+                await action()
+            assert caught.value.run_id == run_id, name
 
 
 async def test_a_purged_run_without_a_key_is_simply_not_found(store_url: str) -> None:
