@@ -142,6 +142,11 @@ class Metrics:
             "Expired leases the LeaseReaper settled.",
             registry=on,
         )
+        self.runs_crashed = Counter(
+            "leaseward_runs_crashed",
+            "Runs whose actor failed unexpectedly; each is recovered when its lease runs out.",
+            registry=on,
+        )
         self.dead_letters = Counter(
             "leaseward_dead_letters",
             "Runs dead-lettered, by a RunActor or the LeaseReaper, by reason.",
@@ -205,6 +210,9 @@ class Metrics:
 
     def lease_reaped(self) -> None:
         self.leases_reaped.inc()
+
+    def run_crashed(self) -> None:
+        self.runs_crashed.inc()
 
     def dead_lettered(self, reason: Reason | None) -> None:
         self.dead_letters.labels(

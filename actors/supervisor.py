@@ -346,7 +346,17 @@ class Supervisor:
     def _start(self, runs: TaskGroup, record: RunRecord, lease_deadline: float) -> None:
         local = self._enter(record, lease_deadline, claimed=True)
         self._log.info("run.claimed", run_id=record.id, epoch=record.epoch, agent=record.agent)
-        runs.start_soon(self._run_actor, local)
+        runs.start_soon(self._run_claimed, local)
+
+    async def _run_claimed(self, local: _Local) -> None:
+        try:
+            await self._run_actor(local)
+        except Exception:
+            # A fault of one run is not the worker's: the other runs go on. This one's
+            # lease is left to run out, and the reaper recovers it as it recovers the run
+            # of a worker that died, by what its journal holds (an open intent included).
+            self._log.exception("run.crashed", run_id=local.actor.run_id, epoch=local.actor.epoch)
+            self.metrics.run_crashed()
 
     async def run_interactive(self, record: RunRecord, lease_deadline: float) -> Settlement | None:
         """Execute ``record``, a run started by this process's caller (``Runtime.run``),

@@ -19,6 +19,7 @@ import gc
 import os
 import shutil
 import tempfile
+import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -67,6 +68,29 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     del os.environ[PYCACHE_VARIABLE]
     shutil.rmtree(directory, ignore_errors=True)
     _pycache = None
+
+
+@pytest.fixture(autouse=True)
+def no_run_crashes(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """Fails a test in whose process a run's actor failed unexpectedly, unless it is
+    marked ``run_crash``: the worker goes on and the reaper recovers the run, so the test
+    would otherwise pass over a fault of leaseward's own."""
+    from leaseward.actors.metrics import Metrics
+
+    crashes: list[str] = []
+    counted = Metrics.run_crashed
+
+    def run_crashed(metrics: Metrics) -> None:
+        # Counted inside the handler of the actor's exception: its traceback is at hand.
+        crashes.append(traceback.format_exc())
+        counted(metrics)
+
+    monkeypatch.setattr(Metrics, "run_crashed", run_crashed)
+    yield
+    if crashes and request.node.get_closest_marker("run_crash") is None:
+        pytest.fail("a run crashed:\n" + "\n".join(crashes), pytrace=False)
 
 
 @pytest.fixture

@@ -22,10 +22,11 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.actors import Metrics
 from leaseward.runtime.commits import Fenced
 from leaseward.runtime.conversation import idempotency_key
 from leaseward.runtime.journal import StepWrite
-from leaseward.runtime.lifecycle import Event, StepKind
+from leaseward.runtime.lifecycle import Event, RecoveryPolicy, StepKind
 from leaseward.runtime.settlements import Settlement
 from leaseward.storage import BatchItem, open_store
 from tests.integration.faults import FaultyExecutor, Statement, faulty_store, query
@@ -204,6 +205,45 @@ async def test_a_call_longer_than_the_lease_is_not_reaped(store_url: str) -> Non
     assert (run.state, run.epoch, run.requeues) == (RunState.COMPLETED, 1, 0)
     assert len(calls) == 1
     assert "lease.reaped" not in events(logs)
+
+
+class FailingOnce(Metrics):
+    """Metrics whose first count of a tool step raises: a fault inside one run's actor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def step_recorded(self, kind: StepKind, effect: ToolEffect | None) -> None:
+        if kind is StepKind.TOOL and not self.failed:
+            self.failed = True
+            raise RuntimeError("a fault inside one run")
+        super().step_recorded(kind, effect)
+
+
+@pytest.mark.run_crash
+async def test_a_run_whose_actor_fails_is_recovered_and_the_worker_goes_on(
+    store_url: str,
+) -> None:
+    agent = one_call_agent("reader", ToolEffect.READ_ONLY, Calls())
+    metrics = FailingOnce()
+    quick_retry = RecoveryPolicy(backoff_base_seconds=0.01)
+    with capture_logs() as logs:
+        async with Runtime.open(
+            store_url,
+            App([agent]),
+            lease_seconds=0.3,
+            metrics=metrics,
+            recovery=quick_retry,
+            **FAST,
+        ) as rt:
+            run_ids = [await rt.submit("reader", None) for _ in range(3)]
+            runs = await rt.wait_all(run_ids, timeout=10)
+    assert [run.state for run in runs] == [RunState.COMPLETED] * 3
+    # The run that failed was taken over once its lease ran out; the others never were.
+    assert sorted(run.epoch for run in runs) == [1, 1, 2]
+    assert events(logs).count("run.crashed") == 1
+    assert metrics.registry.get_sample_value("leaseward_runs_crashed_total") == 1
 
 
 async def test_drain_releases_runs_without_spending_a_retry(store_url: str) -> None:
