@@ -192,11 +192,12 @@ class Client:
         return ids
 
     @asynccontextmanager
-    async def _acting_on(self, run_id: str) -> AsyncIterator[None]:
+    async def _acting_on(self, run_id: str) -> AsyncIterator[str]:
         """An action on a run that is gone says so as ``get`` does: RunPurged, when and how
-        it had ended, for one purged with its key kept."""
+        it had ended, for one purged with its key kept. Yields the id as stores hold it."""
+        run_id = _storable_id(run_id)
         try:
-            yield
+            yield run_id
         except RunPurged:
             raise
         except RunNotFound:
@@ -267,8 +268,8 @@ class Client:
         """Requeue a run dead-lettered not_retryable or retries_exhausted, or interrupted_write
         whose journal records its call's outcome, under a new epoch and with its requeue
         count reset. A write interrupted with no recorded outcome needs ``resolve`` instead."""
-        async with self._acting_on(run_id):
-            record = await self._store.redrive(_storable_id(run_id))
+        async with self._acting_on(run_id) as stored_id:
+            record = await self._store.redrive(stored_id)
         self._writer.queued()
         return record.info()
 
@@ -292,9 +293,9 @@ class Client:
         """
         if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
             raise InvalidInput(f"a step is a journal step number, not {step!r}")
-        async with self._acting_on(run_id):
+        async with self._acting_on(run_id) as stored_id:
             record = await self._store.resolve(
-                _storable_id(run_id),
+                stored_id,
                 applied=applied,
                 operator=operator or default_operator(),
                 note=note,
@@ -371,9 +372,9 @@ class Client:
         digest: str | None = None,
     ) -> RunInfo:
         try:
-            async with self._acting_on(run_id):
+            async with self._acting_on(run_id) as stored_id:
                 _, record = await self._store.decide(
-                    _storable_id(run_id),
+                    stored_id,
                     call_id,
                     decision,
                     operator=operator or default_operator(),
@@ -541,8 +542,8 @@ class Client:
 
         Returns False when the run had already finished.
         """
-        async with self._acting_on(run_id):
-            outcome = await self._writer.cancel_run(_storable_id(run_id))
+        async with self._acting_on(run_id) as stored_id:
+            outcome = await self._writer.cancel_run(stored_id)
         if outcome is CancelOutcome.CANCELLED:
             self._wakeups.settled(run_id)
         return outcome is not CancelOutcome.ALREADY_FINISHED
