@@ -77,6 +77,15 @@ def _storable_id(run_id: str) -> str:
     return run_id
 
 
+def _check_timeout(timeout: float | None) -> None:
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise InvalidInput(
+            f"a wait's timeout is a number of seconds, 0 or more, or None, not {timeout!r}"
+        )
+
+
 def default_operator() -> str:
     try:
         return getpass.getuser()
@@ -412,6 +421,9 @@ class Client:
     async def wait(self, run_id: str, timeout: float | None = None) -> RunInfo:
         """Wait until the run is terminal; raises WaitTimeout after ``timeout`` seconds.
 
+        The run is read at least once: with ``timeout=0`` this asks whether it has
+        finished. A timeout that is negative or not a number raises InvalidInput.
+
         A run that settles in this process wakes its waiters at once; one that
         settles in another is seen within WAIT_POLL_SECONDS.
         """
@@ -442,13 +454,17 @@ class Client:
     ) -> bool:
         """Put each run's info in ``finished`` as it is seen terminal; whether all were
         before ``timeout``."""
+        _check_timeout(timeout)
         pending = [_storable_id(run_id) for run_id in run_ids]
         with self._wakeups.watching(pending) as settled, anyio.move_on_after(timeout):
-            records = {record.id: record for record in await self._store.get_runs(pending)}
-            for run_id in pending:
-                record = records.get(run_id) or await self._record(run_id)
-                if record.state.terminal:
-                    finished[run_id] = record.info()
+            # With no time left the runs are still read once: a timeout of 0 asks whether
+            # they have finished, and one that has is no timeout.
+            with anyio.CancelScope(shield=timeout == 0):
+                records = {record.id: record for record in await self._store.get_runs(pending)}
+                for run_id in pending:
+                    record = records.get(run_id) or await self._record(run_id)
+                    if record.state.terminal:
+                        finished[run_id] = record.info()
             poll_at = anyio.current_time() + WAIT_POLL_SECONDS
             while True:
                 pending = [run_id for run_id in pending if run_id not in finished]

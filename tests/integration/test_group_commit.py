@@ -284,6 +284,33 @@ async def test_waiting_for_many_runs_names_an_unknown_one_and_how_many_did_not_f
             await client.wait_all(ids, timeout=0.1)
 
 
+async def test_a_wait_with_no_time_left_still_looks_at_the_runs_once(db_url: str) -> None:
+    async with Runtime.open(db_url, echo_app(), **FAST) as rt:
+        finished = await rt.run("echo", 1)
+        assert (await rt.wait(finished.id, timeout=0)).state is RunState.COMPLETED
+        [info] = await rt.wait_all([finished.id], timeout=0)
+        assert info.state is RunState.COMPLETED
+        with pytest.raises(RunNotFound, match="no-such-run"):
+            await rt.wait("no-such-run", timeout=0)
+    # No worker now: a run that has not finished is not waited for.
+    async with Client.open(db_url, app=echo_app()) as client:
+        [queued] = await client.submit_many("echo", [2])
+        with pytest.raises(WaitTimeout, match="within 0 seconds"):
+            await client.wait(queued, timeout=0)
+
+
+@pytest.mark.parametrize("timeout", [-1.0, float("nan"), "5"])
+async def test_a_timeout_that_is_no_number_of_seconds_is_invalid_input(
+    db_url: str, timeout: Any
+) -> None:
+    async with Client.open(created(db_url), app=echo_app()) as client:
+        [run_id] = await client.submit_many("echo", [1])
+        with pytest.raises(InvalidInput, match="timeout"):
+            await client.wait(run_id, timeout=timeout)
+        with pytest.raises(InvalidInput, match="timeout"):
+            await client.wait_all([run_id], timeout=timeout)
+
+
 def hold_write_lock(path: str, locked: threading.Event, release: threading.Event) -> None:
     connection = sqlite3.connect(path, isolation_level=None)
     try:
