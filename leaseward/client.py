@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import getpass
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -191,8 +191,15 @@ class Client:
         """Queue one run of ``agent`` per input, all in one write; returns their ids in order.
 
         Every input is checked before anything is stored: one that is not JSON (or
-        too large) raises InvalidInput and queues nothing.
+        too large) raises InvalidInput and queues nothing, as does one input given
+        in place of the collection (a string, bytes or a mapping).
         """
+        if isinstance(inputs, str | bytes | bytearray | Mapping):
+            # Iterated, it would queue a run per character, byte or key.
+            raise InvalidInput(
+                f"submit_many takes a collection of inputs, one per run, not one "
+                f"{type(inputs).__name__}; submit() queues a single run"
+            )
         runs = [new_run(agent, input, RunMode.QUEUED, app=self._app) for input in inputs]
         if not runs:
             return []
@@ -440,6 +447,11 @@ class Client:
         elsewhere. Raises RunNotFound (RunPurged for a purged run) for an id with no
         run, and WaitTimeout after ``timeout`` seconds, saying how many had not finished.
         """
+        if isinstance(run_ids, str):
+            raise InvalidInput(
+                f"wait_all takes a sequence of run ids, not one id ({run_ids!r}); "
+                "wait() waits for a single run"
+            )
         wanted = list(dict.fromkeys(run_ids))
         finished: dict[str, RunInfo] = {}
         if not await self._wait_for(wanted, timeout, finished):

@@ -311,6 +311,23 @@ async def test_a_timeout_that_is_no_number_of_seconds_is_invalid_input(
             await client.wait_all([run_id], timeout=timeout)
 
 
+@pytest.mark.parametrize("inputs", ["abc", {"order": 42}, b"ab"], ids=["str", "dict", "bytes"])
+async def test_one_input_given_for_many_is_invalid_input_and_queues_nothing(
+    db_url: str, inputs: Any
+) -> None:
+    async with Client.open(created(db_url), app=echo_app()) as client:
+        with pytest.raises(InvalidInput, match=r"submit\(\)"):
+            await client.submit_many("echo", inputs)
+        assert await client.runs() == []
+
+
+async def test_one_run_id_given_for_many_is_invalid_input(db_url: str) -> None:
+    async with Client.open(created(db_url), app=echo_app()) as client:
+        run_id = await client.submit("echo", 1)
+        with pytest.raises(InvalidInput, match=r"wait\(\)"):
+            await client.wait_all(run_id, timeout=1)
+
+
 def hold_write_lock(path: str, locked: threading.Event, release: threading.Event) -> None:
     connection = sqlite3.connect(path, isolation_level=None)
     try:
