@@ -6,10 +6,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from leaseward.runtime.effects import ToolEffectResolver
-from leaseward.runtime.errors import ConfigurationError, UnknownAgent
+from leaseward.runtime.errors import ConfigurationError, ToolDefinitionError, UnknownAgent
 from leaseward.runtime.messages import ModelSettings, ProviderReply, ProviderRequest, Role, ToolSpec
 from leaseward.runtime.tool_sources import ListedTool, ToolSource
-from leaseward.runtime.tools import ToolSet
+from leaseward.runtime.tools import Tool, ToolSet
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
@@ -108,6 +108,11 @@ class Agent:
                 f"agent {name!r}: model_settings must be a ModelSettings, "
                 f"not {type(model_settings).__name__}"
             )
+        if isinstance(tools, str | Tool | ToolSource):
+            raise ToolDefinitionError(
+                f"agent {name!r}: tools is a list, tools=[tool, ...], "
+                f"not one {type(tools).__name__}"
+            )
         self.name = name
         self.provider = provider
         given = list(tools)
@@ -143,6 +148,10 @@ class App:
     """The agents one runtime can execute."""
 
     def __init__(self, agents: Iterable[Agent]) -> None:
+        if isinstance(agents, str | Agent):
+            raise ConfigurationError(
+                f"App takes a list of agents, App([agent, ...]), not one {type(agents).__name__}"
+            )
         self._agents: dict[str, Agent] = {}
         for agent in agents:
             if not isinstance(agent, Agent):

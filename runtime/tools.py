@@ -276,7 +276,8 @@ async def _call_tool(candidate: Tool, ctx: ToolContext, checked: Mapping[str, An
 def bind_tool(candidate: Any) -> BoundTool:
     if not isinstance(candidate, Tool):
         raise ToolDefinitionError(
-            f"{candidate!r} is not a tool: it needs a name, parameters and an async __call__"
+            f"{candidate!r} is not a tool: decorate it with @tool, or give its class a "
+            "name, parameters and an async __call__"
         )
     name = candidate.name
     if not isinstance(name, str) or not name:

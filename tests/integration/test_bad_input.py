@@ -35,6 +35,7 @@ from leaseward import (
     StoreError,
     ToolCall,
     ToolContext,
+    ToolDefinitionError,
     ToolEffect,
     UnknownAgent,
     tool,
@@ -458,6 +459,45 @@ async def test_bad_runtime_settings_are_configuration_errors_and_create_no_file(
         async with Runtime.open(db_url, app, **settings):
             pytest.fail("the runtime opened")
     assert not path_of(db_url).exists()
+
+
+async def plain_function(x: int) -> int:
+    return x
+
+
+@tool
+async def decorated(x: int) -> int:
+    return x
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "fragment"),
+    # mypy refuses the first three; code that is not type-checked reaches the runtime.
+    [
+        (
+            lambda: App(Agent("x", ScriptedProvider([]))),  # type: ignore[arg-type]
+            ConfigurationError,
+            r"App\(\[agent",
+        ),
+        (lambda: App("x"), ConfigurationError, r"App\(\[agent"),  # type: ignore[arg-type]
+        (
+            lambda: Agent("x", ScriptedProvider([]), tools=decorated),  # type: ignore[arg-type]
+            ToolDefinitionError,
+            r"\[tool",
+        ),
+        (
+            lambda: Agent("x", ScriptedProvider([]), tools=[plain_function]),
+            ToolDefinitionError,
+            "decorate it with @tool",
+        ),
+    ],
+    ids=["app-of-one-agent", "app-of-a-name", "agent-with-one-tool", "undecorated-function"],
+)
+def test_an_app_built_wrong_is_refused_saying_how_to_build_it(
+    build: Callable[[], Any], error: type[Exception], fragment: str
+) -> None:
+    with pytest.raises(error, match=fragment):
+        build()
 
 
 @pytest.mark.parametrize(
