@@ -13,6 +13,9 @@ year it is a slip, and infinity overflows the first deadline computed from it.""
 
 
 class Clock(Protocol):
+    """Where a runtime reads the time: wall-clock seconds for records, and a monotonic
+    clock for the deadlines of its leases."""
+
     def now(self) -> float:
         """Seconds since the epoch: what goes into records."""
         ...
@@ -28,6 +31,8 @@ class Clock(Protocol):
 
 
 class SystemClock:
+    """The system's clocks: ``time.time()`` and ``time.monotonic()``."""
+
     def now(self) -> float:
         return time.time()
 

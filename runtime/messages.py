@@ -32,6 +32,8 @@ _SHOWN_CHARS = 80
 
 
 class Role(enum.StrEnum):
+    """Who wrote a message of the conversation a provider is sent."""
+
     SYSTEM = "system"
     USER = "user"
     ASSISTANT = "assistant"

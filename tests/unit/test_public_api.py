@@ -96,6 +96,22 @@ def test_leaseward_providers_exports_the_shipped_adapters() -> None:
     assert {"OpenAIChat", "AnthropicMessages"} <= set(leaseward.providers.__all__)
 
 
+def _user_facing_names() -> list[str]:
+    return [
+        *(f"leaseward.{name}" for name in leaseward.__all__ if name != "__version__"),
+        *(f"leaseward.providers.{name}" for name in leaseward.providers.__all__),
+    ]
+
+
+@pytest.mark.parametrize("name", _user_facing_names())
+def test_every_name_a_user_imports_is_in_the_reference(name: str) -> None:
+    reference = "\n".join(
+        page.read_text(encoding="utf-8") for page in (ROOT / "docs" / "reference").glob("*.md")
+    )
+    short = name.rpartition(".")[2]
+    assert f"::: {name}\n" in reference or f"`{name}`" in reference or f"`{short}`" in reference
+
+
 def _exported_exceptions() -> list[type[BaseException]]:
     values = [getattr(leaseward, name) for name in leaseward.__all__]
     return [v for v in values if isinstance(v, type) and issubclass(v, BaseException)]
