@@ -129,9 +129,14 @@ class SettlingSteps(MachineCore):
 
     def _stopped(self) -> Settlement:
         """The settlement for an attempt cut off by this process shutting down."""
-        if self.mode is RunMode.QUEUED and self.newest[1] is not StepStatus.STARTED:
-            return Settlement(Event.RELEASE)
-        return self._recovered_from_interruption("the worker stopped during the call")
+        if self.mode is RunMode.QUEUED:
+            if self.newest[1] is not StepStatus.STARTED:
+                return Settlement(Event.RELEASE)
+            return self._recovered_from_interruption("the worker stopped during the call")
+        # An interactive run ends with its caller's task as well as with its worker.
+        return self._recovered_from_interruption(
+            "the run stopped before it finished: its caller was cancelled or its worker shut down"
+        )
 
     def _recovered_from_interruption(self, error: str) -> Settlement:
         """What the reaper would decide for this attempt, had its lease expired now."""

@@ -160,3 +160,22 @@ async def test_leaving_the_runtime_waits_for_an_interactive_run_then_cuts_it_off
     assert len(calls) == 1
     assert [s.seq for s in journal] == [0]
     assert "worker.draining" in events(logs)
+
+
+async def test_an_interactive_run_whose_caller_is_cancelled_says_so(store_url: str) -> None:
+    held = Held()
+    agent = one_call_agent(
+        "reader", ToolEffect.READ_ONLY, Calls(), timeout_seconds=TOOL_TIMEOUT_SECONDS, body=held
+    )
+    async with Runtime.open(store_url, App([agent]), **FAST) as rt:
+        async with anyio.create_task_group() as caller:
+            caller.start_soon(rt.run, "reader", None)
+            with anyio.fail_after(CANCELLED_WITHIN_SECONDS):
+                await held.entered.wait()
+            caller.cancel_scope.cancel()
+        [stopped] = await rt.runs()
+    assert held.cancelled.is_set()
+    assert (stopped.state, stopped.reason) == (RunState.FAILED, Reason.INTERACTIVE_INTERRUPTED)
+    assert stopped.error == (
+        "the run stopped before it finished: its caller was cancelled or its worker shut down"
+    )
