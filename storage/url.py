@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
@@ -60,6 +61,16 @@ class PostgresOptions:
         return _without_password(urlsplit(self.dsn))
 
 
+# A user's password in a URL, up to the last @ before the path: a password may hold
+# an unescaped @, and a URL refused for its form may not split into parts at all.
+_PASSWORD = re.compile(r"([^/:@]*):[^/]*@")
+
+
+def _shown(url: str) -> str:
+    """A URL refused before it could be read, as an error echoes it: no password."""
+    return _PASSWORD.sub(r"\1@", url, count=1)
+
+
 def _without_password(parts: SplitResult) -> str:
     """A PostgreSQL URL as messages and logs show it: no password, no options."""
     netloc = parts.netloc
@@ -93,7 +104,9 @@ def store_location(url: str) -> str:
 
 def parse_store_url(url: str) -> StoreURL:
     if not isinstance(url, str) or "://" not in url:
-        raise ConfigurationError(f"store URL {url!r} is not a URL; expected e.g. sqlite:///runs.db")
+        raise ConfigurationError(
+            f"store URL {_shown(url)!r} is not a URL; expected e.g. sqlite:///runs.db"
+        )
     try:
         parts = urlsplit(url)
     except ValueError as exc:
@@ -106,7 +119,7 @@ def parse_store_url(url: str) -> StoreURL:
     if parts.scheme in ("postgresql", "postgres"):
         return StoreURL("postgresql", postgresql=_postgres_options(url))
     raise ConfigurationError(
-        f"store URL {url!r} has an unknown scheme {parts.scheme!r}; "
+        f"store URL {_shown(url)!r} has an unknown scheme {parts.scheme!r}; "
         "expected sqlite:// or postgresql://"
     )
 
@@ -129,7 +142,7 @@ def _postgres_options(url: str) -> PostgresOptions:
     if not parts.hostname and not parts.path.strip("/") and not parts.query:
         # postgresql:// alone would mean "everything from PG* variables"; say so explicitly.
         raise ConfigurationError(
-            f"store URL {url!r} names no server or database; "
+            f"store URL {_shown(url)!r} names no server or database; "
             "expected e.g. postgresql://user@host:5432/dbname"
         )
     try:
@@ -170,13 +183,13 @@ def _postgres_options(url: str) -> PostgresOptions:
 def _sqlite_options(url: str, netloc: str, path: str, query: str) -> SQLiteOptions:
     if netloc:
         raise ConfigurationError(
-            f"store URL {url!r} names a host; a SQLite URL is sqlite:///path/to/file.db"
+            f"store URL {_shown(url)!r} names a host; a SQLite URL is sqlite:///path/to/file.db"
         )
     # sqlite:///runs.db is relative, sqlite:////var/lib/runs.db absolute, and
     # sqlite:///~/runs.db in the home directory, as a shell would read it.
     file_path = os.path.expanduser(path[1:] if path.startswith("/") else path)
     if not file_path:
-        raise ConfigurationError(f"store URL {url!r} names no database file")
+        raise ConfigurationError(f"store URL {_shown(url)!r} names no database file")
     synchronous = "FULL"
     busy_timeout_ms = BUSY_TIMEOUT_MS
     for key, value in parse_qsl(query, keep_blank_values=True):

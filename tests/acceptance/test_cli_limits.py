@@ -196,3 +196,19 @@ def test_a_postgresql_url_refused_for_its_port_does_not_echo_its_password() -> N
     result = leaseward("runs", "--store", "postgresql://alice:s3cret@127.0.0.1:54321x/prod")
     assert_one_line_error(result, EXIT_USAGE, "'54321x' is not a port number")
     assert "s3cret" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("store", "said"),
+    [
+        ("postgressql://alice:s3cret@db.example:5432/prod", "unknown scheme 'postgressql'"),
+        ("postgresql:/alice:s3cret@db.example:5432/prod", "is not a URL"),
+        ("mysql://alice:s3cret@home@db.example/prod", "unknown scheme 'mysql'"),
+        ("sqlite://alice:s3cret@db.example/runs.db", "names a host"),
+        ("postgresql://:s3cret@", "names no server or database"),
+    ],
+)
+def test_a_store_url_refused_for_its_form_does_not_echo_its_password(store: str, said: str) -> None:
+    result = leaseward("runs", "--store", store)
+    assert_one_line_error(result, EXIT_USAGE, said)
+    assert "s3cret" not in result.stderr
