@@ -130,11 +130,19 @@ def translate_params(sql: str) -> tuple[str, tuple[str, ...]]:
     return _TOKENS.sub(replace, sql), tuple(names)
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, timed_out: str = "no answer in time") -> str:
+    """A driver error in one line; ``timed_out`` says which wait a bare TimeoutError
+    ended, since asyncpg's names neither the wait nor the option that bounds it."""
+    if isinstance(exc, TimeoutError) and not str(exc).strip():
+        return f"postgresql: {timed_out}"
     text = str(exc).strip() or type(exc).__name__
     sqlstate = getattr(exc, "sqlstate", None)
     kind = type(exc).__name__
     return f"postgresql: {kind}{f' [{sqlstate}]' if sqlstate else ''}: {text}"
+
+
+def _connect_waited(options: PostgresOptions) -> str:
+    return f"no connection within {options.connect_timeout_seconds:g} s (connect_timeout_seconds)"
 
 
 def _application_name(dsn: str) -> str:
@@ -212,10 +220,28 @@ class PostgresExecutor:
                 f"the PostgreSQL store {options.display} cannot be used: {_describe(exc)}"
             ) from exc
         except _DRIVER_ERRORS as exc:
-            raise StoreError(f"{_describe(exc)} ({options.display})") from exc
+            waited = _connect_waited(options)
+            raise StoreError(f"{_describe(exc, waited)} ({options.display})") from exc
         executor = cls(pool, options)
         owner.append(executor)
         return executor
+
+    @property
+    def _answer_waited(self) -> str:
+        return (
+            f"no answer within {self._options.command_timeout_seconds:g} s "
+            "(command_timeout_seconds)"
+        )
+
+    @property
+    def _acquire_waited(self) -> str:
+        # A pool acquire may open a connection: either bound may have run out.
+        return (
+            f"{_connect_waited(self._options)}, or none free within {ACQUIRE_TIMEOUT_SECONDS:g} s"
+        )
+
+    def _describe(self, exc: BaseException) -> str:
+        return _describe(exc, self._answer_waited)
 
     # -- connections --------------------------------------------------------------------
 
@@ -225,7 +251,9 @@ class PostgresExecutor:
             return None
         return bound[1]
 
-    async def _call(self, operation: Callable[..., Awaitable[T]], *args: Any) -> T:
+    async def _call(
+        self, operation: Callable[..., Awaitable[T]], *args: Any, waited: str | None = None
+    ) -> T:
         # The call itself is inside: a pool proxy whose connection was lost raises
         # before it returns an awaitable.
         try:
@@ -235,14 +263,20 @@ class PostgresExecutor:
                 # Replaced at their next acquire, instead of each failing one write
                 # when it is next used: every write of a worker shares one Persister.
                 await self._pool.expire_connections()
-            raise StoreError(_describe(exc), data_error=isinstance(exc, _DATA_ERRORS)) from exc
+            raise StoreError(
+                _describe(exc, waited or self._answer_waited),
+                data_error=isinstance(exc, _DATA_ERRORS),
+            ) from exc
 
     @asynccontextmanager
     async def _hold(self) -> AsyncIterator[Connection]:
         """A connection of the pool, bound to this task for the block."""
         if self._closed:
             raise StoreError(f"postgresql: the store {self._options.display} is closed")
-        connection = await self._call(lambda: self._pool.acquire(timeout=ACQUIRE_TIMEOUT_SECONDS))
+        connection = await self._call(
+            lambda: self._pool.acquire(timeout=ACQUIRE_TIMEOUT_SECONDS),
+            waited=self._acquire_waited,
+        )
         try:
             with self._bound_to(connection):
                 yield connection
@@ -339,7 +373,7 @@ class PostgresExecutor:
                     # The COMMIT may have reached the server and applied before the
                     # connection went (a terminated backend even answers with an
                     # error after committing): only a read of the database can tell.
-                    raise CommitOutcomeUnknown(_describe(exc)) from exc
+                    raise CommitOutcomeUnknown(self._describe(exc)) from exc
                 raise
 
     async def run_transaction(self, work: Callable[[], Awaitable[T]]) -> T:
@@ -439,12 +473,12 @@ class PostgresExecutor:
                 except _SENT_AND_LOST as exc:
                     if isinstance(exc, _SESSION_LOST):
                         await self._pool.expire_connections()
-                    raise CommitOutcomeUnknown(_describe(exc)) from exc
+                    raise CommitOutcomeUnknown(self._describe(exc)) from exc
                 except _DRIVER_ERRORS as exc:
                     # The server answered with an error: the statement's transaction
                     # rolled back.
                     raise StoreError(
-                        _describe(exc), data_error=isinstance(exc, _DATA_ERRORS)
+                        self._describe(exc), data_error=isinstance(exc, _DATA_ERRORS)
                     ) from exc
         return [dict(record.items()) for record in records]
 
@@ -507,7 +541,7 @@ class PostgresExecutor:
                 try:
                     await listener.add_listener(channel, self._notified)
                 except _DRIVER_ERRORS as exc:
-                    log.warning("store.listen_failed", error=_describe(exc))
+                    log.warning("store.listen_failed", error=self._describe(exc))
                     return False
                 self._listened.add(channel)
                 return True
@@ -524,7 +558,7 @@ class PostgresExecutor:
                 if isinstance(exc, Exception):
                     log.warning(
                         "store.listen_failed",
-                        error=_describe(exc),
+                        error=_describe(exc, _connect_waited(self._options)),
                         retry_in_seconds=round(self._listen_retry_at - anyio.current_time(), 3),
                     )
                     return False
@@ -584,6 +618,6 @@ class PostgresExecutor:
                 await self._pool.close()
             except _DRIVER_ERRORS as exc:
                 self._pool.terminate()
-                raise StoreError(_describe(exc)) from exc
+                raise StoreError(self._describe(exc)) from exc
         if scope.cancelled_caught:
             self._pool.terminate()

@@ -62,7 +62,9 @@ from leaseward.storage import (
 from leaseward.storage.migrations import MIGRATIONS
 from leaseward.storage.postgres import translate_params
 from tests.integration.faults import Statement, faulty_store, lose_answer, query
+from tests.integration.pg_proxy import CommitDropper
 from tests.integration.support import Calls, capture_logs, events
+from tests.integration.test_real_faults import upstream
 from tests.integration.test_store_conformance import COMPLETE, new_run
 
 pytestmark = pytest.mark.anyio
@@ -145,6 +147,30 @@ async def test_a_database_that_does_not_exist_is_a_configuration_error(
 async def test_a_server_that_does_not_answer_is_a_store_error() -> None:
     with pytest.raises(StoreError, match="postgresql"):
         await open_store("postgresql://postgres@127.0.0.1:1/postgres?connect_timeout_seconds=2")
+
+
+async def test_a_server_cut_off_while_connecting_says_which_timeout_ran_out(
+    pg_server: Any, pg_database: str
+) -> None:
+    host, port, user = upstream(pg_server.admin_url)
+    async with CommitDropper(host, port) as proxy:
+        proxy.partition()
+        with pytest.raises(StoreError) as raised:
+            await open_store(proxy.url(pg_database, user, connect_timeout_seconds="0.3"))
+        proxy.heal()
+    assert "no connection within 0.3 s (connect_timeout_seconds)" in raised.value.message
+    assert "TimeoutError" not in raised.value.message
+
+
+async def test_a_server_slower_than_the_command_timeout_says_which_timeout_ran_out(
+    pg_server: Any, pg_database: str
+) -> None:
+    host, port, user = upstream(pg_server.admin_url)
+    async with CommitDropper(host, port, answer_delay_seconds=0.3) as proxy:
+        with pytest.raises(StoreError) as raised:
+            await open_store(proxy.url(pg_database, user, command_timeout_seconds="0.1"))
+    assert "no answer within 0.1 s (command_timeout_seconds)" in raised.value.message
+    assert "TimeoutError" not in raised.value.message
 
 
 # -- migrations ---------------------------------------------------------------------------
