@@ -96,6 +96,14 @@ _CONFIGURATION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.InvalidAuthorizationSpecificationError,
     asyncpg.ClientConfigurationError,
 )
+# What the server says of a setting it was sent as a session opened: the URL's
+# options that are neither leaseward's nor the driver's go to the server as settings,
+# so a misspelt option of leaseward's ends up here.
+_SETTING_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.UndefinedObjectError,
+    asyncpg.InvalidParameterValueError,
+    asyncpg.CantChangeRuntimeParamError,
+)
 
 # The connection each executor has bound in this context, by executor id, with the
 # task that bound it. Never mutated: binding makes a new mapping, and the block
@@ -218,6 +226,13 @@ class PostgresExecutor:
         except _CONFIGURATION_ERRORS as exc:
             raise ConfigurationError(
                 f"the PostgreSQL store {options.display} cannot be used: {_describe(exc)}"
+            ) from exc
+        except _SETTING_ERRORS as exc:
+            raise ConfigurationError(
+                f"the PostgreSQL store {options.display} cannot be used: {_describe(exc)}; "
+                "a URL option that is not leaseward's (pool_size, connect_timeout_seconds "
+                "and command_timeout_seconds) or the driver's (sslmode, ...) is sent to "
+                "the server as a setting"
             ) from exc
         except _DRIVER_ERRORS as exc:
             waited = _connect_waited(options)

@@ -144,6 +144,24 @@ async def test_a_database_that_does_not_exist_is_a_configuration_error(
         await open_store(pg_server.url_for(f"lw_missing_{uuid.uuid4().hex[:8]}"))
 
 
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        ("poolsize=3", 'unrecognized configuration parameter "poolsize"'),
+        ("statement_timeout=soon", 'invalid value for parameter "statement_timeout"'),
+        ("max_connections=3", '"max_connections" cannot be changed'),
+    ],
+)
+async def test_a_url_option_the_server_refuses_as_a_setting_is_a_configuration_error(
+    pg_url: str, option: str, said: str
+) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        await open_store(f"{pg_url}{'&' if '?' in pg_url else '?'}{option}")
+    message = raised.value.message
+    assert said in message
+    assert "pool_size, connect_timeout_seconds and command_timeout_seconds" in message
+
+
 async def test_a_server_that_does_not_answer_is_a_store_error() -> None:
     with pytest.raises(StoreError, match="postgresql"):
         await open_store("postgresql://postgres@127.0.0.1:1/postgres?connect_timeout_seconds=2")
