@@ -218,3 +218,25 @@ def test_at_info_the_daemon_logs_each_step_and_log_level_warning_silences_it(
     assert ok(*submit, "--store", url).json()["state"] == "completed"
     quiet.stop_cleanly()
     assert quiet.log() == []
+
+
+def test_a_database_dropped_under_the_daemon_is_logged_in_lines_without_a_traceback(
+    daemons: DaemonPool, pg_server: Any
+) -> None:
+    database = pg_server.create_database()
+    try:
+        daemon = daemons.start(pg_server.url_for(database), worker_id="acc-dropped")
+        pg_server.drop(database)
+        # The driver's pool tries to reopen the connection it lost, and says it failed.
+        floor = wait_until(
+            "the pool's reconnection warning",
+            lambda: next((e for e in daemon.log() if e.get("logger") == "asyncpg.pool"), None),
+            10.0,
+        )
+        daemon.wait_for("claim.failed")
+        daemon.stop(timeout=15.0)
+    finally:
+        pg_server.drop(database)
+    assert "exception" not in floor, floor
+    assert "does not exist" in floor["event"], floor
+    assert "Traceback" not in daemon.log_path.read_text()
