@@ -128,7 +128,8 @@ class SettlingSteps(MachineCore):
         return (observed, *self._settle(settlement, withdrawn))
 
     def _stopped(self) -> Settlement:
-        """The settlement for an attempt cut off by this process shutting down."""
+        """The settlement for an attempt cut off by this process shutting down, or, for an
+        interactive run, by its caller's task being cancelled."""
         if self.mode is RunMode.QUEUED:
             if self.newest[1] is not StepStatus.STARTED:
                 return Settlement(Event.RELEASE)
