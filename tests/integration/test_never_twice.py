@@ -262,23 +262,38 @@ async def test_a_reaped_actor_still_alive_keeps_its_run_from_a_second_local_acto
     assert (run.state, run.epoch) == (RunState.COMPLETED, 2)
 
 
-@pytest.mark.parametrize("effect", [ToolEffect.NON_IDEMPOTENT_WRITE, ToolEffect.IDEMPOTENT_WRITE])
-@pytest.mark.parametrize("change", ["removed", "schema_changed"])
+@pytest.mark.parametrize(
+    ("effect", "change"),
+    [
+        (ToolEffect.NON_IDEMPOTENT_WRITE, "removed"),
+        (ToolEffect.NON_IDEMPOTENT_WRITE, "schema_changed"),
+        (ToolEffect.IDEMPOTENT_WRITE, "removed"),
+        (ToolEffect.IDEMPOTENT_WRITE, "schema_changed"),
+        (ToolEffect.IDEMPOTENT_WRITE, "made_non_idempotent"),
+    ],
+)
 async def test_an_open_attempt_of_a_write_wins_over_every_other_check(
-    store_url: str, change: str, effect: ToolEffect
+    store_url: str, effect: ToolEffect, change: str
 ) -> None:
     """Hole 7: the tool was removed, or its arguments no longer validate, in a deploy;
     the journal still holds a write that may have run. An idempotent one could be
     made again only under its key: told of the error, the model would ask again under
-    a new key, and the write would apply twice."""
+    a new key, and the write would apply twice. Nor may it be made again once a deploy
+    declared its tool non-idempotent: its code now says a second execution is unsafe."""
     calls = Calls()
+    now = ToolEffect.NON_IDEMPOTENT_WRITE if change == "made_non_idempotent" else effect
 
-    @tool(name="charge", effect=effect)
+    @tool(name="charge", effect=now)
     async def charge_in_cents(ctx: ToolContext, cents: int) -> int:
         calls.record(ctx, cents=cents)
         return cents
 
-    tools = [] if change == "removed" else [charge_in_cents]
+    @tool(name="charge", effect=now)
+    async def charge(ctx: ToolContext, amount: int) -> int:
+        calls.record(ctx, amount=amount)
+        return amount
+
+    tools = {"removed": [], "schema_changed": [charge_in_cents]}.get(change, [charge])
     app = App([Agent("payer", ScriptedProvider([CHARGE, ProviderReply(text="ok")]), tools)])
     store = await open_store(store_url)
     run_id = await ghost_claims(store, "payer", (provider_step(0, CHARGE), intent(1, effect, "k")))
@@ -290,39 +305,8 @@ async def test_an_open_attempt_of_a_write_wins_over_every_other_check(
     await store.aclose()
 
     assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.INTERRUPTED_WRITE)
-    assert calls.seen == []
-    assert [(s.seq, s.status) for s in journal] == [
-        (0, StepStatus.SUCCEEDED),
-        (1, StepStatus.STARTED),
-    ]
-
-
-async def test_an_open_idempotent_attempt_of_a_tool_now_non_idempotent_is_not_made_again(
-    store_url: str,
-) -> None:
-    """A deploy made an idempotent write non-idempotent: its code now says a second
-    execution of a call is unsafe, and the attempt that was interrupted may have run."""
-    calls = Calls()
-
-    @tool(name="charge", effect=ToolEffect.NON_IDEMPOTENT_WRITE)
-    async def charge(ctx: ToolContext, amount: int) -> int:
-        calls.record(ctx, amount=amount)
-        return amount
-
-    app = App([Agent("payer", ScriptedProvider([CHARGE, ProviderReply(text="ok")]), [charge])])
-    store = await open_store(store_url)
-    run_id = await ghost_claims(
-        store, "payer", (provider_step(0, CHARGE), intent(1, ToolEffect.IDEMPOTENT_WRITE, "k"))
-    )
-    async with Runtime.open(
-        store, app, reap_interval_seconds=0.05, poll_interval_seconds=0.02
-    ) as rt:
-        run = await rt.wait(run_id, timeout=10)
-        journal = await rt.steps(run_id)
-    await store.aclose()
-
-    assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.INTERRUPTED_WRITE)
-    assert run.error is not None and "non_idempotent_write" in run.error
+    if change == "made_non_idempotent":
+        assert run.error is not None and "its tool is now a non_idempotent_write" in run.error
     assert calls.seen == []
     assert [(s.seq, s.status) for s in journal] == [
         (0, StepStatus.SUCCEEDED),
