@@ -147,12 +147,17 @@ async def test_submits_racing_a_purge_of_their_run_all_get_its_id(store_url: str
             await owner.get(run_id)
 
 
+async def cancelled_and_purged(client: Client, run_id: str) -> None:
+    """``run_id`` ended (cancelled) and was purged by a routine purge."""
+    assert await client.cancel(run_id)
+    await anyio.sleep(0.01)
+    assert (await client.purge(finished_before=JUST_NOW)).runs == 1
+
+
 async def test_every_action_on_a_purged_run_says_it_was_purged(store_url: str) -> None:
     async with Client.open(store_url) as client:
         run_id = await client.submit("payer", ORDER, idempotency_key=KEY)
-        assert await client.cancel(run_id)
-        await anyio.sleep(0.01)
-        assert (await client.purge(finished_before=JUST_NOW)).runs == 1
+        await cancelled_and_purged(client, run_id)
         actions: dict[str, Callable[[], Awaitable[object]]] = {
             "cancel": lambda: client.cancel(run_id),
             "redrive": lambda: client.redrive(run_id),
@@ -170,9 +175,7 @@ async def test_every_action_on_a_purged_run_says_it_was_purged(store_url: str) -
 async def test_a_purged_run_without_a_key_is_simply_not_found(store_url: str) -> None:
     async with Client.open(store_url) as client:
         run_id = await client.submit("payer", ORDER)
-        assert await client.cancel(run_id)
-        await anyio.sleep(0.01)
-        assert (await client.purge(finished_before=JUST_NOW)).runs == 1
+        await cancelled_and_purged(client, run_id)
         with pytest.raises(RunNotFound) as caught:
             await client.get(run_id)
         assert not isinstance(caught.value, RunPurged)
@@ -191,9 +194,7 @@ async def test_forgetting_keys_needs_a_positive_age(store_url: str, older_than: 
 async def test_a_forgotten_key_makes_a_new_run(store_url: str) -> None:
     async with Client.open(store_url) as client:
         run_id = await client.submit("payer", ORDER, idempotency_key=KEY)
-        assert await client.cancel(run_id)
-        await anyio.sleep(0.01)
-        assert (await client.purge(finished_before=JUST_NOW)).runs == 1
+        await cancelled_and_purged(client, run_id)
         assert (await client.forget_keys(older_than=JUST_NOW, dry_run=True)).keys == 1
         assert await client.submit("payer", ORDER, idempotency_key=KEY) == run_id
         assert await client.runs() == []
