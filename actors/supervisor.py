@@ -178,6 +178,7 @@ class Supervisor:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Supervisor]:
+        await self._warn_of_a_namesake()
         # Registered before the first claim, so that a submit made once this is
         # running sees its agents served.
         await self._registry(self._store.register_worker)
@@ -210,6 +211,19 @@ class Supervisor:
             # After the reaper stopped, so no heartbeat can bring the row back.
             with anyio.CancelScope(shield=True):
                 await self._registry(lambda worker: self._store.remove_worker(worker.id))
+
+    async def _warn_of_a_namesake(self) -> None:
+        """Say so when a live worker of another process has this worker's id. Leases are
+        fenced by epoch, so the two share no run; but they share one row of the
+        registry, which the first of them to stop removes."""
+        me = self.registration
+        try:
+            workers = await self._store.list_workers()
+        except LeasewardError:
+            return
+        for other in workers:
+            if other.id == me.id and other.live and (other.host, other.pid) != (me.host, me.pid):
+                self._log.warning("worker.id_in_use", host=other.host, pid=other.pid)
 
     async def _registry(self, change: Callable[[WorkerRegistration], Awaitable[None]]) -> None:
         """Register or remove this worker; a store fault is logged, never fatal: the

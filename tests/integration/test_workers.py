@@ -29,6 +29,7 @@ from leaseward import (
 )
 from leaseward.actors import WORKER_GONE_AFTER_BEATS, WORKER_GONE_AFTER_MIN_SECONDS
 from leaseward.runtime.commits import Stored
+from leaseward.runtime.workers import WorkerRegistration
 from leaseward.storage import BatchItem, SQLStore, open_store
 from tests.integration.faults import FaultyExecutor, Statement, fail, faulty_store, query
 from tests.integration.support import capture_logs, events
@@ -84,6 +85,22 @@ async def test_a_runtime_registers_beats_and_forgets_its_worker(store_url: str) 
             assert later.live
         assert await client.workers() == []
         assert await client.served_agents() == frozenset()
+
+
+async def test_a_worker_given_the_id_of_a_live_one_elsewhere_says_so(store_url: str) -> None:
+    store = await open_store(store_url)
+    try:
+        elsewhere = WorkerRegistration("w-test", "elsewhere", 4242, ("payer",), 60.0)
+        await store.register_worker(elsewhere)
+        with capture_logs() as logs:
+            async with Runtime.open(store, app_of("payer"), worker_id="w-test", **FAST):
+                pass
+            async with Runtime.open(store, app_of("payer"), worker_id="w-other", **FAST):
+                pass
+    finally:
+        await store.aclose()
+    [warned] = [entry for entry in logs if entry["event"] == "worker.id_in_use"]
+    assert (warned["worker_id"], warned["host"], warned["pid"]) == ("w-test", "elsewhere", 4242)
 
 
 async def test_runtime_submit_refuses_an_agent_of_no_app_and_queues_nothing(
