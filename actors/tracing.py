@@ -63,6 +63,8 @@ _EVENTS = {
 # arguments, results, keys or tokens.
 _EVENT_FIELDS = frozenset({"seq", "seqs", "tool", "count", "calls", "during", "state", "reason"})
 _ERROR_CHARS = 500
+# A model's name and its stop reason are the provider's words, of any length.
+_NAME_CHARS = 200
 
 
 @attrs.frozen
@@ -274,7 +276,7 @@ class RunTrace:
             reply = event.reply if isinstance(event, m.ProviderReplied) else None
             if isinstance(reply, ProviderReply):
                 if reply.model is not None:
-                    span.set_attribute("gen_ai.response.model", reply.model)
+                    span.set_attribute("gen_ai.response.model", _bounded(reply.model, _NAME_CHARS))
                 if reply.usage is not None:
                     span.set_attributes(
                         {
@@ -283,7 +285,10 @@ class RunTrace:
                         }
                     )
                 if reply.stop_reason is not None:
-                    span.set_attribute("gen_ai.response.finish_reasons", [reply.stop_reason])
+                    span.set_attribute(
+                        "gen_ai.response.finish_reasons",
+                        [_bounded(reply.stop_reason, _NAME_CHARS)],
+                    )
             else:
                 self._failed(span, event)
         span.end()

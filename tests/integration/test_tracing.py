@@ -250,3 +250,20 @@ async def test_a_result_json_cannot_hold_as_it_is_is_traced_and_the_run_goes_on(
     [span] = named(list(exporter.get_finished_spans()), "execute_tool")
     assert "pair" in attributes(span)["gen_ai.tool.call.result"]
     assert attributes(span)["leaseward.outcome.recorded"] is True
+
+
+async def test_what_a_provider_says_of_its_model_and_stop_is_bounded_on_its_span(
+    store_url: str,
+) -> None:
+    """The model's name and stop reason come from the provider's answer, whatever its size."""
+    provider = ScriptedProvider(
+        [ProviderReply(text="ok", model="m" * 100_000, stop_reason="s" * 100_000)]
+    )
+    exporter = in_memory_spans()
+    async with Runtime.open(store_url, App([Agent(AGENT, provider)])) as rt:
+        run = await rt.run(AGENT, "hi")
+    assert run.state is RunState.COMPLETED
+    [span] = [s for s in exporter.get_finished_spans() if "gen_ai.response.model" in attributes(s)]
+    assert len(attributes(span)["gen_ai.response.model"]) <= 201
+    [stop] = attributes(span)["gen_ai.response.finish_reasons"]
+    assert len(stop) <= 201
