@@ -126,9 +126,11 @@ async def under_fault(
     *,
     reads_during: bool = True,
     concurrency: int = 2,
+    lease_seconds: float = FAST["lease_seconds"],
 ) -> tuple[list[RunInfo], dict[str, list[StepInfo]]]:
     """Run the workload with ``fault`` brought on at the first charge; check the promises."""
-    async with Runtime.open(store, workload.app, concurrency=concurrency, **FAST) as rt:
+    options = {**FAST, "lease_seconds": lease_seconds}
+    async with Runtime.open(store, workload.app, concurrency=concurrency, **options) as rt:
         ids = [await rt.submit("payer", n) for n in range(RUNS)]
         with anyio.fail_after(SETTLE_SECONDS):
             await workload.first_charge.wait()
@@ -311,6 +313,13 @@ def pg_probe(url: str) -> Probe:
     return probe
 
 
+BLOCKED_ROW_LEASE_SECONDS = 6.0
+"""The lease of the runs whose row a test holds locked: no renewal of it falls due while
+it is held. A renewal sent then would wait for the row in the Persister's batch, and the
+charge's outcome behind that batch could never reach the server to be faulted there (a
+loaded machine may hold the charge past a third of a short lease)."""
+
+
 @asynccontextmanager
 async def outcome_batch_blocked(url: str, run_id: str) -> AsyncIterator[asyncpg.Connection]:
     """Holds the run's row, so the charge's outcome batch waits inside its transaction."""
@@ -367,7 +376,9 @@ async def test_postgres_backends_terminated_mid_batch(pg_server: Any, pg_databas
             assert killed >= 2
 
     with capture_logs() as logs:
-        runs, _ = await under_fault(url, workload, terminated)
+        runs, _ = await under_fault(
+            url, workload, terminated, lease_seconds=BLOCKED_ROW_LEASE_SECONDS
+        )
     assert "audit.failed" in events(logs)
     charged = next(r for r in runs if r.id == workload.charged_run)
     assert charged.state is RunState.DEAD_LETTERED
@@ -413,7 +424,9 @@ async def test_postgres_server_restarted_mid_batch(pg_server: Any, pg_database: 
             assert done.returncode == 0, done.stderr
 
     with capture_logs() as logs:
-        _, journals = await under_fault(url, workload, restarted)
+        _, journals = await under_fault(
+            url, workload, restarted, lease_seconds=BLOCKED_ROW_LEASE_SECONDS
+        )
     # The restart ends the lock's holder too, and the server may end it before the
     # backend of the batch waiting for it: that batch then commits before it goes, and
     # the charge is recorded. Otherwise the batch is cut off and the run fails closed.
