@@ -135,8 +135,12 @@ def _driver_warning_in_one_line(record: logging.LogRecord) -> bool:
     that says anything, and the store's own events already say what failed."""
     if record.name.startswith("asyncpg") and record.exc_info and record.exc_info[1]:
         error = record.exc_info[1]
-        cause = " ".join(str(error).split()) or type(error).__name__
-        record.msg = f"{record.getMessage()}: {type(error).__name__}: {cause}"
+        said = " ".join(str(error).split())
+        if not said and isinstance(error, TimeoutError):
+            # The driver's own connect timeout, which raises one with nothing to say.
+            said = "the server did not answer in time"
+        cause = f": {said}" if said else ""
+        record.msg = f"{record.getMessage()}: {type(error).__name__}{cause}"
         record.args = None
         record.exc_info = None
         record.exc_text = None
