@@ -42,6 +42,7 @@ from leaseward.client import Client, default_operator, open_existing_store
 from leaseward.console.listen import check_listen_address, configured_token, console_url
 from leaseward.daemon import DaemonSettings, load_app, serve
 from leaseward.runtime.encoding import MAX_INPUT_BYTES, MAX_JSON_DEPTH
+from leaseward.runtime.errors import RunNotFound
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
 from leaseward.runtime.runs import RunInfo
 from leaseward.storage.connect import open_store
@@ -168,12 +169,22 @@ async def _submit_served(
             "would never return; nothing was queued (add --timeout, or drop --wait)"
         )
     run_id = await client.submit(agent, value, idempotency_key=idempotency_key)
-    print(
-        f"leaseward: warning: no live worker serves agent {agent!r} ({_serving(served)}); "
-        f"run {run_id} stays queued until one does",
-        file=sys.stderr,
-    )
+    if await _still_queued(client, run_id):
+        print(
+            f"leaseward: warning: no live worker serves agent {agent!r} ({_serving(served)}); "
+            f"run {run_id} stays queued until one does",
+            file=sys.stderr,
+        )
     return run_id
+
+
+async def _still_queued(client: Client, run_id: str) -> bool:
+    # An idempotency key may answer with a run that already finished, or was purged
+    # since: nothing waits for a worker then, and a warning would say it does.
+    try:
+        return (await client.get(run_id)).state is RunState.QUEUED
+    except RunNotFound:
+        return False
 
 
 # -- the runs ---------------------------------------------------------------------------

@@ -127,6 +127,23 @@ def test_submit_warns_about_an_agent_no_live_worker_serves_and_queues_it(
     assert len(_runs(url)) == before + 1
 
 
+def test_a_keyed_submit_answered_by_a_finished_or_purged_run_warns_of_nothing(url: str) -> None:
+    ok("migrate", "--store", url)
+    keyed = ("submit", "nosuchagent", "--input", "{}", "--idempotency-key", "k-1", "--store", url)
+    run_id = ok(*keyed).stdout.strip()
+    ok("cancel", run_id, "--store", url)
+
+    again = ok(*keyed)
+    assert again.stdout.strip() == run_id
+    assert again.stderr == ""
+
+    time.sleep(1.1)  # the shortest age a purge takes is a second
+    assert "deleted 1 run " in ok("purge", "--finished-before", "1s", "--store", url).stdout
+    after_purge = ok(*keyed)
+    assert after_purge.stdout.strip() == run_id
+    assert after_purge.stderr == ""
+
+
 def test_a_refused_wait_changes_nothing_in_a_store_without_workers(url: str) -> None:
     ok("migrate", "--store", url)
     directory = Path(url.removeprefix("sqlite:///")).parent
