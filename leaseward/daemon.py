@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import pkgutil
@@ -78,6 +79,14 @@ def load_app(path: str) -> App:
             raise ConfigurationError(
                 f"--app {path!r}: calling {attribute} failed: {type(exc).__name__}: {exc}"
             ) from None
+        if inspect.iscoroutine(value):
+            # Closed, so that Python does not add its own warning about a coroutine
+            # never awaited below the one line that says what to do.
+            value.close()
+            raise ConfigurationError(
+                f"--app {path!r}: {attribute} is an async function; name an App, or a "
+                "plain function that returns one"
+            )
     if not isinstance(value, App):
         raise ConfigurationError(
             f"--app {path!r} is {_with_article(type(value).__name__)}, not a leaseward App"

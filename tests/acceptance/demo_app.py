@@ -68,6 +68,11 @@ NOT_AN_APP = "just a string"
 NOT_AN_APP_EITHER = 42
 
 
+async def build_app_later() -> App:
+    """An async builder, which ``--app`` cannot await: for ``--app demo_app:build_app_later``."""
+    return build_app()
+
+
 def _append(variable: str, record: dict[str, Any]) -> None:
     """One JSON line, durable before this returns: the process may be killed right after."""
     path = os.environ.get(variable)

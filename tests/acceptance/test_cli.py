@@ -133,6 +133,7 @@ def test_a_bad_store_url_in_the_environment_is_a_usage_error(tmp_path: Path) -> 
         ("demo_app:NOT_AN_APP", "'demo_app:NOT_AN_APP' is a str, not a leaseward App"),
         ("demo_app:NOT_AN_APP_EITHER", "'demo_app:NOT_AN_APP_EITHER' is an int, not a leaseward"),
         ("demo_app", "module:attribute"),
+        ("demo_app:build_app_later", "build_app_later is an async function"),
     ],
 )
 def test_daemon_with_an_app_that_is_not_one_is_a_usage_error(
