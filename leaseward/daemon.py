@@ -8,6 +8,7 @@ import logging
 import os
 import pkgutil
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -167,24 +168,40 @@ async def serve(settings: DaemonSettings, app: App) -> int:
     stop_metrics: Callable[[], None] | None = None
     if settings.metrics_port is not None:
         stop_metrics = _serve_metrics(metrics, settings.metrics_host, settings.metrics_port)
-    tracing = export_traces(os.environ)
+    console_socket: socket.socket | None = None
     try:
-        await _serve(settings, app, metrics, tracing)
+        if settings.console_port is not None:
+            # Bound before the Runtime opens: a port in use then stops the daemon before
+            # it has registered, claimed a run or spent an epoch. Imported here, not at
+            # the top: a daemon without the console starts without the web stack.
+            from leaseward.console.serve import bound_socket
+
+            console_socket = bound_socket(settings.console_host, settings.console_port)
+        tracing = export_traces(os.environ)
+        try:
+            await _serve(settings, app, metrics, tracing, console_socket)
+        finally:
+            if not tracing.shutdown():
+                log.warning(
+                    "daemon.traces_unflushed",
+                    endpoint=tracing.detail,
+                    seconds=TRACE_FLUSH_SECONDS,
+                )
     finally:
+        if console_socket is not None:
+            console_socket.close()
         if stop_metrics is not None:
             stop_metrics()
-        if not tracing.shutdown():
-            log.warning(
-                "daemon.traces_unflushed",
-                endpoint=tracing.detail,
-                seconds=TRACE_FLUSH_SECONDS,
-            )
     log.info("daemon.stopped")
     return 0
 
 
 async def _serve(
-    settings: DaemonSettings, app: App, metrics: Metrics, tracing: TraceExport
+    settings: DaemonSettings,
+    app: App,
+    metrics: Metrics,
+    tracing: TraceExport,
+    console_socket: socket.socket | None,
 ) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with anyio.create_task_group() as watching:
@@ -205,9 +222,7 @@ async def _serve(
                 # connection. The console stops when draining begins.
                 async with anyio.create_task_group() as counting:
                     counting.start_soon(_count_runs, runtime, metrics)
-                    if settings.console_port is not None:
-                        # Here, not at the top: a daemon without the console, and every
-                        # other command of the CLI, starts without the web stack.
+                    if console_socket is not None:
                         from leaseward.console.serve import serve_console
 
                         await counting.start(
@@ -215,8 +230,8 @@ async def _serve(
                                 serve_console,
                                 runtime.client,
                                 host=settings.console_host,
-                                port=settings.console_port,
                                 token=configured_token(),
+                                sock=console_socket,
                             )
                         )
                     log.info(

@@ -18,7 +18,7 @@ from leaseward.console.listen import CONSOLE_HOST, CONSOLE_PORT, check_listen_ad
 from leaseward.runtime.errors import ConfigurationError
 from leaseward.runtime.logs import get_logger
 
-__all__ = ["serve_console"]
+__all__ = ["bound_socket", "serve_console"]
 
 STOP_SECONDS = 2
 """How long requests in flight get to finish when the console stops."""
@@ -35,7 +35,7 @@ class _Server(uvicorn.Server):
         yield
 
 
-def _bound_socket(host: str, port: int) -> socket.socket:
+def bound_socket(host: str, port: int) -> socket.socket:
     """The listening socket, opened before serving: an address in use is a clear error."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -58,12 +58,15 @@ async def serve_console(
     host: str = CONSOLE_HOST,
     port: int = CONSOLE_PORT,
     token: str | None = None,
+    sock: socket.socket | None = None,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the console until cancelled; started, with the port it listens on (``port``
-    0 picks a free one), once it listens."""
+    0 picks a free one), once it listens. ``sock``, from ``bound_socket``, is the one to
+    listen on instead, closed when the console stops."""
     check_listen_address(host, token)
-    sock = _bound_socket(host, port)
+    if sock is None:
+        sock = bound_socket(host, port)
     config = uvicorn.Config(
         create_app(client, token=token),
         log_config=None,

@@ -143,3 +143,21 @@ def test_the_daemon_refuses_a_console_beyond_loopback_without_a_token(store: str
     assert_one_line_error(
         result, 2, "--console-host 0.0.0.0 is reachable", "LEASEWARD_CONSOLE_TOKEN"
     )
+
+
+def test_a_daemon_whose_console_port_is_in_use_refuses_before_it_claims_a_run(
+    store: str,
+) -> None:
+    run_id = ok("submit", "greeter", "--input", '"hi"', "--store", store).stdout.strip()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = leaseward(
+            "daemon", "--app", "demo_app:app", "--store", store, "--console",
+            "--console-port", port,
+        )  # fmt: skip
+    assert_one_line_error(result, 2, "cannot serve the console", port)
+    run = ok("show", run_id, "--json", "--store", store).json()
+    assert (run["state"], run["epoch"]) == ("queued", 0)
+    assert ok("workers", "--store", store).stdout == "no workers\n"
