@@ -47,6 +47,7 @@ __all__ = [
     "POLL_INTERVAL_SECONDS",
     "REAP_INTERVAL_SECONDS",
     "Runtime",
+    "check_worker_id",
     "default_worker_id",
 ]
 
@@ -59,6 +60,16 @@ DRAIN_SECONDS = 10.0
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def check_worker_id(worker_id: Any) -> None:
+    # Leases, logs and the workers table name a worker by it: an empty or blank one
+    # would show as nothing there, and an id with spaces around it looks like another's.
+    if not isinstance(worker_id, str) or not worker_id.strip() or worker_id != worker_id.strip():
+        raise ConfigurationError(
+            f"worker_id must be a name without spaces around it, such as the default "
+            f"host:pid, not {worker_id!r}"
+        )
 
 
 def _positive(name: str, value: Any, *, integer: bool = False) -> None:
@@ -191,10 +202,12 @@ class Runtime:
                 "lease_seconds + reap_interval_seconds to be recovered"
             )
         _seconds("drain_seconds", drain_seconds, zero=True)
+        if worker_id is not None:
+            check_worker_id(worker_id)
         margin = _margin(deadline_margin_seconds, lease_seconds)
         clock = clock or SystemClock()
         settings = SupervisorSettings(
-            worker_id=worker_id or default_worker_id(),
+            worker_id=default_worker_id() if worker_id is None else worker_id,
             concurrency=concurrency,
             lease_seconds=float(lease_seconds),
             reap_interval_seconds=float(reap_interval_seconds),

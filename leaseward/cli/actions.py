@@ -428,6 +428,11 @@ async def daemon(app_path: str | None, settings: DaemonSettings) -> int:
             f"than --lease-seconds ({settings.lease_seconds:g}): a dead worker's runs wait "
             "up to the lease plus the reap interval to be recovered"
         )
+    if settings.worker_id != settings.worker_id.strip() or not settings.worker_id:
+        raise click.UsageError(
+            "--worker-id must be a name without spaces around it, such as the default "
+            f"host:pid, not {settings.worker_id!r}"
+        )
     if settings.console_port is not None:
         check_listen_address(settings.console_host, configured_token(), flag="--console-host")
     return await serve(settings, load_app(app_path))

@@ -173,6 +173,19 @@ def test_daemon_with_a_reap_interval_not_shorter_than_the_lease_is_a_usage_error
     assert list(store_dir.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("flags", "env"), [(("--worker-id", ""), {}), ((), {"LEASEWARD_WORKER_ID": " w1"})]
+)
+def test_daemon_with_a_blank_or_padded_worker_id_is_a_usage_error(
+    store_dir: Path, flags: tuple[str, ...], env: dict[str, str]
+) -> None:
+    result = leaseward(
+        "daemon", "--app", "demo_app:app", *flags, "--store", _url(store_dir), env=base_env(**env)
+    )
+    assert_one_line_error(result, EXIT_USAGE, "--worker-id must be a name")
+    assert list(store_dir.iterdir()) == []
+
+
 # -- operator commands on runs that are not there ------------------------------------
 
 

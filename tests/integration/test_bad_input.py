@@ -448,6 +448,10 @@ async def test_tool_call_arguments_that_are_not_a_mapping_end_the_run_naming_the
         ({"reap_interval_seconds": 3600}, r"reap_interval_seconds \(3600\) must be shorter"),
         ({"app": "not an app"}, "App"),
         ({"app": [Agent("x", ScriptedProvider([]))]}, "App"),
+        ({"worker_id": ""}, r"^worker_id must be a name"),
+        ({"worker_id": "  "}, r"^worker_id must be a name"),
+        ({"worker_id": " web-1"}, r"^worker_id must be a name"),
+        ({"worker_id": 7}, r"^worker_id must be a name"),
     ],
 )
 async def test_bad_runtime_settings_are_configuration_errors_and_create_no_file(
