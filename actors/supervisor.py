@@ -440,8 +440,11 @@ class Supervisor:
             await self._until_idle()
         for local in list(self._local.values()):
             local.scope.cancel()
-        for write in self.writes_in_flight():
-            self._log.info("worker.finishing_write", **attrs.asdict(write))
+        if not self._stop_now:
+            # After stop_now these writes are being cut off, as worker.cutting_off said:
+            # a line saying they are finished would contradict it.
+            for write in self.writes_in_flight():
+                self._log.info("worker.finishing_write", **attrs.asdict(write))
         await self._until_idle()
 
     def writes_in_flight(self) -> tuple[WriteInFlight, ...]:

@@ -131,3 +131,25 @@ def test_a_second_signal_names_the_write_it_cuts_off(
     # A forced stop cuts the call off: whether it charged is for a person to say.
     assert (run["state"], run["reason"]) == ("dead_lettered", "interrupted_write")
     assert [d["id"] for d in _dead_letters(store_url)] == [run_id]
+
+
+def test_a_second_signal_within_the_drain_says_only_that_it_cuts_the_write_off(
+    daemons: DaemonPool, store_url: str, calls_file: Path
+) -> None:
+    daemon = daemons.start(
+        store_url,
+        worker_id="acc-forced-early",
+        flags=("--drain-seconds", "30"),
+        DEMO_CALLS_FILE=str(calls_file),
+        DEMO_TOOL_SLEEP="60",
+        DEMO_TOOL_TIMEOUT="90",
+    )
+    run_id = ok("submit", "payer", "--input", '"A-44"', "--store", store_url).stdout.strip()
+    wait_until("the charge", lambda: _calls(calls_file, run_id, "charge"), 15)
+    daemon.signal(signal.SIGTERM)
+    daemon.wait_for("worker.draining")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(timeout=10) == 0
+    assert [cut["run_id"] for cut in daemon.events("worker.cutting_off")] == [run_id]
+    # The write was cut off, not waited for: no line may say it is being finished.
+    assert not daemon.events("worker.finishing_write")
