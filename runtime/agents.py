@@ -118,7 +118,8 @@ class Agent:
         given = list(tools)
         self.sources = tuple(t for t in given if isinstance(t, ToolSource))
         self._own_tools = tuple(t for t in given if not isinstance(t, ToolSource))
-        self._set_tools(ToolSet(self._own_tools))
+        self._own_tool_set = ToolSet(self._own_tools)
+        self._set_tools(self._own_tool_set)
         self.instructions = instructions
         self.max_steps = max_steps
         # For its tools that declare none of their own: how long a request may wait.
@@ -134,6 +135,11 @@ class Agent:
         self.tools = tools
         self.effects = ToolEffectResolver(tools)
         self.tool_specs = tuple(ToolSpec(t.name, t.description, t.parameters) for t in tools)
+
+    def has_own_tool(self, name: str) -> bool:
+        """Whether one of the tools the agent was given (not one a source listed) is
+        named ``name``."""
+        return self._own_tool_set.get(name) is not None
 
     def use_listed_tools(self, listed: Iterable[ListedTool]) -> None:
         """Offer the model the tools its sources listed, beside its own (replacing any

@@ -158,6 +158,8 @@ def _unusable(
     taken = next((other for other in listed if other.name == tool.name), None)
     if taken is not None:
         return ConfigurationError(f"{where}, and MCP server {taken.provenance.source!r} does too")
+    if agent.has_own_tool(tool.name):
+        return ConfigurationError(f"{where}, and the agent has a tool of its own named so")
     try:
         schema_arguments(tool.input_schema)
     except ToolDefinitionError as exc:

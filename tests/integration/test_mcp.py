@@ -36,6 +36,7 @@ from leaseward import (
     StepStatus,
     ToolCall,
     ToolEffect,
+    tool,
 )
 from leaseward.mcp import (
     DEFAULT_CONNECT_TIMEOUT_SECONDS,
@@ -460,3 +461,23 @@ async def test_tools_an_agent_cannot_offer_stop_the_start_naming_server_and_tool
             pass
     assert "MCP server 'odd' lists the tool 'lookup'" in refused.value.message
     assert "invalid tool schema" in refused.value.message
+
+
+@tool
+async def lookup() -> str:
+    """A tool of the agent's own that an MCP server's tool would shadow."""
+    return "local"
+
+
+async def test_a_server_tool_named_like_one_of_the_agents_own_names_both(
+    db_url: str, tmp_path: Path
+) -> None:
+    agent = Agent("clerk", calling(), tools=[lookup, stdio_server(tmp_path / "ledger")])
+    for _ in range(2):  # a runtime opened again on the same app says the same
+        with pytest.raises(ConfigurationError) as refused:
+            async with Runtime.open(db_url, App([agent]), **FAST):
+                pass
+        assert refused.value.message == (
+            "agent 'clerk': MCP server 'billing' lists the tool 'lookup', "
+            "and the agent has a tool of its own named so"
+        )
