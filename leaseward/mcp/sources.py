@@ -124,12 +124,21 @@ async def _list_sources(
 ) -> ConfigurationError | None:
     for agent in app.agents:
         listed: list[ListedTool] = []
+        named: set[str] = set()
         for source in agent.sources:
             if not isinstance(source, MCPServer):
                 return ConfigurationError(
                     f"agent {agent.name!r}: {source!r} is a tool source this runtime "
                     "cannot list (an MCPServer is)"
                 )
+            if source.name in named:
+                # The journal names a call's server by its name: two of one name would
+                # leave an operator unable to tell which one a call went to.
+                return ConfigurationError(
+                    f"agent {agent.name!r}: MCP server {source.name!r} is given twice, or two "
+                    "servers have that name"
+                )
+            named.add(source.name)
             connection = ServerConnection(source, task_group)
             connections.append(connection)
             try:

@@ -453,6 +453,15 @@ async def test_tools_an_agent_cannot_offer_stop_the_start_naming_server_and_tool
     assert "MCP server 'copy' lists the tool 'lookup'" in refused.value.message
     assert "MCP server 'billing' does too" in refused.value.message
 
+    server = stdio_server(tmp_path / "ledger")
+    for same in ([server, server], [server, attrs.evolve(server, trusted=False)]):
+        with pytest.raises(ConfigurationError) as refused:
+            async with Runtime.open(db_url, App([Agent("clerk", calling(), tools=same)]), **FAST):
+                pass
+        assert refused.value.message == (
+            "agent 'clerk': MCP server 'billing' is given twice, or two servers have that name"
+        )
+
     odd = MCPServer.stdio(
         "odd", sys.executable, [*SERVER_ARGS, "endless-listing", "bad-schema"], cwd=str(ROOT)
     )
