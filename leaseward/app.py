@@ -349,6 +349,10 @@ class Runtime:
         """How many runs are in each state (see ``Client.run_counts``)."""
         return await self.client.run_counts()
 
+    async def run_id_for_key(self, idempotency_key: str) -> str | None:
+        """The id of the run that holds an idempotency key (see ``Client.run_id_for_key``)."""
+        return await self.client.run_id_for_key(idempotency_key)
+
     async def dead_letters(
         self, *, reason: Reason | None = None, limit: int = 100
     ) -> list[RunInfo]:

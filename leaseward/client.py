@@ -187,6 +187,16 @@ class Client:
             self._writer.queued()
         return record.id
 
+    async def run_id_for_key(self, idempotency_key: str) -> str | None:
+        """The id of the run a submit with ``idempotency_key`` made, whether the run is
+        stored or was purged since; None if no run holds the key (it was never used, or
+        it was forgotten). Changes nothing: a submit with the key would return this id."""
+        key = check_idempotency_key(idempotency_key)
+        if "\x00" in key:
+            # No store holds one (PostgreSQL's text refuses NUL): no run can have it.
+            return None
+        return await self._store.keyed_run_id(key)
+
     async def submit_many(self, agent: str, inputs: Iterable[Any]) -> list[str]:
         """Queue one run of ``agent`` per input, all in one write; returns their ids in order.
 

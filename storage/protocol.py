@@ -421,6 +421,11 @@ class Store(Protocol):
         was never purged, or had no key, or whose key was forgotten."""
         ...
 
+    async def keyed_run_id(self, idempotency_key: str) -> str | None:
+        """The id of the run that holds ``idempotency_key``, stored or purged; None for
+        a key no run holds (never used, or forgotten). Changes nothing."""
+        ...
+
     async def forget_keys(
         self, older_than_seconds: float, *, dry_run: bool = False, batch_keys: int = ...
     ) -> ForgetKeysResult:

@@ -123,6 +123,13 @@ class Retention(StoreConcern):
             key = await self._executor.fetch_one(self._queries["purged_key"], {"run_id": run_id})
         return None if key is None else purged_from_row(key)
 
+    async def keyed_run_id(self, idempotency_key: str) -> str | None:
+        async with self._executor.reading():
+            key = await self._executor.fetch_one(
+                self._queries["get_key"], {"idempotency_key": idempotency_key}
+            )
+        return None if key is None else str(key["run_id"])
+
     async def forget_keys(
         self,
         older_than_seconds: float,

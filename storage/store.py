@@ -241,6 +241,9 @@ class SQLStore:
     async def purged_run(self, run_id: str) -> PurgedRun | None:
         return await self._retention.purged_run(run_id)
 
+    async def keyed_run_id(self, idempotency_key: str) -> str | None:
+        return await self._retention.keyed_run_id(idempotency_key)
+
     async def forget_keys(
         self,
         older_than_seconds: float,

@@ -163,7 +163,7 @@ async def _submit_served(
     served = await client.served_agents()
     if agent in served:
         return await client.submit(agent, value, idempotency_key=idempotency_key)
-    if wait and timeout is None:
+    if wait and timeout is None and not await _key_names_an_ended_run(client, idempotency_key):
         raise click.UsageError(
             f"no live worker serves agent {agent!r} ({_serving(served)}), so --wait "
             "would never return; nothing was queued (add --timeout, or drop --wait)"
@@ -176,6 +176,20 @@ async def _submit_served(
             file=sys.stderr,
         )
     return run_id
+
+
+async def _key_names_an_ended_run(client: Client, idempotency_key: str | None) -> bool:
+    """Whether a submit with this key answers with a run that has ended or was purged:
+    it queues nothing then, and a wait for it ends at once, worker or none."""
+    if idempotency_key is None:
+        return False
+    run_id = await client.run_id_for_key(idempotency_key)
+    if run_id is None:
+        return False
+    try:
+        return (await client.get(run_id)).state.terminal
+    except RunNotFound:
+        return True
 
 
 async def _still_queued(client: Client, run_id: str) -> bool:

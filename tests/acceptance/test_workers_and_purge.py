@@ -127,7 +127,9 @@ def test_submit_warns_about_an_agent_no_live_worker_serves_and_queues_it(
     assert len(_runs(url)) == before + 1
 
 
-def test_a_keyed_submit_answered_by_a_finished_or_purged_run_warns_of_nothing(url: str) -> None:
+def test_a_keyed_submit_answered_by_a_finished_or_purged_run_warns_of_nothing_and_may_wait(
+    url: str,
+) -> None:
     ok("migrate", "--store", url)
     keyed = ("submit", "nosuchagent", "--input", "{}", "--idempotency-key", "k-1", "--store", url)
     run_id = ok(*keyed).stdout.strip()
@@ -136,12 +138,26 @@ def test_a_keyed_submit_answered_by_a_finished_or_purged_run_warns_of_nothing(ur
     again = ok(*keyed)
     assert again.stdout.strip() == run_id
     assert again.stderr == ""
+    # Nothing is queued and the run has ended: a wait for it ends at once.
+    waited = leaseward(*keyed, "--wait", "--json")
+    assert waited.returncode == EXIT_FAILURE, waited.describe()
+    assert (waited.json()["id"], waited.json()["state"], waited.stderr) == (
+        run_id,
+        "cancelled",
+        "",
+    )
 
     time.sleep(1.1)  # the shortest age a purge takes is a second
     assert "deleted 1 run " in ok("purge", "--finished-before", "1s", "--store", url).stdout
     after_purge = ok(*keyed)
     assert after_purge.stdout.strip() == run_id
     assert after_purge.stderr == ""
+    assert_one_line_error(leaseward(*keyed, "--wait"), EXIT_FAILURE, f"run {run_id} was purged")
+
+    # A key no run holds would queue a run nobody serves: refused, as without a key.
+    fresh = leaseward(*keyed[:-3], "k-2", "--store", url, "--wait")
+    assert_one_line_error(fresh, EXIT_USAGE, "--wait would never return", "nothing was queued")
+    assert _runs(url) == []
 
 
 def test_a_refused_wait_changes_nothing_in_a_store_without_workers(url: str) -> None:

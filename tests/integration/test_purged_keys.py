@@ -208,6 +208,23 @@ async def test_a_forgotten_key_makes_a_new_run(store_url: str) -> None:
         assert not isinstance(caught.value, RunPurged)
 
 
+async def test_the_run_of_a_key_is_found_stored_purged_and_not_once_forgotten(
+    store_url: str,
+) -> None:
+    async with Client.open(store_url) as client:
+        assert await client.run_id_for_key(KEY) is None
+        run_id = await client.submit("payer", ORDER, idempotency_key=KEY)
+        assert await client.run_id_for_key(KEY) == run_id
+        await cancelled_and_purged(client, run_id)
+        assert await client.run_id_for_key(KEY) == run_id
+        await client.forget_keys(older_than=JUST_NOW)
+        assert await client.run_id_for_key(KEY) is None
+        assert await client.run_id_for_key("a\x00key") is None
+        with pytest.raises(InvalidInput):
+            await client.run_id_for_key("")
+        assert await client.runs() == []
+
+
 # -- migration 0007: the keys of existing runs are carried over ----------------------------
 
 
