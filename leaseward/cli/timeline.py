@@ -100,6 +100,13 @@ def cancel_line(run: RunInfo) -> str | None:
         )
     if run.state.terminal:
         return None
+    if run.state is RunState.QUEUED:
+        # Asked while it ran, and then released (a drain, a reap) before it stopped:
+        # it has no step boundary to reach until a worker claims it again.
+        return (
+            "cancel requested while it ran: the worker that claims it cancels it before it "
+            "runs anything; `leaseward cancel` again cancels it at once"
+        )
     return "cancel requested: the run stops at its next step boundary"
 
 

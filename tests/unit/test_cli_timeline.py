@@ -90,6 +90,12 @@ def test_an_intent_left_open_by_an_attempt_made_again_is_not_shown_for_a_verdict
     [
         (RunState.RUNNING, None, "cancel requested: the run stops at its next step boundary"),
         (
+            RunState.QUEUED,
+            None,
+            "cancel requested while it ran: the worker that claims it cancels it before it "
+            "runs anything; `leaseward cancel` again cancels it at once",
+        ),
+        (
             RunState.DEAD_LETTERED,
             Reason.INTERRUPTED_WRITE,
             "cancel requested: a resolve keeps it, and the run stops before its next call; "
