@@ -30,6 +30,7 @@ from leaseward.app import (
 from leaseward.cli import actions
 from leaseward.cli.defaults import DEFAULT_STORE_URL
 from leaseward.cli.types import (
+    DEAD_LETTER_REASON,
     DURATION,
     FINISHED_STATE,
     LOG_FORMAT,
@@ -38,7 +39,6 @@ from leaseward.cli.types import (
     PORT,
     POSITIVE_FLOAT,
     POSITIVE_INT,
-    REASON,
     RUN_STATE,
 )
 from leaseward.console.listen import CONSOLE_HOST, CONSOLE_PORT
@@ -271,7 +271,7 @@ def cancel(store_url: str, run_id: str) -> int:
 
 @leaseward.command("dead-letters", help="list dead-lettered runs")
 @_store
-@one_off("--reason", type=REASON, help="only this reason")
+@one_off("--reason", type=DEAD_LETTER_REASON, help="only this reason")
 @_limit
 @_json
 def dead_letters(store_url: str, reason: Reason | None, limit: int, as_json: bool) -> int:

@@ -19,6 +19,7 @@ from leaseward.runtime.lifecycle import Reason, RunState
 from leaseward.runtime.logs import LOG_FORMATS, LOG_LEVELS
 
 __all__ = [
+    "DEAD_LETTER_REASON",
     "DURATION",
     "FINISHED_STATE",
     "LOG_FORMAT",
@@ -125,6 +126,15 @@ class _Named(click.ParamType[Any]):
 
 RUN_STATE = _Named("state", {s.value: s for s in RunState}, "a run state")
 REASON = _Named("reason", {r.value: r for r in Reason}, "a reason")
+# A run is dead-lettered for one of these only: any other would list nothing, silently.
+DEAD_LETTER_REASON = _Named(
+    "reason",
+    {
+        r.value: r
+        for r in (Reason.NOT_RETRYABLE, Reason.RETRIES_EXHAUSTED, Reason.INTERRUPTED_WRITE)
+    },
+    "a dead letter's reason",
+)
 
 
 class FinishedState(click.ParamType[RunState]):

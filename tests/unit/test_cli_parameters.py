@@ -14,6 +14,7 @@ from leaseward.cli import EXIT_USAGE, commands
 from leaseward.cli.commands import leaseward
 from leaseward.cli.main import main
 from leaseward.cli.types import (
+    DEAD_LETTER_REASON,
     DURATION,
     FINISHED_STATE,
     LOG_FORMAT,
@@ -24,7 +25,7 @@ from leaseward.cli.types import (
     POSITIVE_INT,
     RUN_STATE,
 )
-from leaseward.runtime.lifecycle import RunState
+from leaseward.runtime.lifecycle import Reason, RunState
 
 
 @pytest.fixture(autouse=True)
@@ -44,6 +45,7 @@ def _logging_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
         (DURATION, "30d", timedelta(days=30)),
         (DURATION, " 90s ", timedelta(seconds=90)),
         (RUN_STATE, "queued", RunState.QUEUED),
+        (DEAD_LETTER_REASON, "interrupted_write", Reason.INTERRUPTED_WRITE),
         (FINISHED_STATE, "completed", RunState.COMPLETED),
         (LOG_FORMAT, "json", "json"),
         (LOG_LEVEL, "DEBUG", logging.DEBUG),
@@ -72,6 +74,12 @@ def test_a_good_value_converts(kind: click.ParamType[Any], text: str, value: obj
         (DURATION, "0s", "'0s' must be longer than zero"),
         (DURATION, "99999999999999d", "'99999999999999d' is too long a duration"),
         (RUN_STATE, "sleeping", "'sleeping' is not a run state (queued, "),
+        (
+            DEAD_LETTER_REASON,
+            "completed",
+            "'completed' is not a dead letter's reason "
+            "(not_retryable, retries_exhausted, interrupted_write)",
+        ),
         (FINISHED_STATE, "running", "'running' is not a finished state"),
         (LOG_FORMAT, "xml", "'xml' is not one of json, console"),
         (LOG_LEVEL, "loud", "'loud' is not one of debug, info"),
