@@ -32,7 +32,9 @@ def configured_token() -> str | None:
 
 
 def console_url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+    # An IPv6 address may come bracketed already, as --host [::1]: bracketed once.
+    bare = host.strip("[]")
+    return f"http://[{bare}]:{port}/" if ":" in bare else f"http://{bare}:{port}/"
 
 
 def is_loopback(host: str) -> bool:
