@@ -237,7 +237,10 @@ class LeaseKeeper:
         item = lease.renewal
         if item is None:
             item = lease.renewal = BatchItem(
-                run_id=lease.run_id, epoch=lease.epoch, lease_seconds=self.lease_seconds
+                run_id=lease.run_id,
+                epoch=lease.epoch,
+                lease_seconds=self.lease_seconds,
+                passes_a_held_row=True,
             )
         return item
 

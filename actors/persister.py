@@ -23,7 +23,7 @@ from leaseward.actors.messages import (
     Submit,
 )
 from leaseward.actors.metrics import Metrics
-from leaseward.runtime.commits import CommitOutcome
+from leaseward.runtime.commits import CommitOutcome, Refused, Unanswered
 from leaseward.runtime.errors import CommitOutcomeUnknown, LeasewardError, StoreError
 from leaseward.runtime.logs import get_logger
 from leaseward.runtime.runs import NewRun, RunRecord
@@ -200,11 +200,35 @@ class Persister:
         return reply
 
     async def renew(self, items: Sequence[BatchItem]) -> tuple[CommitOutcome, ...]:
+        if self._store.renews_apart:
+            # Not queued: a batch ahead of it (a reap, a settlement) may wait as long as
+            # another transaction holds one run's row, and every lease of the worker would
+            # run out behind it.
+            return await self._renew_apart(items)
         reply: Reply[tuple[CommitOutcome, ...]] = Reply()
         # Ahead of the queue: a renewal that waits behind a flood of other writes (a
         # hundred thousand runs parking) lets leases run out under calls that are alive.
         self.mailbox.send_first(Renew(tuple(items), reply))
         return await reply
+
+    async def _renew_apart(self, items: Sequence[BatchItem]) -> tuple[CommitOutcome, ...]:
+        started = time.perf_counter()
+        try:
+            results = await self._store.commit(WriteBatch(items=tuple(items)))
+        except LeasewardError as exc:
+            unanswered = isinstance(exc, CommitOutcomeUnknown)
+            log.warning(
+                "persister.batch_failed",
+                items=len(items),
+                error=exc.message,
+                outcome_unknown=unanswered,
+            )
+            failed = Unanswered(exc.message) if unanswered else Refused(exc.message)
+            return (failed,) * len(items)
+        self._committed(len(items), time.perf_counter() - started)
+        if len(results.items) != len(items):
+            raise StoreError(f"{len(results.items)} results for {len(items)} renewals")
+        return results.items
 
     async def submit(self, runs: Sequence[NewRun]) -> tuple[RunRecord | LeasewardError, ...]:
         if len(runs) <= AT_ONCE_RUNS and self._at_once.allows():

@@ -50,6 +50,7 @@ __all__ = ["JournalWriter"]
 _REHEARSED = (
     "write_journal",
     "renew_leases",
+    "renew_leases_passing_held_rows",
     "insert_steps",
     "settle_steps",
     "settle_runs",
@@ -130,6 +131,10 @@ class JournalWriter(StoreConcern):
         super().__init__(executor, queries, clock)
         self._items = ItemWriter(executor, queries, clock)
 
+    @property
+    def renews_apart(self) -> bool:
+        return self._executor.writes_alone and "renew_leases_passing_held_rows" in self._queries
+
     async def create_run(self, new: NewRun) -> RunRecord:
         [result] = (await self.commit(WriteBatch(new_runs=(new,)))).new_runs
         return unwrap(result)
@@ -160,6 +165,13 @@ class JournalWriter(StoreConcern):
     async def commit(self, batch: WriteBatch) -> WriteResults:
         if not len(batch):
             return WriteResults()
+        if len(batch.items) == len(batch) and all(
+            item.passes_a_held_row and not item.steps and item.settlement is None
+            for item in batch.items
+        ):
+            renewed = await self._items.renew_passing_held_rows(batch.items)
+            if renewed is not None:
+                return WriteResults(items=tuple(renewed))
         if len(batch.items) == len(batch):
             try:
                 alone = await self._items.write_alone(batch.items)

@@ -31,6 +31,7 @@ _INTEGER_RANGE = range(-(2**63), 2**63)
 _STORED = Stored()
 _STORED_CANCEL_REQUESTED = Stored(cancel_requested=True)
 _FENCED = Fenced()
+_HELD_ELSEWHERE = Refused("the run's row is held by another transaction")
 
 
 def _check_integer(value: int) -> None:
@@ -150,6 +151,36 @@ def _answer(cancel_requested: bool | None) -> CommitOutcome:
 
 class ItemWriter(StoreConcern):
     """The items of one batch, with one statement per kind of change."""
+
+    async def renew_passing_held_rows(
+        self, items: Sequence[BatchItem]
+    ) -> list[CommitOutcome] | None:
+        """Renewals alone (``BatchItem.passes_a_held_row``) in one statement committed on
+        its own, a run whose row another transaction holds refused as a passing fault.
+        None where the dialect has no such statement: the caller writes them as any."""
+        q = self._queries
+        if "renew_leases_passing_held_rows" not in q or not self._executor.writes_alone:
+            return None
+        for item in items:
+            _check_integer(item.epoch)
+        rows = await self._executor.write_alone(
+            q["renew_leases_passing_held_rows"],
+            {"items": _fence_set(items), "source": RunState.RUNNING.value, "now": self._now()},
+        )
+        held: dict[tuple[str, int], bool] = {}
+        busy: set[tuple[str, int]] = set()
+        for row in rows:
+            key = (row["run_id"], row["epoch"])
+            if row["busy"]:
+                busy.add(key)
+            else:
+                held[key] = bool(row["cancel_requested"])
+        return [
+            _HELD_ELSEWHERE
+            if (item.run_id, item.epoch) in busy
+            else _answer(held.get((item.run_id, item.epoch)))
+            for item in items
+        ]
 
     async def write_alone(self, items: Sequence[BatchItem]) -> list[CommitOutcome] | None:
         """The items in one statement committed on its own (``write_journal``), where

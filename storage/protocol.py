@@ -58,6 +58,11 @@ class BatchItem(msgspec.Struct, frozen=True):
     steps: tuple[StepWrite, ...] = ()
     lease_seconds: float = 0.0
     settlement: Settlement | None = None
+    passes_a_held_row: bool = False
+    """A renewal alone (no steps, no settlement) that does not wait for its run's row
+    while another transaction holds it: it is refused as a passing fault instead. The
+    keeper's renewals are: written in one statement, one row held elsewhere for longer
+    than the lease would otherwise let every lease of the worker run out."""
 
 
 @attrs.frozen
@@ -229,6 +234,13 @@ class Store(Protocol):
         """How many batches may commit side by side: one where the database has one
         writer (SQLite), more where each commits on a connection of its own and that
         gains more than it costs. Known once ``rehearse`` has run."""
+        ...
+
+    @property
+    def renews_apart(self) -> bool:
+        """Whether the keeper's renewals commit by themselves, beside the batches and
+        never behind one: where a renewal passes a run's row that another transaction
+        holds (PostgreSQL) instead of waiting for it, as a batch does."""
         ...
 
     async def migrate(self) -> int:

@@ -85,6 +85,10 @@ class SQLStore:
             return 1
         return MOST_CONCURRENT_BATCHES
 
+    @property
+    def renews_apart(self) -> bool:
+        return self._journal.renews_apart
+
     # -- schema ---------------------------------------------------------------------------
 
     async def migrate(self) -> int:

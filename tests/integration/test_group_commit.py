@@ -488,6 +488,8 @@ async def test_results_that_cannot_be_shared_out_leave_no_asker_waiting() -> Non
 class RecordingStore:
     """Stores every item, and keeps each batch it was given, in order."""
 
+    renews_apart = False
+
     def __init__(self) -> None:
         self.batches: list[WriteBatch] = []
 

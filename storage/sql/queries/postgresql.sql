@@ -88,6 +88,36 @@ UNION ALL
 SELECT id, epoch, cancel_requested FROM locked
 WHERE NOT locked.lease_seconds > 0 AND epoch = wanted_epoch AND state = :source;
 
+-- name: renew_leases_passing_held_rows
+-- The keeper's renewals: as renew_leases, except that a run whose row another
+-- transaction holds (an operator's command, a session opened by hand, a worker paused
+-- inside its own transaction) is not waited for but returned with busy set, for a
+-- later round. Waited for, one such row held longer than the lease let every lease of
+-- the worker run out, and the guard cut off each call in flight.
+WITH wanted AS (
+    SELECT * FROM jsonb_to_recordset(:items::jsonb)
+        AS wanted (run_id text, epoch integer, lease_seconds double precision)
+), locked AS MATERIALIZED (
+    SELECT runs.id, wanted.epoch AS wanted_epoch, wanted.lease_seconds
+    FROM runs JOIN wanted ON runs.id = wanted.run_id
+    ORDER BY runs.id
+    FOR UPDATE OF runs SKIP LOCKED
+), renewed AS (
+    UPDATE runs
+    SET lease_expires_at = leaseward_clock() + locked.lease_seconds,
+        lease_seconds = locked.lease_seconds, renewals = runs.renewals + 1,
+        updated_at = leaseward_now()
+    FROM locked
+    WHERE runs.id = locked.id AND runs.epoch = locked.wanted_epoch AND runs.state = :source
+    RETURNING runs.id AS run_id, runs.epoch, runs.cancel_requested
+)
+SELECT run_id, epoch, cancel_requested, FALSE AS busy FROM renewed
+UNION ALL
+-- Skipped, yet there: held by another transaction. A run gone is not held at all.
+SELECT wanted.run_id, wanted.epoch, FALSE, TRUE FROM wanted
+WHERE NOT EXISTS (SELECT 1 FROM locked WHERE locked.id = wanted.run_id)
+  AND EXISTS (SELECT 1 FROM runs WHERE runs.id = wanted.run_id);
+
 -- name: insert_steps
 -- Every new journal row of a batch. :steps is a JSON array of arrays, each
 -- [run_id, seq, epoch, kind, tool, call_id, effect, status, idempotency_key,

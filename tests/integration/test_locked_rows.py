@@ -1,0 +1,66 @@
+"""A run's row locked by another session does not cut off the calls of other runs.
+
+On PostgreSQL a run's row can be held by another transaction for a while: an
+operator's command stalled between its statements, a session opened by hand, a
+worker paused inside its own transaction. Seen: with one run's row locked for
+longer than the lease, every call in flight on that worker was cut off and
+dead-lettered, each a write that applied, because the keeper renews all of a
+worker's leases in one statement and that statement waited on the one row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from leaseward import App, Reason, RunState, Runtime, ToolContext, ToolEffect
+from tests.integration.support import Calls, one_call_agent
+
+pytestmark = pytest.mark.anyio
+
+LEASE_SECONDS = 1.0
+CALL_SECONDS = 3.0
+LOCK_SECONDS = 2.5
+FAST: dict[str, Any] = {"poll_interval_seconds": 0.02, "reap_interval_seconds": 0.2}
+
+
+async def test_a_locked_run_row_does_not_cut_off_the_calls_of_other_runs(pg_url: str) -> None:
+    import asyncpg
+
+    calls = Calls()
+    started = {name: anyio.Event() for name in ("x", "y")}
+
+    def agent(name: str) -> Any:
+        async def charge_slowly(ctx: ToolContext) -> None:
+            started[name].set()
+            await anyio.sleep(CALL_SECONDS)
+
+        return one_call_agent(
+            name,
+            ToolEffect.NON_IDEMPOTENT_WRITE,
+            calls,
+            tool_name="charge",
+            timeout_seconds=CALL_SECONDS * 4,
+            body=charge_slowly,
+        )
+
+    locker = await asyncpg.connect(pg_url)
+    try:
+        async with Runtime.open(
+            pg_url, App([agent("x"), agent("y")]), lease_seconds=LEASE_SECONDS, **FAST
+        ) as rt:
+            locked = await rt.submit("x", None)
+            other = await rt.submit("y", None)
+            with anyio.fail_after(10):
+                for event in started.values():
+                    await event.wait()
+            async with locker.transaction():
+                await locker.execute("SELECT id FROM runs WHERE id = $1 FOR UPDATE", locked)
+                await anyio.sleep(LOCK_SECONDS)
+            [run, _] = await rt.wait_all([other, locked], timeout=20)
+    finally:
+        await locker.close()
+    assert (run.state, run.reason) == (RunState.COMPLETED, Reason.COMPLETED), run.error
+    assert [seen["run_id"] for seen in calls.seen].count(other) == 1
