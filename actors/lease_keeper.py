@@ -263,6 +263,11 @@ class LeaseKeeper:
                 log.warning("lease.lost", run_id=lease.run_id, epoch=lease.epoch, by="renewal")
                 held.scope.cancel()
             return
+        if lease not in self._held:
+            # Its commit, on its way, renews the lease itself: only a call needs the
+            # keeper's. On PostgreSQL the renewal passes the run's row while that
+            # commit's own batch holds it, which is no fault to warn of.
+            return
         failed.append(outcome.error)
 
     def _guard(self, now: float) -> None:

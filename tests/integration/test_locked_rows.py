@@ -15,8 +15,21 @@ from typing import Any
 import anyio
 import pytest
 
-from leaseward import App, Reason, RunState, Runtime, ToolContext, ToolEffect
-from tests.integration.support import Calls, one_call_agent
+from leaseward import (
+    Agent,
+    App,
+    ProviderReply,
+    ProviderRequest,
+    Reason,
+    RunState,
+    Runtime,
+    ScriptedProvider,
+    ToolCall,
+    ToolContext,
+    ToolEffect,
+    tool,
+)
+from tests.integration.support import Calls, capture_logs, one_call_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -64,3 +77,35 @@ async def test_a_locked_run_row_does_not_cut_off_the_calls_of_other_runs(pg_url:
         await locker.close()
     assert (run.state, run.reason) == (RunState.COMPLETED, Reason.COMPLETED), run.error
     assert [seen["run_id"] for seen in calls.seen].count(other) == 1
+
+
+RUNS = 50
+STEPS = 30
+
+
+async def test_rows_a_worker_commits_are_no_renewal_fault(pg_url: str) -> None:
+    """The rows the worker's own batches hold are passed by the keeper's renewals of runs
+    waiting for those batches, and that is no fault: a commit renews its own lease."""
+
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def record(ctx: ToolContext, key: str) -> str:
+        return key
+
+    def reply(request: ProviderRequest) -> ProviderReply:
+        turn = (len(request.messages) - 1) // 2
+        if turn < STEPS:
+            return ProviderReply(tool_calls=(ToolCall("record", {"key": f"k{turn}"}, f"c{turn}"),))
+        return ProviderReply(text="done")
+
+    agent = Agent("writer", ScriptedProvider(reply), tools=[record], max_steps=STEPS + 1)
+    with capture_logs() as logs:
+        async with Runtime.open(
+            pg_url, App([agent]), lease_seconds=0.6, concurrency=RUNS, **FAST
+        ) as rt:
+            ids = await rt.submit_many("writer", [None] * RUNS)
+            runs = await rt.wait_all(ids, timeout=60)
+            keeper = rt.supervisor.keeper.stats
+    assert {run.state for run in runs} == {RunState.COMPLETED}
+    assert keeper.renewals > 0, "no renewal was due while runs waited for their commits"
+    assert keeper.renewals_failed == 0
+    assert [line for line in logs if line["event"] == "lease.renew_failed"] == []
