@@ -194,10 +194,12 @@ def check_digest_prefix(digest: str) -> None:
 def shown(line: str) -> str:
     """A line as a terminal gets it: a tool name, a tool's error and a model's words are
     untrusted, so control and format characters (escape sequences, newlines, bidi
-    overrides) are written as escapes, never acted on. Writing it again changes nothing."""
+    overrides) are written as escapes, never acted on. So is a lone surrogate, which
+    decoded JSON may hold and no UTF-8 can encode: printed or served, it would raise.
+    Writing it again changes nothing."""
     return "".join(
         (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
-        if unicodedata.category(c) in ("Cc", "Cf")
+        if unicodedata.category(c) in ("Cc", "Cf", "Cs")
         else c
         for c in line
     )

@@ -26,6 +26,7 @@ from leaseward.runtime.runs import RunInfo
 from leaseward.runtime.workers import WorkerInfo
 
 __all__ = [
+    "json_document",
     "print_json",
     "request_json",
     "run_document",
@@ -110,5 +111,17 @@ def run_document(
     }
 
 
+def json_document(value: Any, *, indent: int | None = 2) -> str:
+    """``value`` as JSON text that any UTF-8 output takes: characters as they are, unless
+    a text holds a lone surrogate (decoded JSON may), which no UTF-8 can encode; then
+    every character beyond ASCII is a JSON escape, which loads back the same string."""
+    text = json.dumps(value, indent=indent, ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(value, indent=indent)
+    return text
+
+
 def print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False))
+    print(json_document(value))

@@ -10,12 +10,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.templating import Jinja2Templates
 
+from leaseward.cli.json_output import json_document
 from leaseward.cli.tables import shown, timestamp
 from leaseward.client import Client
 from leaseward.console.listing import date_input
 from leaseward.console.security import Sessions
 
-__all__ = ["Console", "console_of"]
+__all__ = ["Console", "DocumentResponse", "console_of"]
+
+
+class DocumentResponse(JSONResponse):
+    """A JSON twin of a page: what a model or a tool wrote may hold a lone surrogate,
+    which Starlette's own encoding would fail on."""
+
+    def render(self, content: Any) -> bytes:
+        return json_document(content, indent=None).encode()
 
 
 class Console:
@@ -60,7 +69,7 @@ class Console:
     def refuse(self, request: Request, status: int, message: str) -> Response:
         """An action or a page refused: the reason, and nothing changed."""
         if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": message}, status_code=status)
+            return DocumentResponse({"error": message}, status_code=status)
         return self.render(request, "refused.html", {"message": message}, status)
 
 

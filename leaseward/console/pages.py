@@ -7,10 +7,10 @@ import time
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 
 from leaseward.cli.json_output import request_json, run_document, run_json, worker_json
-from leaseward.console.context import console_of
+from leaseward.console.context import DocumentResponse, console_of
 from leaseward.console.listing import PAGE_SIZE, RunQuery, fetch_runs
 from leaseward.console.present import (
     cancel_line,
@@ -81,7 +81,7 @@ async def runs(request: Request) -> Response:
 
 async def api_runs(request: Request) -> Response:
     _, page, after = await _runs_page(request)
-    return JSONResponse(
+    return DocumentResponse(
         {"runs": [run_json(r) for r in page], "next": None if after is None else after.token()}
     )
 
@@ -134,7 +134,7 @@ async def api_run(request: Request) -> Response:
     run_id = request.path_params["run_id"]
     found = await client.get(run_id)
     document = run_document(found, await client.steps(run_id), await client.requests(run_id))
-    return JSONResponse(document)
+    return DocumentResponse(document)
 
 
 async def dead_letters(request: Request) -> Response:
@@ -166,7 +166,7 @@ def _needs_verdict(run: RunInfo) -> bool:
 
 async def api_dead_letters(request: Request) -> Response:
     found = await console_of(request).client.dead_letters(limit=LIST_LIMIT)
-    return JSONResponse([run_json(r) for r in found])
+    return DocumentResponse([run_json(r) for r in found])
 
 
 async def approvals(request: Request) -> Response:
@@ -185,7 +185,7 @@ async def approvals(request: Request) -> Response:
 
 async def api_approvals(request: Request) -> Response:
     pending = await console_of(request).client.approvals(limit=LIST_LIMIT)
-    return JSONResponse([request_json(r) for r in pending])
+    return DocumentResponse([request_json(r) for r in pending])
 
 
 async def workers(request: Request) -> Response:
@@ -200,4 +200,4 @@ async def workers(request: Request) -> Response:
 
 async def api_workers(request: Request) -> Response:
     found = await console_of(request).client.workers()
-    return JSONResponse([worker_json(w) for w in found])
+    return DocumentResponse([worker_json(w) for w in found])

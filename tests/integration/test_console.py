@@ -31,6 +31,7 @@ pytestmark = pytest.mark.anyio
 SCRIPT = "<script>alert(1)</script>"
 ATTRIBUTE = '"><img src=x onerror=alert(1)>'
 LINK = "javascript:alert(1)"
+LONE = "\ud800"
 PAGES = ["/runs", "/dead-letters", "/approvals", "/workers", "/login"]
 APIS = ["/api/runs", "/api/dead-letters", "/api/approvals", "/api/workers"]
 
@@ -40,8 +41,9 @@ def url(db_url: str) -> str:
     return created(db_url)
 
 
-async def hostile_run(url: str) -> str:
-    """A dead-lettered run whose every field a model or tool wrote carries a payload."""
+async def hostile_run(url: str, text: str = SCRIPT) -> str:
+    """A dead-lettered run whose every field a model or tool wrote carries a payload:
+    markup, and ``text`` where the model's, the tool's and the error's words go."""
     store = await open_store(url)
     try:
         run_id = new_run_id()
@@ -50,13 +52,13 @@ async def hostile_run(url: str) -> str:
                 id=run_id,
                 agent="hostile",
                 mode=RunMode.QUEUED,
-                input_json=dump_json({"q": SCRIPT}),
+                input_json=dump_json({"q": text}),
                 idempotency_key=ATTRIBUTE,
                 request_digest="d",
             )
         )
         [claimed] = await store.claim_runs("ghost:1", 1, 30.0, ["hostile"])
-        reply = ProviderReply(tool_calls=[ToolCall(ATTRIBUTE, {"x": SCRIPT}, "call-1")])
+        reply = ProviderReply(text=text, tool_calls=[ToolCall(ATTRIBUTE, {"x": text}, "call-1")])
         call = StepWrite(
             seq=1,
             kind=StepKind.TOOL,
@@ -64,10 +66,10 @@ async def hostile_run(url: str) -> str:
             tool=ATTRIBUTE,
             call_id="call-1",
             effect=ToolEffect.READ_ONLY,
-            arguments_json=dump_json({"x": SCRIPT}),
-            output_json=dump_json({"link": LINK, "html": SCRIPT, "quote": ATTRIBUTE}),
+            arguments_json=dump_json({"x": text}),
+            output_json=dump_json({"link": LINK, "html": text, "quote": ATTRIBUTE}),
         )
-        settlement = Settlement(Event.DEAD_LETTER, Reason.NOT_RETRYABLE, error=SCRIPT + ATTRIBUTE)
+        settlement = Settlement(Event.DEAD_LETTER, Reason.NOT_RETRYABLE, error=text + ATTRIBUTE)
         await store.commit_batch(
             [
                 BatchItem(
@@ -271,6 +273,23 @@ async def test_what_models_and_tools_wrote_is_escaped_everywhere(url: str) -> No
         assert LINK in html
         document = (await page.http.get(f"/api/runs/{run_id}")).json()
         assert document["steps"][1]["output"]["link"] == LINK
+
+
+async def test_a_lone_surrogate_a_model_or_tool_wrote_is_shown_escaped_not_a_500(
+    url: str,
+) -> None:
+    # Decoded JSON may hold one; the store keeps it, but no UTF-8 encodes it.
+    run_id = await hostile_run(url, f"a{LONE}b")
+    async with console(url) as page:
+        for path in [f"/runs/{run_id}", "/runs", "/dead-letters"]:
+            answer = await page.http.get(path)
+            assert answer.status_code == 200, path
+            assert_inert(answer.text)
+        assert "a\\ud800b" in (await page.http.get(f"/runs/{run_id}")).text
+        answer = await page.http.get(f"/api/runs/{run_id}")
+        assert answer.status_code == 200
+        [_, call] = answer.json()["steps"]
+        assert (call["arguments"]["x"], call["output"]["html"]) == (f"a{LONE}b", f"a{LONE}b")
 
 
 async def test_every_response_carries_the_security_headers(url: str) -> None:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from leaseward.cli.json_output import json_document
 from leaseward.runtime.conversation import (
     idempotency_key,
     normalize_reply,
@@ -17,7 +18,7 @@ from leaseward.runtime.conversation import (
     reply_from_json,
     reply_to_json,
 )
-from leaseward.runtime.encoding import MAX_JSON_DEPTH, dump_json, load_json, valid_text
+from leaseward.runtime.encoding import MAX_JSON_DEPTH, dump_json, load_json, shown, valid_text
 from leaseward.runtime.errors import InvalidInput, ProviderError
 from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, StepKind, StepStatus
@@ -55,6 +56,17 @@ def nested(depth: int) -> Any:
 )
 def test_valid_text_escapes_what_no_store_can_hold(text: str, cleaned: str) -> None:
     assert valid_text(text) == cleaned
+
+
+@given(any_text)
+def test_what_a_terminal_or_a_page_is_given_is_utf_8_and_says_the_same(text: str) -> None:
+    # A lone surrogate loaded back from the journal has no UTF-8: `leaseward show` and the
+    # console's pages of it raised instead of printing it.
+    shown(text).encode()
+    assert shown(shown(text)) == shown(text)
+    document = json_document({"said": [text]})
+    document.encode()
+    assert json.loads(document) == {"said": [text]}
 
 
 @given(any_text)
