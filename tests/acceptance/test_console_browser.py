@@ -368,6 +368,37 @@ def test_markup_and_script_that_a_model_or_tool_wrote_never_run(
     _assert_inert(tab)
 
 
+def _overflows(page: Page) -> int:
+    """How far the page is wider than the window: a text that never wraps widens it."""
+    return int(page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth"))
+
+
+def test_a_long_text_without_spaces_wraps_instead_of_widening_the_page(
+    browser: Browser, store: str
+) -> None:
+    # A submitter's agent name and key, as a model's error or a tool's name, are anyone's.
+    run_id = ok(
+        "submit", "A" * 400, "--input", "1", "--idempotency-key", "K" * 200, "--store", store,
+    ).stdout.strip()  # fmt: skip
+    with served_console(store) as address:
+        tab = open_tab(browser, address)
+        page = tab.page
+        page.set_viewport_size({"width": 1280, "height": 800})
+        for path in ["/runs", f"/runs/{run_id}"]:
+            page.goto(path)
+            assert _overflows(page) == 0, path
+        # The state beside it stays whole, on one line.
+        page.goto("/runs")
+        state = page.locator("table.runs tbody tr td").nth(1)
+        assert state.inner_text() == "queued"
+        lines = (
+            "cell => { const r = document.createRange(); r.selectNodeContents(cell); "
+            "return r.getClientRects().length; }"
+        )
+        assert state.evaluate(lines) == 1
+        tab.assert_quiet()
+
+
 def test_two_operators_decide_one_request_and_the_second_sees_who_decided(
     browser: Browser, daemons: DaemonPool, store: str, calls_file: Path
 ) -> None:
