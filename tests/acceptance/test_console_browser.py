@@ -213,6 +213,41 @@ def test_an_interrupted_write_is_resolved_once(
     other_tab.assert_quiet(refusals=1)
 
 
+def cancel(page: Page) -> None:
+    """Cancel the run of the page as an operator does: asking for the button, then it."""
+    page.get_by_text("Cancel this run…").click()
+    page.get_by_role("button", name="Cancel run").click()
+
+
+def test_a_cancel_asks_first_and_the_page_holds_while_it_asks(browser: Browser, store: str) -> None:
+    run_id = submit(store, "greeter", '"hello"')
+    queued = show(store, run_id)
+    with served_console(store) as address:
+        tab = open_tab(browser, address)
+        page = tab.page
+        log_in(page, "alice")
+        page.clock.install()
+        page.goto(f"/runs/{run_id}")
+        # A cancel is never undone: no one click on the run's page takes it.
+        button = page.get_by_role("button", name="Cancel run")
+        expect(button).to_be_hidden()
+        page.get_by_text("Cancel this run…").click()
+        expect(button).to_be_visible()
+        expect(page.locator("details.confirm")).to_contain_text(
+            "It stops now, for good: a cancelled run is never resumed."
+        )
+        assert show(store, run_id) == queued
+        # The refresh of a run not over waits while the operator decides.
+        page.evaluate("() => { window.drawnBefore = true; }")
+        page.clock.run_for(12_000)
+        page.wait_for_timeout(300)
+        assert page.evaluate("() => window.drawnBefore === true")
+        button.click()
+        expect(page.locator(".flash")).to_contain_text(f"run {run_id}: cancelled")
+        assert show(store, run_id)["state"] == "cancelled"
+        tab.assert_quiet()
+
+
 def _forge_cancel(page: Page, run_id: str, fields: dict[str, str]) -> int:
     """Post a cancel form the console never drew, from its own page; the answer's status."""
     with page.expect_response(f"**/runs/{run_id}/cancel") as answer:
@@ -266,14 +301,14 @@ def test_an_action_without_login_or_without_its_csrf_token_is_refused(
                 f"{tampering}; }}"
             )
             with page.expect_response(f"**/runs/{run_id}/cancel") as answer:
-                page.get_by_role("button", name="Cancel run").click()
+                cancel(page)
             assert answer.value.status == 403
             expect(page.locator("p.refused")).to_contain_text("CSRF token is missing or wrong")
             assert show(store, run_id) == queued
 
         # The same form, untouched, is what works.
         page.goto(f"/runs/{run_id}")
-        page.get_by_role("button", name="Cancel run").click()
+        cancel(page)
         expect(page.locator(".flash")).to_contain_text(f"run {run_id}: cancelled")
         assert show(store, run_id)["state"] == "cancelled"
         tab.assert_quiet(refusals=3)
