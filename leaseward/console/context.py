@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.templating import Jinja2Templates
 
 from leaseward.cli.json_output import json_document
-from leaseward.cli.tables import shown, timestamp
+from leaseward.cli.tables import age, shown, timestamp
 from leaseward.client import Client
 from leaseward.console.listing import date_input
 from leaseward.console.security import Sessions
@@ -40,6 +40,7 @@ class Console:
             undefined=StrictUndefined,
         )
         environment.filters["time"] = timestamp
+        environment.filters["age"] = age
         environment.filters["shown"] = shown
         environment.filters["date_input"] = date_input
         self.templates = Jinja2Templates(env=environment)

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from leaseward import ProviderReply, ToolCall, ToolEffect
-from leaseward.client import new_run_id
+from leaseward.client import Client, new_run_id
 from leaseward.console import pages, security
 from leaseward.console.listing import PAGE_SIZE
 from leaseward.runtime.encoding import dump_json
@@ -20,6 +20,7 @@ from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
 from leaseward.runtime.runs import NewRun
 from leaseward.runtime.settlements import Settlement
+from leaseward.runtime.workers import WorkerInfo
 from leaseward.storage import BatchItem, open_store
 from tests.integration.console_support import TOKEN, console, forms_of, logged_in
 from tests.integration.support import ghost_claims, provider_step
@@ -165,6 +166,22 @@ async def test_the_dead_letters_page_says_when_it_shows_only_the_newest(
         assert "The newest 2 of 3 dead letters" in html
         assert 'href="/runs?state=dead_lettered"' in html
         assert 'data-refresh="5"' in html
+
+
+async def test_a_workers_heartbeat_reads_as_the_cli_prints_it(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = WorkerInfo("w-old", "h", 1, ("chat",), 0.0, 0.0, 2 * 86400 + 3 * 3600 + 5.0, 30.0)
+    live = WorkerInfo("w-new", "h", 2, ("chat",), 0.0, 0.0, 0.25, 30.0)
+
+    async def workers(self: Client) -> list[WorkerInfo]:
+        return [live, gone]
+
+    monkeypatch.setattr(Client, "workers", workers)
+    async with console(url) as page:
+        html = (await page.http.get("/workers")).text
+    # Two days gone read as two days, as `leaseward workers` says, not 183605.0 s.
+    assert "<td>2d3h ago</td>" in html and "<td>0.2s ago</td>" in html
 
 
 async def test_the_json_twins_print_what_the_cli_prints(url: str) -> None:
