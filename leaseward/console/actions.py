@@ -210,6 +210,15 @@ async def act(request: Request) -> Response:
     perform = ACTIONS.get(request.path_params["action"])
     if perform is None:
         return console.refuse(request, 404, "no such action")
+    if console.token is None:
+        # Nobody can log in here: asking for a login, or a CSRF token, would send the
+        # operator looking for what does not exist.
+        return console.refuse(
+            request,
+            403,
+            "this console only reads: LEASEWARD_CONSOLE_TOKEN is not set where it runs; "
+            "act with the leaseward CLI, or restart the console with the token",
+        )
     form = await request.form()
     session = console.sessions.load(request)
     if not session.csrf_matches(form.get("csrf")):

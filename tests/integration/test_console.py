@@ -431,3 +431,15 @@ async def test_without_a_token_the_console_only_reads(url: str) -> None:
             "/login", data={"csrf": "x", "token": "anything", "operator": "alice"}
         )
         assert login.status_code == 403
+        # An action posted anyway (a page drawn before a restart without the token, a
+        # script) says why nobody can act here, not that someone should log in.
+        run_id = await page.client.submit("chat", "hi")
+        run_page = await page.http.get(f"/runs/{run_id}")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', run_page.text)
+        fields = {"drawn_state": "queued", "drawn_epoch": "0"}
+        for sent in ({"csrf": csrf.group(1)} if csrf else {}, {}):
+            refused = await page.http.post(f"/runs/{run_id}/cancel", data={**fields, **sent})
+            assert refused.status_code == 403
+            assert "this console only reads" in refused.text
+            assert "log in" not in refused.text.lower()
+        assert (await page.client.get(run_id)).state is RunState.QUEUED
