@@ -4,6 +4,7 @@ how a page or a refusal is drawn."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.requests import Request
@@ -25,6 +26,16 @@ class DocumentResponse(JSONResponse):
 
     def render(self, content: Any) -> bytes:
         return json_document(content, indent=None).encode()
+
+
+_HEADINGS = {
+    400: "Not understood",
+    403: "Refused",
+    404: "Not found",
+    409: "Not done",
+    503: "Store unavailable",
+}
+"""What a refused page is titled, by its status: a missing page is not a refusal."""
 
 
 class Console:
@@ -71,7 +82,20 @@ class Console:
         """An action or a page refused: the reason, and nothing changed."""
         if request.url.path.startswith("/api/"):
             return DocumentResponse({"error": message}, status_code=status)
-        return self.render(request, "refused.html", {"message": message}, status)
+        run_id = request.path_params.get("run_id")
+        # An action refused sends the operator back to the run, where every action is
+        # and a mistyped reply or a missing note can be written again.
+        back = (
+            (f"/runs/{quote(run_id, safe='')}", f"Back to run {shown(run_id)}")
+            if request.method == "POST" and run_id is not None and status != 404
+            else ("/runs", "Back to the runs")
+        )
+        return self.render(
+            request,
+            "refused.html",
+            {"message": message, "heading": _HEADINGS.get(status, "Refused"), "back": back},
+            status,
+        )
 
 
 def console_of(request: Request) -> Console:

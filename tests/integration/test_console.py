@@ -119,6 +119,28 @@ async def test_an_unknown_run_or_page_is_404_and_bad_filters_400(url: str) -> No
             assert (await page.http.get(f"/api/runs?{query}")).status_code == 400, query
 
 
+async def test_a_refusal_is_titled_by_what_went_wrong_and_leads_back_to_the_run(
+    url: str,
+) -> None:
+    async with console(url) as page:
+        run_id = await page.client.submit("chat", "hi")
+        missing = await page.http.get("/nowhere")
+        assert "<h1>Not found</h1>" in missing.text and "Refused" not in missing.text
+        assert '<a href="/runs">Back to the runs</a>' in missing.text
+        alice = await logged_in(page)
+        drawn = forms_of((await alice.http.get(f"/runs/{run_id}")).text, f"/runs/{run_id}/cancel")
+        fields = drawn[0].fields
+        back = f'<a href="/runs/{run_id}">Back to run {run_id}</a>'
+        # A form the operator got wrong (a resolution without its verdict), and one the run
+        # moved on from: both lead back to the run's page, where it can be done again.
+        unread = await alice.http.post(f"/runs/{run_id}/resolve", data=fields)
+        assert unread.status_code == 400 and "<h1>Not understood</h1>" in unread.text
+        assert back in unread.text
+        moved = await alice.http.post(f"/runs/{run_id}/cancel", data={**fields, "drawn_epoch": "7"})
+        assert moved.status_code == 409 and "<h1>Not done</h1>" in moved.text
+        assert back in moved.text
+
+
 async def test_a_time_no_calendar_holds_or_a_nul_is_refused_as_bad_input(store_url: str) -> None:
     async with console(created(store_url)) as page:
         await page.client.submit("chat", "hi")
