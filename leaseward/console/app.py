@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -21,6 +23,12 @@ __all__ = ["create_app"]
 
 async def _root(request: Request) -> Response:
     return RedirectResponse("/runs", status_code=302)
+
+
+async def _to_the_run(request: Request) -> Response:
+    # After a refused action the address bar holds the action's address: opened again,
+    # it shows the run rather than a refusal of the method.
+    return RedirectResponse(f"/runs/{quote(request.path_params['run_id'], safe='')}", 303)
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
@@ -69,6 +77,7 @@ def create_app(client: Client, *, token: str | None = None) -> Starlette:
         Route("/login", actions.login, methods=["POST"]),
         Route("/logout", actions.logout, methods=["POST"]),
         Route("/runs/{run_id}/{action}", actions.act, methods=["POST"]),
+        Route("/runs/{run_id}/{action}", _to_the_run, methods=["GET"]),
         Mount("/static", StaticFiles(packages=[("leaseward.console", "static")]), name="static"),
     ]
     app = Starlette(

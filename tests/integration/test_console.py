@@ -136,6 +136,9 @@ async def test_a_refusal_is_titled_by_what_went_wrong_and_leads_back_to_the_run(
         unread = await alice.http.post(f"/runs/{run_id}/resolve", data=fields)
         assert unread.status_code == 400 and "<h1>Not understood</h1>" in unread.text
         assert back in unread.text
+        # Opened again from the address bar, the action's address shows the run.
+        again = await alice.http.get(f"/runs/{run_id}/resolve")
+        assert (again.status_code, again.headers["location"]) == (303, f"/runs/{run_id}")
         moved = await alice.http.post(f"/runs/{run_id}/cancel", data={**fields, "drawn_epoch": "7"})
         assert moved.status_code == 409 and "<h1>Not done</h1>" in moved.text
         assert back in moved.text
