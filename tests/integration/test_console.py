@@ -278,8 +278,12 @@ async def test_pages_continue_by_cursor_and_counts_stand_at_the_top(url: str) ->
         assert "queued</a>: 55" in html
         next_link = re.search(r'<a rel="next" href="([^"]+)"', html)
         assert next_link is not None and "agent=chat" in next_link.group(1)
+        assert 'rel="first"' not in html
         following = await page.http.get(next_link.group(1).replace("&amp;", "&"))
         assert following.status_code == 200 and 'rel="next"' not in following.text
+        # A later page leads back to the first, under the same filters.
+        first_link = re.search(r'<a rel="first" href="([^"]+)"', following.text)
+        assert first_link is not None and first_link.group(1) == "/runs?agent=chat"
 
 
 async def test_runs_that_need_a_person_stand_out(url: str) -> None:
