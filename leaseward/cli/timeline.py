@@ -66,15 +66,17 @@ def took(step: StepInfo) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 
-def step_details(step: StepInfo) -> list[str]:
+def step_details(step: StepInfo, *, arguments: bool = True) -> list[str]:
+    """The lines under a step; ``arguments`` False leaves out its arguments, for a page
+    that shows them itself."""
     details: list[str] = []
     usage = usage_from_json(step.output) if step.kind is StepKind.PROVIDER else None
     if usage is not None:
         model = step.output.get("model")
         details.append(f"tokens: {tokens(usage)}" + (f" ({model})" if model else ""))
-    if step.tool is not None and step.arguments is not None:
-        arguments = json.dumps(step.arguments, ensure_ascii=False)
-        details.append(f"arguments: {shortened(arguments)}")
+    if arguments and step.tool is not None and step.arguments is not None:
+        text = json.dumps(step.arguments, ensure_ascii=False)
+        details.append(f"arguments: {shortened(text)}")
     if step.resolved_by is not None:
         output = step.output if isinstance(step.output, dict) else {}
         verdict = str(output.get("resolution", "resolved")).replace("_", " ")

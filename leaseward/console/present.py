@@ -96,7 +96,8 @@ def step_views(steps: Sequence[StepInfo]) -> list[StepView]:
                 step=step,
                 name="provider" if step.tool is None else shown(step.tool),
                 took=took(step),
-                details=tuple(shown(line) for line in step_details(step)),
+                # The row shows the arguments once, where they open in full.
+                details=tuple(shown(line) for line in step_details(step, arguments=False)),
                 arguments=None if arguments is None else json_text(step.arguments),
                 arguments_short=None if arguments is None else shown(shortened(arguments)),
                 result=None if result is None else json_text(step.output),

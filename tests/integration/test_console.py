@@ -321,6 +321,16 @@ async def test_what_models_and_tools_wrote_is_escaped_everywhere(url: str) -> No
         assert document["steps"][1]["output"]["link"] == LINK
 
 
+async def test_a_calls_arguments_are_shown_once_in_its_row(url: str) -> None:
+    run_id = await hostile_run(url)
+    async with console(url) as page:
+        html = (await page.http.get(f"/runs/{run_id}")).text
+    [row] = [r for r in html.split("<tr ")[1:] if "effect-read_only" in r]
+    # Once, where they open in full; a second shortened line above it said the same.
+    assert row.count("arguments: ") == 1
+    assert "<summary>arguments: " in row
+
+
 async def test_a_lone_surrogate_a_model_or_tool_wrote_is_shown_escaped_not_a_500(
     url: str,
 ) -> None:
