@@ -347,6 +347,28 @@ def test_the_runs_page_refreshes_itself_but_not_under_a_filter_being_typed(
         tab.assert_quiet()
 
 
+def test_a_refreshing_page_holds_while_text_on_it_is_selected(browser: Browser, store: str) -> None:
+    submit(store, "greeter", '"hello"')
+    with served_console(store) as address:
+        tab = open_tab(browser, address)
+        page = tab.page
+        page.clock.install()
+        page.goto("/runs")
+        # The operator selects a run's text to copy it (an id, an idempotency key).
+        page.locator("table.runs tbody td").nth(4).click(click_count=3)
+        assert page.evaluate("() => String(window.getSelection())").strip() == "greeter"
+        page.evaluate("() => { window.drawnBefore = true; }")
+        page.clock.run_for(12_000)
+        page.wait_for_timeout(300)
+        assert page.evaluate("() => window.drawnBefore === true"), "reloaded under a selection"
+        assert page.evaluate("() => String(window.getSelection())").strip() == "greeter"
+        # Once it is let go, the page refreshes again.
+        page.evaluate("() => window.getSelection().removeAllRanges()")
+        with page.expect_navigation():
+            page.clock.run_for(6000)
+        tab.assert_quiet()
+
+
 def _assert_inert(tab: Tab) -> None:
     """Nothing of the payloads became markup: no element, no handler, no script link."""
     page = tab.page

@@ -1,5 +1,6 @@
 // Live refresh for pages that ask for it (data-refresh seconds on <body>): the page is
-// fetched again unless the operator is typing into one of its forms or has opened a detail.
+// fetched again unless the operator is typing into one of its forms, has opened a detail,
+// or has selected text (an idempotency key being copied to look a call up elsewhere).
 (function () {
   "use strict";
   var seconds = Number(document.body.dataset.refresh || 0);
@@ -24,6 +25,9 @@
       if (fields[i].value !== drawn[i]) {
         return true;
       }
+    }
+    if (String(window.getSelection() || "") !== "") {
+      return true;
     }
     return document.querySelector("details[open]:not([data-static])") !== null;
   }
