@@ -8,7 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from leaseward import Decision, Reason, RunState
+from leaseward import (
+    Agent,
+    App,
+    Decision,
+    ProviderReply,
+    Reason,
+    RunState,
+    Runtime,
+    ScriptedProvider,
+    ToolCall,
+    ToolContext,
+    ToolEffect,
+    tool,
+)
 from leaseward.cli.tables import timestamp
 from leaseward.runtime.lifecycle import StepStatus
 from leaseward.storage import open_store
@@ -239,3 +252,37 @@ async def test_an_expired_request_shows_when_it_expired_and_when_that_was_notice
         html = (await page.http.get(f"/runs/{run_id}")).text
     expired_at, noticed_at = timestamp(request.expires_at), timestamp(request.decided_at)
     assert f"expired at {expired_at}, noticed at {noticed_at}" in html
+
+
+@tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=True)
+async def wire(ctx: ToolContext, amount: int) -> int:
+    return amount
+
+
+async def test_the_line_saying_what_an_action_did_shows_a_models_call_id_escaped(
+    store_url: str,
+) -> None:
+    # A model names its calls: a right-to-left override in one would turn the rest of the
+    # line around, and the operator would read another outcome than the one that happened.
+    call = "pay\u202edevorppa ton"
+    app = App(
+        [
+            Agent(
+                "spoofer",
+                ScriptedProvider(
+                    [ProviderReply(tool_calls=[ToolCall("wire", {"amount": 1}, call)])]
+                ),
+                tools=[wire],
+            )
+        ]
+    )
+    async with Runtime.open(store_url, app, poll_interval_seconds=0.02) as rt:
+        run_id = await parked(rt, "spoofer")
+    async with console(store_url) as page:
+        alice = await logged_in(page, "alice")
+        done = await alice.submit(f"/runs/{run_id}", f"/runs/{run_id}/approve")
+        assert done.status_code == 303
+        html = (await alice.http.get(done.headers["location"])).text
+        flash = html.split('<p class="flash" role="status">')[1].split("</p>")[0]
+        assert "\u202e" not in flash
+        assert "call pay\\u202edevorppa ton approved" in flash
