@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from leaseward.cli.json_output import request_json, run_document, run_json, worker_json
+from leaseward.client import Client
 from leaseward.console.context import DocumentResponse, console_of
 from leaseward.console.listing import PAGE_SIZE, RunQuery, fetch_runs
 from leaseward.console.present import (
@@ -61,16 +62,27 @@ async def _runs_page(request: Request) -> tuple[RunQuery, list[RunInfo], RunCurs
     return query, page, RunCursor.of(page[-1]) if len(found) > PAGE_SIZE else None
 
 
+async def _unserved(client: Client, runs: list[RunInfo]) -> frozenset[str]:
+    """The agents of these queued runs that no live worker serves: why they wait, as
+    ``leaseward runs`` and ``show`` say it."""
+    queued = {run.agent for run in runs if run.state is RunState.QUEUED}
+    if not queued:
+        return frozenset()
+    return frozenset(queued - await client.served_agents())
+
+
 async def runs(request: Request) -> Response:
     console = console_of(request)
     query, page, after = await _runs_page(request)
     counts = await console.client.run_counts()
+    unserved = await _unserved(console.client, page)
     return console.render(
         request,
         "runs.html",
         {
             "query": query,
             "runs": [(run, run_standing(run, time.time())) for run in page],
+            "unserved": unserved,
             "counts": list(counts.items()),
             "next_params": None if after is None else query.params(after),
             "states": list(RunState),
@@ -106,6 +118,7 @@ async def run(request: Request) -> Response:
             "interrupted": interrupted_call(found, steps),
             "cancel": cancel_line(found),
             "can_redrive": _redrivable(found, steps),
+            "unserved": found.agent in await _unserved(console.client, [found]),
         },
     )
 

@@ -444,15 +444,15 @@ def test_a_long_text_without_spaces_wraps_instead_of_widening_the_page(
         for path in ["/runs", f"/runs/{run_id}"]:
             page.goto(path)
             assert _overflows(page) == 0, path
-        # The state beside it stays whole, on one line.
+        # The mode beside it stays whole, on one line.
         page.goto("/runs")
-        state = page.locator("table.runs tbody tr td").nth(1)
-        assert state.inner_text() == "queued"
+        mode = page.locator("table.runs tbody tr td").nth(3)
+        assert mode.inner_text() == "queued"
         lines = (
             "cell => { const r = document.createRange(); r.selectNodeContents(cell); "
             "return r.getClientRects().length; }"
         )
-        assert state.evaluate(lines) == 1
+        assert mode.evaluate(lines) == 1
         tab.assert_quiet()
 
 

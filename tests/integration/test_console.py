@@ -20,7 +20,7 @@ from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState, StepKind, StepStatus
 from leaseward.runtime.runs import NewRun
 from leaseward.runtime.settlements import Settlement
-from leaseward.runtime.workers import WorkerInfo
+from leaseward.runtime.workers import WorkerInfo, WorkerRegistration
 from leaseward.storage import BatchItem, open_store
 from tests.integration.console_support import TOKEN, console, forms_of, logged_in
 from tests.integration.support import ghost_claims, provider_step
@@ -291,6 +291,18 @@ async def test_runs_that_need_a_person_stand_out(url: str) -> None:
     async with console(url) as page:
         html = (await page.http.get("/runs")).text
         assert f'<tr class="dead-letter">\n  <td class="text"><a href="/runs/{run_id}">' in html
+
+
+async def test_a_queued_run_no_live_worker_serves_says_why_it_waits(url: str) -> None:
+    async with console(url) as page:
+        run_id = await page.client.submit("chat", "hi")
+        note = "no live worker serves chat; the run waits until one does"
+        assert note in (await page.http.get(f"/runs/{run_id}")).text
+        assert "no live worker serves its agent" in (await page.http.get("/runs")).text
+        serving = WorkerRegistration("w1", "host", 1, ("chat",), stale_after_seconds=60.0)
+        await page.client.store.register_worker(serving)
+        assert note not in (await page.http.get(f"/runs/{run_id}")).text
+        assert "no live worker serves" not in (await page.http.get("/runs")).text
 
 
 async def test_a_running_run_whose_lease_expired_stands_out(url: str) -> None:
