@@ -45,6 +45,20 @@ def _back(form: FormData, run_id: str) -> str:
     return back if back in ("/approvals", "/dead-letters") else f"/runs/{run_id}"
 
 
+SESSION_ENDED = (
+    "the session this page was drawn for has ended (the console restarted, you logged out, "
+    "or you logged in 12 hours ago): nothing changed; log in again"
+)
+"""Why a form is refused when its post carries no live session at all: the CSRF token is
+not wrong then, it belongs to a session that is gone."""
+
+
+def _csrf_refusal(console: Console, request: Request, session: Session) -> Response:
+    if session.fresh:
+        return console.refuse(request, 403, SESSION_ENDED)
+    return console.refuse(request, 403, "the form's CSRF token is missing or wrong")
+
+
 def _redirect(console: Console, request: Request, session: Session, to: str) -> Response:
     response = RedirectResponse(to, status_code=303)
     console.sessions.save(response, request, session)
@@ -53,17 +67,20 @@ def _redirect(console: Console, request: Request, session: Session, to: str) -> 
 
 async def login_form(request: Request) -> Response:
     console = console_of(request)
-    return console.render(request, "login.html", {"failed": False})
+    return console.render(request, "login.html", {"failed": False, "ended": False})
 
 
 async def login(request: Request) -> Response:
     console = console_of(request)
     form = await request.form()
     session = console.sessions.load(request)
+    if session.fresh and form.get("csrf"):
+        # A login form drawn before the console restarted: drawn again, for this one.
+        return console.render(request, "login.html", {"failed": False, "ended": True}, 403)
     if not session.csrf_matches(form.get("csrf")):
-        return console.refuse(request, 403, "the form's CSRF token is missing or wrong")
+        return _csrf_refusal(console, request, session)
     if not token_matches(console.token, form.get("token")):
-        return console.render(request, "login.html", {"failed": True}, 403)
+        return console.render(request, "login.html", {"failed": True, "ended": False}, 403)
     operator = check_operator_name(form.get("operator"))
     # A new session at login: a token planted before it cannot ride along.
     fresh = Session(operator=operator, flash=f"logged in as {operator}")
@@ -75,7 +92,7 @@ async def logout(request: Request) -> Response:
     form = await request.form()
     session = console.sessions.load(request)
     if not session.csrf_matches(form.get("csrf")):
-        return console.refuse(request, 403, "the form's CSRF token is missing or wrong")
+        return _csrf_refusal(console, request, session)
     console.sessions.end(session)
     return _redirect(console, request, Session(flash="logged out"), "/runs")
 
@@ -222,7 +239,7 @@ async def act(request: Request) -> Response:
     form = await request.form()
     session = console.sessions.load(request)
     if not session.csrf_matches(form.get("csrf")):
-        return console.refuse(request, 403, "the form's CSRF token is missing or wrong")
+        return _csrf_refusal(console, request, session)
     if session.operator is None:
         return console.refuse(request, 403, "log in to act: every decision records who made it")
     run_id = request.path_params["run_id"]

@@ -473,6 +473,39 @@ async def test_an_action_needs_a_login_and_a_csrf_token_and_changes_nothing_with
         assert (await page.client.get(run_id)).state is RunState.CANCELLED
 
 
+async def test_a_form_from_before_a_restart_says_the_session_ended(url: str) -> None:
+    async with console(url) as before, console(url) as after:
+        run_id = await before.client.submit("chat", "hi")
+        path = f"/runs/{run_id}/cancel"
+        alice = await logged_in(before)
+        form = forms_of((await alice.http.get(f"/runs/{run_id}")).text, path)[0]
+        login = forms_of((await before.http.get("/login")).text, "/login")[0]
+        # The console restarts (a new key signs its sessions); the pages stay open.
+        restarted = httpx.AsyncClient(
+            transport=after.http._transport, base_url="http://127.0.0.1", cookies=alice.http.cookies
+        )
+        async with restarted:
+            refused = await restarted.post(path, data=form.fields)
+            assert refused.status_code == 403 and "CSRF" not in refused.text
+            assert "session this page was drawn for has ended" in refused.text
+            assert (await after.client.get(run_id)).state is RunState.QUEUED
+        async with httpx.AsyncClient(
+            transport=after.http._transport,
+            base_url="http://127.0.0.1",
+            cookies=before.http.cookies,
+        ) as stranger:
+            # A login form of the old console, posted to the new one, is drawn again.
+            again = await stranger.post(
+                "/login", data={**login.fields, "token": TOKEN, "operator": "bob"}
+            )
+            assert again.status_code == 403 and "drawn before the console restarted" in again.text
+            [fresh] = forms_of(again.text, "/login")
+            done = await stranger.post(
+                "/login", data={**fresh.fields, "token": TOKEN, "operator": "bob"}
+            )
+            assert done.status_code == 303
+
+
 async def test_without_a_token_the_console_only_reads(url: str) -> None:
     async with console(url, token=None) as page:
         html = (await page.http.get("/login")).text
