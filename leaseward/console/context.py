@@ -83,13 +83,13 @@ class Console:
         if request.url.path.startswith("/api/"):
             return DocumentResponse({"error": message}, status_code=status)
         run_id = request.path_params.get("run_id")
-        # An action refused sends the operator back to the run, where every action is
-        # and a mistyped reply or a missing note can be written again.
-        back = (
-            (f"/runs/{quote(run_id, safe='')}", f"Back to run {shown(run_id)}")
-            if request.method == "POST" and run_id is not None and status != 404
-            else ("/runs", "Back to the runs")
-        )
+        back = ("/runs", "Back to the runs")
+        if request.method == "POST" and run_id is not None and status != 404:
+            # An action refused sends the operator back to the run, where every action
+            # is and a mistyped reply or a missing note can be written again.
+            back = (f"/runs/{quote(run_id, safe='')}", f"Back to run {shown(run_id)}")
+        elif request.method == "POST" and request.url.path == "/login":
+            back = ("/login", "Back to log in")
         return self.render(
             request,
             "refused.html",

@@ -124,6 +124,12 @@ async def test_a_refusal_is_titled_by_what_went_wrong_and_leads_back_to_the_run(
 ) -> None:
     async with console(url) as page:
         run_id = await page.client.submit("chat", "hi")
+        login = forms_of((await page.http.get("/login")).text, "/login")[0]
+        unnamed = {**login.fields, "token": TOKEN, "operator": "al\u202eice"}
+        bad_name = await page.http.post("/login", data=unnamed)
+        assert (
+            bad_name.status_code == 400 and '<a href="/login">Back to log in</a>' in bad_name.text
+        )
         missing = await page.http.get("/nowhere")
         assert "<h1>Not found</h1>" in missing.text and "Refused" not in missing.text
         assert '<a href="/runs">Back to the runs</a>' in missing.text
