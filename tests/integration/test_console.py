@@ -280,8 +280,10 @@ async def test_pages_continue_by_cursor_and_counts_stand_at_the_top(url: str) ->
         rest = (await page.http.get("/api/runs", params={"after": first["next"]})).json()
         assert len(rest["runs"]) == 5 and rest["next"] is None
         assert {r["id"] for r in first["runs"] + rest["runs"]} == ids
+        await page.client.submit("other", "x")
         html = (await page.http.get("/runs?agent=chat")).text
-        assert "queued</a>: 55" in html
+        # The counts are of all runs, and say so: a filter does not narrow them.
+        assert "<li>All runs:</li>" in html and "queued</a>: 56" in html
         next_link = re.search(r'<a rel="next" href="([^"]+)"', html)
         assert next_link is not None and "agent=chat" in next_link.group(1)
         assert 'rel="first"' not in html
