@@ -94,6 +94,21 @@ def assert_inert(html: str) -> None:
     assert "onerror=alert(1)>" not in html
 
 
+async def test_an_empty_page_says_why_it_is_empty(url: str) -> None:
+    async with console(url) as page:
+        empty = {
+            "/runs": "No runs yet: they show here once submitted",
+            "/dead-letters": "No dead-lettered runs.",
+            "/approvals": "Nothing waits for a person.",
+            "/workers": "No workers have registered.",
+        }
+        for path, said in empty.items():
+            assert said in (await page.http.get(path)).text, path
+        await page.client.submit("chat", "hi")
+        filtered = (await page.http.get("/runs?agent=nobody")).text
+        assert "No runs match these filters" in filtered and "No runs yet" not in filtered
+
+
 async def test_every_page_renders_and_the_root_redirects_to_the_runs(url: str) -> None:
     async with console(url) as page:
         run_id = await page.client.submit("chat", "hi")
