@@ -4,6 +4,7 @@ the run's state and who decided, and changes nothing."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,9 @@ async def test_approve_runs_the_call_once_and_the_run_finishes(
         alice = await logged_in(page, "alice")
         html = (await alice.http.get("/approvals")).text
         assert "&#34;amount&#34;: 5" in html and "never expires" in html
+        # How long it has waited, as `leaseward approvals` says it beside the time.
+        [waiting] = await page.client.requests(run_id)
+        assert re.search(rf"requested {timestamp(waiting.requested_at)} \([0-9.]+s ago\)", html)
         done = await alice.submit("/approvals", f"/runs/{run_id}/approve", note="looks right")
         assert (done.status_code, done.headers["location"]) == (303, "/approvals")
         assert "every call is decided" in (await alice.http.get("/approvals")).text
