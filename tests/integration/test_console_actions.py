@@ -27,7 +27,7 @@ from leaseward.cli.tables import timestamp
 from leaseward.runtime.lifecycle import StepStatus
 from leaseward.storage import open_store
 from tests.integration.approval_worker import executions
-from tests.integration.console_support import console, forms_of, logged_in
+from tests.integration.console_support import TOKEN, console, forms_of, logged_in
 from tests.integration.test_approval import parked, runtime
 from tests.integration.test_operator import dead_letter
 from tests.stores import created
@@ -290,3 +290,22 @@ async def test_the_line_saying_what_an_action_did_shows_a_models_call_id_escaped
         flash = html.split('<p class="flash" role="status">')[1].split("</p>")[0]
         assert "\u202e" not in flash
         assert "call pay\\u202edevorppa ton approved" in flash
+
+
+async def test_a_reader_not_logged_in_sees_what_a_dead_letter_waits_for(store_url: str) -> None:
+    interrupted = await dead_lettered(store_url, Reason.INTERRUPTED_WRITE, None)
+    failed = await dead_lettered(store_url, Reason.NOT_RETRYABLE, StepStatus.FAILED)
+    settled = await dead_lettered(store_url, Reason.INTERRUPTED_WRITE, StepStatus.SUCCEEDED)
+    for token in (TOKEN, None):
+        async with console(store_url, token=token) as page:
+            # As `leaseward show` prints it: the call to look up, or that a redrive is next.
+            html = (await page.http.get(f"/runs/{interrupted}")).text
+            assert "Interrupted write" in html and "nobody knows whether it applied" in html
+            [call] = [s for s in await page.client.steps(interrupted) if s.tool is not None]
+            assert f"idempotency key <code>{call.idempotency_key}</code>" in html
+            assert forms_of(html, f"/runs/{interrupted}/resolve") == []
+            html = (await page.http.get(f"/runs/{failed}")).text
+            assert "then redrive the run" in html
+            assert forms_of(html, f"/runs/{failed}/redrive") == []
+            html = (await page.http.get(f"/runs/{settled}")).text
+            assert "nothing is left to decide" in html and "Interrupted write" not in html
