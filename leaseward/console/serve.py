@@ -88,7 +88,9 @@ async def serve_console(
             stopped.set()
 
     bound_port: int = sock.getsockname()[1]
-    log.info("console.serving", url=console_url(host, bound_port))
+    # The daemon says only this of its console: whether anyone can act there is as much
+    # a part of it as where it listens (leaseward console prints the same).
+    log.info("console.serving", url=console_url(host, bound_port), read_only=token is None)
     try:
         async with anyio.create_task_group() as serving:
             serving.start_soon(run_server)

@@ -118,6 +118,9 @@ def test_the_daemon_serves_the_console_beside_its_worker_until_drained(
     port = free_port()
     daemon = daemons.start(store, worker_id="w1", flags=("--console", "--console-port", str(port)))
     address = f"http://127.0.0.1:{port}/"
+    # Started without LEASEWARD_CONSOLE_TOKEN, its log says the console only reads.
+    serving = daemon.wait_for("console.serving", timeout=20)
+    assert (serving["url"], serving["read_only"]) == (address, True)
     workers = wait_until(
         "the console lists the worker",
         lambda: httpx.get(address + "api/workers").json(),
