@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.templating import Jinja2Templates
 
 from leaseward.cli.json_output import json_document
-from leaseward.cli.tables import age, shown, timestamp
+from leaseward.cli.tables import age, shortened, shown, timestamp
 from leaseward.client import Client
 from leaseward.console.listing import date_input
 from leaseward.console.security import Sessions
@@ -38,6 +38,15 @@ _HEADINGS = {
 """What a refused page is titled, by its status: a missing page is not a refusal."""
 
 
+CELL_CHARS = 40
+"""How much of a name a table's cell shows: an agent's, a tool's or a worker's name is
+anyone's text, and a cell as wide as 400 characters of it would squeeze the others."""
+
+
+def _cut(text: str) -> str:
+    return shortened(text, CELL_CHARS)
+
+
 class Console:
     """What every request of the console shares: the client, the sessions, the templates."""
 
@@ -52,6 +61,7 @@ class Console:
         )
         environment.filters["time"] = timestamp
         environment.filters["age"] = age
+        environment.filters["cut"] = _cut
         environment.filters["shown"] = shown
         environment.filters["date_input"] = date_input
         self.templates = Jinja2Templates(env=environment)

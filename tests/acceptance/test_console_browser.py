@@ -444,15 +444,26 @@ def test_a_long_text_without_spaces_wraps_instead_of_widening_the_page(
         for path in ["/runs", f"/runs/{run_id}"]:
             page.goto(path)
             assert _overflows(page) == 0, path
-        # The mode beside it stays whole, on one line.
+        # In the table the name is cut, whole in its title; the short cells beside it
+        # (the mode here) stay whole words, on one line.
         page.goto("/runs")
+        agent = page.locator("table.runs tbody tr td").nth(4)
+        assert agent.inner_text() == "A" * 37 + "..."
+        assert agent.get_attribute("title") == "A" * 400
         mode = page.locator("table.runs tbody tr td").nth(3)
         assert mode.inner_text() == "queued"
         lines = (
             "cell => { const r = document.createRange(); r.selectNodeContents(cell); "
-            "return r.getClientRects().length; }"
+            "return new Set(Array.from(r.getClientRects(), b => Math.round(b.bottom))).size; }"
         )
         assert mode.evaluate(lines) == 1
+        # Nor does a run's id or its time, in a table of ordinary names.
+        ok("submit", "greeter", "--input", "1", "--store", store)
+        page.goto("/runs?agent=greeter")
+        cells = page.locator("table.runs tbody tr").first.locator("td")
+        expect(cells.nth(4)).to_have_text("greeter")
+        for cell in (cells.nth(0), cells.nth(7)):
+            assert cell.evaluate(lines) == 1, cell.inner_text()
         tab.assert_quiet()
 
 

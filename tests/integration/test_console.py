@@ -313,7 +313,7 @@ async def test_runs_that_need_a_person_stand_out(url: str) -> None:
     run_id = await hostile_run(url)
     async with console(url) as page:
         html = (await page.http.get("/runs")).text
-        assert f'<tr class="dead-letter">\n  <td class="text"><a href="/runs/{run_id}">' in html
+        assert f'<tr class="dead-letter">\n  <td><a href="/runs/{run_id}" ' in html
 
 
 async def test_a_queued_run_no_live_worker_serves_says_why_it_waits(url: str) -> None:
@@ -337,7 +337,7 @@ async def test_a_running_run_whose_lease_expired_stands_out(url: str) -> None:
     await anyio.sleep(0.05)
     async with console(url) as page:
         html = (await page.http.get("/runs")).text
-        assert f'<tr class="lease-expired">\n  <td class="text"><a href="/runs/{run_id}">' in html
+        assert f'<tr class="lease-expired">\n  <td><a href="/runs/{run_id}" ' in html
         assert "lease expired" in (await page.http.get(f"/runs/{run_id}")).text
 
 
