@@ -425,6 +425,13 @@ def test_markup_and_script_that_a_model_or_tool_wrote_never_run(
     _assert_inert(tab)
 
 
+LINES = (
+    "element => { const r = document.createRange(); r.selectNodeContents(element); "
+    "return new Set(Array.from(r.getClientRects(), b => Math.round(b.bottom))).size; }"
+)
+"""How many lines an element's text takes."""
+
+
 def _overflows(page: Page) -> int:
     """How far the page is wider than the window: a text that never wraps widens it."""
     return int(page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth"))
@@ -452,18 +459,34 @@ def test_a_long_text_without_spaces_wraps_instead_of_widening_the_page(
         assert agent.get_attribute("title") == "A" * 400
         mode = page.locator("table.runs tbody tr td").nth(3)
         assert mode.inner_text() == "queued"
-        lines = (
-            "cell => { const r = document.createRange(); r.selectNodeContents(cell); "
-            "return new Set(Array.from(r.getClientRects(), b => Math.round(b.bottom))).size; }"
-        )
-        assert mode.evaluate(lines) == 1
+        assert mode.evaluate(LINES) == 1
         # Nor does a run's id or its time, in a table of ordinary names.
         ok("submit", "greeter", "--input", "1", "--store", store)
         page.goto("/runs?agent=greeter")
         cells = page.locator("table.runs tbody tr").first.locator("td")
         expect(cells.nth(4)).to_have_text("greeter")
         for cell in (cells.nth(0), cells.nth(7)):
-            assert cell.evaluate(lines) == 1, cell.inner_text()
+            assert cell.evaluate(LINES) == 1, cell.inner_text()
+        tab.assert_quiet()
+
+
+def test_on_a_narrow_window_a_table_scrolls_and_the_page_does_not(
+    browser: Browser, store: str
+) -> None:
+    run_id = submit(store, "confused", '"clean up"')
+    with served_console(store) as address:
+        tab = open_tab(browser, address)
+        page = tab.page
+        page.set_viewport_size({"width": 420, "height": 800})
+        for path in ["/runs", f"/runs/{run_id}"]:
+            page.goto(path)
+            assert _overflows(page) == 0, path
+        page.goto("/runs")
+        table = page.locator("div.wide").first
+        assert table.evaluate("box => box.scrollWidth > box.clientWidth")
+        # The counts above it wrap whole: "waiting_for_approval" is not broken up.
+        count = page.locator("ul.counts li.state-waiting_for_approval")
+        assert count.evaluate(LINES) == 1
         tab.assert_quiet()
 
 
