@@ -116,6 +116,9 @@ def test_runs_are_filtered_and_a_runs_timeline_is_read(
         ["1", "1", "tool"],
         ["2", "1", "provider"],
     ]
+    # Each step's duration reads on one line, however wide its details are.
+    for i in range(3):
+        assert steps.nth(i).locator("td.took").evaluate(LINES) == 1
     call = steps.nth(1)
     expect(call.locator("td").nth(3)).to_have_text("delete_everything")
     expect(call.locator("td").nth(5)).to_have_text("failed")
