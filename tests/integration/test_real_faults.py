@@ -315,9 +315,9 @@ def pg_probe(url: str) -> Probe:
 
 BLOCKED_ROW_LEASE_SECONDS = 6.0
 """The lease of the runs whose row a test holds locked: no renewal of it falls due while
-it is held. A renewal sent then would wait for the row in the Persister's batch, and the
-charge's outcome behind that batch could never reach the server to be faulted there (a
-loaded machine may hold the charge past a third of a short lease)."""
+it is held, which a loaded machine may stretch past a third of a short lease. The keeper's
+renewal passes a held row, so the charge's lease would run low and its call be cut off
+before its outcome could be faulted on the server."""
 
 
 @asynccontextmanager
