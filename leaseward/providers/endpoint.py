@@ -369,7 +369,25 @@ class JsonEndpoint:
                     FailureClass.SERVER_ERROR,
                 )
             return data
+        if 300 <= response.status_code < 400:
+            raise self._redirect(response)
         raise self._error(response, data if readable else None)
+
+    def _redirect(self, response: httpx.Response) -> ProviderError:
+        # Not followed: on a 301 or 302 the POST would turn into a GET, and on another
+        # host the key would go with it. The same answer comes on every retry.
+        location = response.headers.get("location")
+        where = "without saying where"
+        if location:
+            try:
+                where = f"to {shown_url(self._url.join(location))}"
+            except httpx.InvalidURL:
+                where = f"to {_shortened(location)!r}"
+        return self.failure(
+            f"answered HTTP {response.status_code}, a redirect {where}; "
+            "redirects are not followed: set base_url to the address the API is served at",
+            FailureClass.CONFIGURATION,
+        )
 
     def _error(self, response: httpx.Response, data: Any) -> ProviderError:
         status = response.status_code

@@ -451,6 +451,28 @@ async def test_a_400_without_a_json_body_is_still_a_client_error() -> None:
     assert "bad request" in error.message
 
 
+@pytest.mark.parametrize(("api", "make"), MAKERS, ids=[name for name, _ in MAKERS])
+@pytest.mark.parametrize("status", [301, 307, 308])
+async def test_a_redirect_is_not_followed_and_names_where_it_points(
+    api: str, make: Callable[[ModelServer], Provider], status: int
+) -> None:
+    async with model_server() as server:
+        server.script(
+            Reply(
+                status,
+                raw=b"<html>Moved</html>",
+                headers={"location": "https://elsewhere.invalid/api/chat?token=t0ps3cret"},
+            )
+        )
+        error = await failure_of(make(server))
+    assert classify(error) is FailureClass.CONFIGURATION
+    assert f"HTTP {status}" in error.message
+    assert "https://elsewhere.invalid/api/chat" in error.message
+    assert "t0ps3cret" not in error.message
+    assert "base_url" in error.message
+    assert len(server.requests) == 1
+
+
 # -- the network failing ------------------------------------------------------------------------
 
 
