@@ -327,6 +327,12 @@ class JsonEndpoint:
             raise self.failure(
                 f"no answer within {self.timeout_seconds:g} s", FailureClass.CONNECTION
             ) from None
+        except httpx.DecodingError as exc:
+            # A body compressed wrongly, or not as its content-encoding says: a server's fault.
+            raise self.failure(
+                f"answered with a body that could not be decoded: {exc}",
+                FailureClass.SERVER_ERROR,
+            ) from None
         except httpx.TransportError as exc:
             # A certificate that does not verify will not verify on a retry either.
             failure_class = (

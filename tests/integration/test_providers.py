@@ -431,8 +431,9 @@ async def test_a_quota_error_never_asks_for_a_retry() -> None:
         Reply(200, raw=b""),
         Reply(200, {"unexpected": True}),
         Reply(502, raw=b"<html>Bad Gateway</html>"),
+        Reply(200, raw=b"not gzip at all", headers={"content-encoding": "gzip"}),
     ],
-    ids=["html", "cut-json", "empty", "wrong-shape", "html-502"],
+    ids=["html", "cut-json", "empty", "wrong-shape", "html-502", "bad-gzip"],
 )
 async def test_a_body_that_is_no_reply_is_a_server_error(
     api: str, make: Callable[[ModelServer], Provider], reply: Reply
