@@ -51,6 +51,7 @@ QUOTA_EXHAUSTED = frozenset(
     {"insufficient_quota", "credit_balance_exhausted", "enforced_spend_limit_reached"}
 )
 _SHOWN_CHARS = 300
+_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 log = get_logger("leaseward.providers")
 
@@ -149,6 +150,15 @@ def _check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
         isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
     ):
         raise ConfigurationError("extra_headers must map header names to string values")
+    for name, value in headers.items():
+        # Caught here, not as an encoding error or a broken request at a run's first call.
+        if not name or not _TOKEN.issuperset(name):
+            raise ConfigurationError(f"extra_headers: {name!r} is not an HTTP header name")
+        if not value.isascii() or not (value.isprintable() or value == ""):
+            raise ConfigurationError(
+                f"extra_headers: the value of {name!r} holds characters an HTTP header "
+                "cannot carry (the value is not shown)"
+            )
     return dict(headers)
 
 

@@ -579,6 +579,18 @@ def test_an_azure_style_query_is_kept_and_never_shown() -> None:
             lambda: OpenAIChat("m", base_url="http://h/v1", extra_headers={"x": 1}),  # type: ignore[dict-item]
             "extra_headers",
         ),
+        (
+            lambda: OpenAIChat("m", base_url="http://h/v1", extra_headers={"x-team": "café"}),
+            "value of 'x-team'.*cannot carry",
+        ),
+        (
+            lambda: AnthropicMessages("m", base_url="http://h", extra_headers={"x": "a\r\nb: c"}),
+            "value of 'x'.*cannot carry",
+        ),
+        (
+            lambda: OpenAIChat("m", base_url="http://h/v1", extra_headers={"x team": "v"}),
+            "'x team' is not an HTTP header name",
+        ),
     ],
 )
 def test_bad_settings_get_one_clear_error(make: Any, words: str) -> None:
