@@ -189,6 +189,13 @@ class _Turn:
                 f"the reply was cut off at its token limit (max_tokens={limit}); raise max_tokens",
                 FailureClass.CONFIGURATION,
             )
+        if stop_reason == "model_context_window_exceeded":
+            # The same conversation fills the same window again: retrying cannot help.
+            raise BadReply(
+                "the reply was cut off: the conversation filled the model's context window; "
+                "use a model with a larger window or shorten the run's input and tool outputs",
+                FailureClass.CONFIGURATION,
+            )
         if stop_reason == "refusal":
             raise BadReply("the model refused to answer", FailureClass.CLIENT_ERROR)
 

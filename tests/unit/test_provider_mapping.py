@@ -366,6 +366,7 @@ def test_a_messages_reply_maps_text_tool_use_usage_and_model() -> None:
     ("stop_reason", "failure", "words"),
     [
         ("max_tokens", FailureClass.CONFIGURATION, "max_tokens=4096"),
+        ("model_context_window_exceeded", FailureClass.CONFIGURATION, "context window"),
         ("refusal", FailureClass.CLIENT_ERROR, "refused"),
     ],
 )
