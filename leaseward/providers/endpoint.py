@@ -384,6 +384,8 @@ class JsonEndpoint:
                     f"{_shortened(response.text)!r}",
                     FailureClass.SERVER_ERROR,
                 )
+            if isinstance(data, Mapping) and data.get("error"):
+                raise self._error_in_body(response, data)
             return data
         if 300 <= response.status_code < 400:
             raise self._redirect(response)
@@ -403,6 +405,22 @@ class JsonEndpoint:
             f"answered HTTP {response.status_code}, a redirect {where}; "
             "redirects are not followed: set base_url to the address the API is served at",
             FailureClass.CONFIGURATION,
+        )
+
+    def _error_in_body(self, response: httpx.Response, data: Mapping[str, Any]) -> ProviderError:
+        # Gateways (OpenRouter, LiteLLM) pass on an upstream failure as a 200 whose body
+        # is an error, sometimes with the upstream status as its code.
+        error = data["error"]
+        code = error.get("code") if isinstance(error, Mapping) else None
+        status = code if type(code) is int and 400 <= code <= 599 else 502
+        details = error_details(data)
+        failure_class = failure_class_for(status, details)
+        kinds = f" ({', '.join(details.kinds)})" if details.kinds else ""
+        said = details.message if details.message is not None else response.text
+        return self.failure(
+            f"answered HTTP {response.status_code} with an error{kinds}: "
+            f"{_shortened(said) or '(no message)'}",
+            failure_class,
         )
 
     def _error(self, response: httpx.Response, data: Any) -> ProviderError:

@@ -444,6 +444,47 @@ async def test_a_body_that_is_no_reply_is_a_server_error(
     assert classify(error) is FailureClass.SERVER_ERROR
 
 
+@pytest.mark.parametrize(("api", "make"), MAKERS, ids=[name for name, _ in MAKERS])
+@pytest.mark.parametrize(
+    ("body", "failure", "words"),
+    [
+        (
+            {"error": {"message": "Upstream timed out", "code": 502}},
+            FailureClass.SERVER_ERROR,
+            "Upstream timed out",
+        ),
+        (
+            {"error": {"message": "Rate limit exceeded: free-models-per-day", "code": 429}},
+            FailureClass.RATE_LIMIT,
+            "free-models-per-day",
+        ),
+        (
+            anthropic_error("overloaded_error", "Overloaded"),
+            FailureClass.SERVER_ERROR,
+            "(overloaded_error): Overloaded",
+        ),
+        (
+            openai_error("No credits", "insufficient_quota", "insufficient_quota"),
+            FailureClass.CONFIGURATION,
+            "No credits",
+        ),
+    ],
+    ids=["upstream-502", "upstream-429", "anthropic-shape", "quota"],
+)
+async def test_an_error_in_a_200_body_says_what_went_wrong(
+    api: str,
+    make: Callable[[ModelServer], Provider],
+    body: Any,
+    failure: FailureClass,
+    words: str,
+) -> None:
+    async with model_server() as server:
+        server.script(Reply(200, body))
+        error = await failure_of(make(server))
+    assert classify(error) is failure
+    assert words in error.message
+
+
 async def test_a_400_without_a_json_body_is_still_a_client_error() -> None:
     async with model_server() as server:
         server.script(Reply(400, raw=b"bad request"))
