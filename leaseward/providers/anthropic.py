@@ -272,6 +272,7 @@ class AnthropicMessages:
             secret=key,
             secret_header=("x-api-key", ""),
             timeout_seconds=self.timeout_seconds,
+            key_variable="ANTHROPIC_API_KEY",
         )
 
     def __repr__(self) -> str:

@@ -276,6 +276,7 @@ class JsonEndpoint:
         secret: Secret | None,
         secret_header: tuple[str, str],
         timeout_seconds: float,
+        key_variable: str = "",
     ) -> None:
         self.name = name
         self._url = _endpoint_url(base_url, path)
@@ -283,6 +284,7 @@ class JsonEndpoint:
         self._headers = _check_headers(headers)
         self._secret = secret
         self._secret_header = secret_header
+        self._key_variable = key_variable
         self.timeout_seconds = timeout_seconds
         self._client: httpx.AsyncClient | None = None
         self._client_loop: object = None
@@ -423,6 +425,19 @@ class JsonEndpoint:
             failure_class,
         )
 
+    def _what_to_fix(self, status: int) -> str:
+        # The server's own words rarely say which setting of ours is wrong.
+        source = f"api_key= or {self._key_variable}" if self._key_variable else "api_key="
+        if status == 401:
+            if self._secret is None:
+                return f"; no API key was sent: pass {source}"
+            return f"; check the API key ({source})"
+        if status == 403:
+            return "; check that the API key may use this model and endpoint"
+        if status == 404:
+            return "; check the model name and that base_url is the API's root"
+        return ""
+
     def _error(self, response: httpx.Response, data: Any) -> ProviderError:
         status = response.status_code
         details = error_details(data)
@@ -437,4 +452,6 @@ class JsonEndpoint:
                 message += f"; it asked for a retry after {retry_after:g} s"
         elif failure_class is FailureClass.CONFIGURATION:
             message += "; the account can spend no more until its quota or limit is raised"
+        else:
+            message += self._what_to_fix(status)
         return self.failure(message, failure_class, retry_after_seconds=retry_after)

@@ -251,6 +251,7 @@ class OpenAIChat:
             secret=key,
             secret_header=("authorization", "Bearer "),
             timeout_seconds=self.timeout_seconds,
+            key_variable="OPENAI_API_KEY",
         )
 
     def __repr__(self) -> str:

@@ -392,6 +392,36 @@ async def test_a_rate_limit_carries_retry_after(
     assert error.retry_after_seconds == seconds
 
 
+@pytest.mark.parametrize(("api", "make"), MAKERS, ids=[name for name, _ in MAKERS])
+@pytest.mark.parametrize(
+    ("status", "hint"),
+    [
+        (401, "check the API key (api_key= or {variable})"),
+        (403, "check that the API key may use this model"),
+        (404, "check the model name and that base_url is the API's root"),
+    ],
+)
+async def test_a_refused_call_says_which_setting_to_fix(
+    api: str, make: Callable[[ModelServer], Provider], status: int, hint: str
+) -> None:
+    variable = "OPENAI_API_KEY" if api == "openai" else "ANTHROPIC_API_KEY"
+    async with model_server() as server:
+        server.script(Reply(status, raw=b"Not Found"))
+        error = await failure_of(make(server))
+    assert hint.format(variable=variable) in error.message
+
+
+async def test_a_401_without_a_key_says_that_none_was_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    async with model_server() as server:
+        server.script(Reply(401, openai_error("Missing bearer", "invalid_request_error")))
+        provider = OpenAIChat("m", base_url=f"{server.base_url}/v1", timeout_seconds=2)
+        error = await failure_of(provider)
+    assert "no API key was sent: pass api_key= or OPENAI_API_KEY" in error.message
+
+
 async def test_an_overloaded_anthropic_endpoint_also_says_when_to_come_back() -> None:
     async with model_server() as server:
         server.script(
