@@ -41,6 +41,7 @@ __all__ = [
     "error_details",
     "failure_class_for",
     "retry_after_seconds",
+    "shortened",
     "shown_url",
 ]
 
@@ -242,7 +243,8 @@ def _non_negative(text: str) -> float | None:
     return value if 0 <= value < math.inf else None
 
 
-def _shortened(text: str) -> str:
+def shortened(text: str) -> str:
+    """``text`` on one line and bounded, as an error shows a server's or model's words."""
     text = " ".join(text.split())
     return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
 
@@ -383,7 +385,7 @@ class JsonEndpoint:
             if not readable:
                 raise self.failure(
                     f"answered HTTP {response.status_code} with a body that is not JSON: "
-                    f"{_shortened(response.text)!r}",
+                    f"{shortened(response.text)!r}",
                     FailureClass.SERVER_ERROR,
                 )
             if isinstance(data, Mapping) and data.get("error"):
@@ -402,7 +404,7 @@ class JsonEndpoint:
             try:
                 where = f"to {shown_url(self._url.join(location))}"
             except httpx.InvalidURL:
-                where = f"to {_shortened(location)!r}"
+                where = f"to {shortened(location)!r}"
         return self.failure(
             f"answered HTTP {response.status_code}, a redirect {where}; "
             "redirects are not followed: set base_url to the address the API is served at",
@@ -421,7 +423,7 @@ class JsonEndpoint:
         said = details.message if details.message is not None else response.text
         return self.failure(
             f"answered HTTP {response.status_code} with an error{kinds}: "
-            f"{_shortened(said) or '(no message)'}",
+            f"{shortened(said) or '(no message)'}",
             failure_class,
         )
 
@@ -444,7 +446,7 @@ class JsonEndpoint:
         failure_class = failure_class_for(status, details)
         kinds = f" ({', '.join(details.kinds)})" if details.kinds else ""
         said = details.message if details.message is not None else response.text
-        message = f"answered HTTP {status}{kinds}: {_shortened(said) or '(no body)'}"
+        message = f"answered HTTP {status}{kinds}: {shortened(said) or '(no body)'}"
         retry_after = None
         if failure_class.retryable:
             retry_after = retry_after_seconds(response.headers, time.time())

@@ -13,6 +13,7 @@ from leaseward.providers.endpoint import (
     JsonEndpoint,
     base_and_key,
     check_timeout,
+    shortened,
 )
 from leaseward.runtime.agents import DEFAULT_PROVIDER_TIMEOUT_SECONDS
 from leaseward.runtime.errors import ConfigurationError, ToolDefinitionError
@@ -176,7 +177,7 @@ def chat_reply(data: Any, settings: ModelSettings) -> ProviderReply:
         raise BadReply("a content filter withheld the reply", FailureClass.CLIENT_ERROR)
     refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal:
-        raise BadReply(f"the model refused: {refusal}", FailureClass.CLIENT_ERROR)
+        raise BadReply(f"the model refused: {shortened(refusal)}", FailureClass.CLIENT_ERROR)
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise _malformed("message.tool_calls is not a list")

@@ -249,6 +249,15 @@ def test_a_refusal_is_a_client_error() -> None:
     assert caught.value.failure_class is FailureClass.CLIENT_ERROR
 
 
+def test_a_long_refusal_is_shown_bounded_on_one_line() -> None:
+    refusal = "I cannot help with that.\n" * 5000
+    with pytest.raises(BadReply) as caught:
+        chat_reply(completion({"content": None, "refusal": refusal}), SETTINGS)
+    shown = str(caught.value)
+    assert len(shown) < 400 and "\n" not in shown
+    assert shown.startswith("the model refused: I cannot help with that. I cannot")
+
+
 @pytest.mark.parametrize(
     "data",
     [
