@@ -47,7 +47,9 @@ MAX_PAUSED_TURNS = 4
 
 def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
-    if message.content:
+    # The API refuses a text block of only whitespace, which a model may write before
+    # its tool calls ("\n\n"); dropping it changes nothing the model reads.
+    if message.content and not message.content.isspace():
         blocks.append({"type": "text", "text": message.content})
     blocks.extend(
         {"type": "tool_use", "id": call.call_id, "name": call.name, "input": dict(call.arguments)}

@@ -321,6 +321,23 @@ def test_a_messages_request_puts_the_system_prompt_apart_and_results_in_one_user
     }
 
 
+def test_a_messages_request_sends_no_text_block_of_only_whitespace() -> None:
+    call = ToolCall("weather", {"city": "Oslo"}, "c1")
+    messages = (
+        Message(Role.USER, "Weather?"),
+        Message(Role.ASSISTANT, "\n\n", tool_calls=(call,)),
+        Message(Role.TOOL, '"rain"', tool_call_id="c1", name="weather"),
+        Message(Role.ASSISTANT, " "),
+        Message(Role.USER, "And now?"),
+    )
+    sent = messages_request(request(messages), SETTINGS)["messages"]
+    assert sent[1] == {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "c1", "name": "weather", "input": {"city": "Oslo"}}],
+    }
+    assert [m["role"] for m in sent] == ["user", "assistant", "user", "user"]
+
+
 def test_a_messages_request_carries_the_settings() -> None:
     settings = ModelSettings("m-3", temperature=0.5, max_tokens=64, extra_body={"top_k": 3})
     messages = (Message(Role.USER, "hi"), Message(Role.ASSISTANT, "Hello."))
