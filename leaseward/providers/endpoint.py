@@ -144,6 +144,14 @@ def shown_url(url: httpx.URL) -> str:
     return str(url.copy_with(query=None, fragment=None, username=None, password=None))
 
 
+_CREDENTIAL_WORDS = ("auth", "key", "token", "secret", "cookie", "password")
+
+
+def _credential_header(name: str) -> bool:
+    lowered = name.lower()
+    return any(word in lowered for word in _CREDENTIAL_WORDS)
+
+
 def _check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
     if headers is None:
         return {}
@@ -283,7 +291,13 @@ class JsonEndpoint:
         self.name = name
         self._url = _endpoint_url(base_url, path)
         self.shown_url = shown_url(self._url)
-        self._headers = _check_headers(headers)
+        checked = _check_headers(headers)
+        # A gateway's key given as a header of its own (Azure's api-key) is kept as
+        # secret as the API key.
+        self._secret_headers = {
+            k: Secret(v) for k, v in checked.items() if _credential_header(k) and v.strip()
+        }
+        self._headers = {k: v for k, v in checked.items() if k not in self._secret_headers}
         self._secret = secret
         self._secret_header = secret_header
         self._key_variable = key_variable
@@ -309,13 +323,20 @@ class JsonEndpoint:
     def _request_headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json", "accept": "application/json"}
         headers.update(self._headers)
+        headers.update((k, v.reveal()) for k, v in self._secret_headers.items())
         if self._secret is not None:
             name, prefix = self._secret_header
             headers[name] = prefix + self._secret.reveal()
         return headers
 
     def _redacted(self, text: str) -> str:
-        return text if self._secret is None else self._secret.redact(text)
+        secrets = [*self._secret_headers.values()]
+        if self._secret is not None:
+            secrets.append(self._secret)
+        # Longest first, so a key that contains another is masked whole.
+        for secret in sorted(secrets, key=lambda s: len(s.reveal()), reverse=True):
+            text = secret.redact(text)
+        return text
 
     def failure(
         self,

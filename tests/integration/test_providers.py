@@ -632,6 +632,33 @@ async def test_nothing_of_the_provider_shows_the_key() -> None:
     assert all(KEY not in text for text in shown)
 
 
+async def test_a_key_given_as_an_extra_header_is_as_secret_as_the_api_key() -> None:
+    gateway_key = "azure-key-3f9a61c2d4"
+    async with model_server() as server:
+        provider = OpenAIChat(
+            "gpt-loopback",
+            base_url=f"{server.base_url}/openai/deployments/d1?api-version=2024-10-21",
+            extra_headers={"api-key": gateway_key, "x-team": "blue"},
+            timeout_seconds=TIMEOUT_SECONDS,
+        )
+        server.script(
+            Reply(body=openai_completion("x"), hang_up=True),
+            Reply(401, openai_error(f"Access denied: bad key {gateway_key}", "invalid_key")),
+        )
+        with capture_logs() as logs:
+            error = await failure_of(provider)
+        sent = server.requests[-1].headers
+    assert (sent["api-key"], sent["x-team"]) == (gateway_key, "blue")
+    assert "bad key ***" in error.message
+    shown = [
+        repr(logs),
+        repr(provider),
+        str(vars(provider)),
+        repr(vars(vars(provider)["_endpoint"])),
+    ]
+    assert all(gateway_key not in text for text in shown)
+
+
 def self_signed_server_context(directory: Path) -> ssl.SSLContext:
     """A TLS server context for 127.0.0.1 whose certificate nobody trusts."""
     openssl = shutil.which("openssl")
