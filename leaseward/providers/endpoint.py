@@ -9,9 +9,11 @@ retries a call only once, in the call, when a connection broke under it.
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
+import re
 import ssl
 import time
 from collections.abc import Mapping
@@ -257,6 +259,22 @@ def shortened(text: str) -> str:
     return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
 
 
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+_HIDDEN = re.compile(r"<(script|style)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]*>")
+
+
+def _page_text(text: str) -> str:
+    """What an HTML error page (a proxy's, a load balancer's) says, without its markup;
+    any other text as it is."""
+    if not text.lstrip().startswith("<"):
+        return text
+    title = _TITLE.search(text)
+    if title is not None and title.group(1).strip():
+        return html.unescape(title.group(1))
+    return html.unescape(_TAG.sub(" ", _HIDDEN.sub(" ", text)))
+
+
 def _cert_problem(exc: BaseException) -> bool:
     seen: BaseException | None = exc
     while seen is not None:
@@ -466,7 +484,7 @@ class JsonEndpoint:
         details = error_details(data)
         failure_class = failure_class_for(status, details)
         kinds = f" ({', '.join(details.kinds)})" if details.kinds else ""
-        said = details.message if details.message is not None else response.text
+        said = details.message if details.message is not None else _page_text(response.text)
         message = f"answered HTTP {status}{kinds}: {shortened(said) or '(no body)'}"
         retry_after = None
         if failure_class.retryable:

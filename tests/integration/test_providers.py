@@ -515,6 +515,29 @@ async def test_an_error_in_a_200_body_says_what_went_wrong(
     assert words in error.message
 
 
+@pytest.mark.parametrize(
+    ("page", "shown"),
+    [
+        (
+            b"<!DOCTYPE html><html><head><title>502 Bad Gateway</title><style>h1{x:y}</style>"
+            b"</head><body><center><h1>502 Bad Gateway</h1></center><hr>nginx</body></html>",
+            "answered HTTP 502: 502 Bad Gateway",
+        ),
+        (
+            b"<html><body><script>track()</script><p>Upstream &amp; proxy down</p></body></html>",
+            "answered HTTP 502: Upstream & proxy down",
+        ),
+    ],
+    ids=["title", "no-title"],
+)
+async def test_an_html_error_page_shows_its_words_not_its_markup(page: bytes, shown: str) -> None:
+    async with model_server() as server:
+        server.script(Reply(502, raw=page, headers={"content-type": "text/html"}))
+        error = await failure_of(openai(server))
+    assert classify(error) is FailureClass.SERVER_ERROR
+    assert error.message.endswith(shown)
+
+
 async def test_a_400_without_a_json_body_is_still_a_client_error() -> None:
     async with model_server() as server:
         server.script(Reply(400, raw=b"bad request"))
