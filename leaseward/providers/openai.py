@@ -181,6 +181,14 @@ def chat_reply(data: Any, settings: ModelSettings) -> ProviderReply:
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise _malformed("message.tool_calls is not a list")
+    if not raw_calls and message.get("function_call"):
+        # Taken as a plain answer, the call would be lost and the run would end as if the
+        # model had said nothing; the same server answers the same way on a retry.
+        raise BadReply(
+            "the answer has a legacy function_call instead of tool_calls; use a server or "
+            "model that supports the tools parameter",
+            FailureClass.CONFIGURATION,
+        )
     model = data.get("model")
     return ProviderReply(
         text=_text(message.get("content")),

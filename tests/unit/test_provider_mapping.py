@@ -249,6 +249,13 @@ def test_a_refusal_is_a_client_error() -> None:
     assert caught.value.failure_class is FailureClass.CLIENT_ERROR
 
 
+def test_a_legacy_function_call_is_not_taken_for_a_plain_answer() -> None:
+    legacy = {"content": None, "function_call": {"name": "weather", "arguments": "{}"}}
+    with pytest.raises(BadReply, match="legacy function_call") as caught:
+        chat_reply(completion(legacy, "function_call"), SETTINGS)
+    assert caught.value.failure_class is FailureClass.CONFIGURATION
+
+
 def test_a_long_refusal_is_shown_bounded_on_one_line() -> None:
     refusal = "I cannot help with that.\n" * 5000
     with pytest.raises(BadReply) as caught:
