@@ -32,6 +32,7 @@ from leaseward.runtime.logs import get_logger
 
 __all__ = [
     "CONNECTION_RETRY_PAUSE_SECONDS",
+    "MAX_ANSWER_BYTES",
     "QUOTA_EXHAUSTED",
     "ApiError",
     "BadReply",
@@ -48,6 +49,7 @@ __all__ = [
 ]
 
 CONNECTION_RETRY_PAUSE_SECONDS = 0.2
+MAX_ANSWER_BYTES = 32 * 2**20
 # Error codes and types that say the account may spend nothing more: waiting does not
 # help, so they are not rate limits whatever the status that carries them.
 QUOTA_EXHAUSTED = frozenset(
@@ -171,6 +173,20 @@ def _check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
                 "cannot carry (the value is not shown)"
             )
     return dict(headers)
+
+
+@attrs.frozen
+class _Answer:
+    """An HTTP answer, its body read whole."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
+    encoding: str | None
+
+    @property
+    def text(self) -> str:
+        return self.content.decode(self.encoding or "utf-8", errors="replace")
 
 
 class BadReply(Exception):
@@ -396,11 +412,11 @@ class JsonEndpoint:
             ) from None
         return self._read(response)
 
-    async def _send(self, content: bytes) -> httpx.Response:
+    async def _send(self, content: bytes) -> _Answer:
         client = self._http_client()
         headers = self._request_headers()
         try:
-            return await client.post(self._url, content=content, headers=headers)
+            return await self._exchange(client, content, headers)
         except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
             # A pooled connection the server had closed, or a reset: one quick retry
             # in the call. Anything longer is the runtime's retry, with its backoff.
@@ -410,9 +426,30 @@ class JsonEndpoint:
                 error=self._redacted(f"{type(exc).__name__}: {exc}"),
             )
         await anyio.sleep(CONNECTION_RETRY_PAUSE_SECONDS)
-        return await client.post(self._url, content=content, headers=headers)
+        return await self._exchange(client, content, headers)
 
-    def _read(self, response: httpx.Response) -> Any:
+    async def _exchange(
+        self, client: httpx.AsyncClient, content: bytes, headers: Mapping[str, str]
+    ) -> _Answer:
+        # Read in pieces, so a server that sends without end fills no memory: no reply
+        # of a model comes near the limit.
+        request = client.build_request("POST", self._url, content=content, headers=headers)
+        response = await client.send(request, stream=True)
+        try:
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise self.failure(
+                        f"answered HTTP {response.status_code} with a body over "
+                        f"{MAX_ANSWER_BYTES:,} bytes; it was not read to its end",
+                        FailureClass.SERVER_ERROR,
+                    )
+        finally:
+            await response.aclose()
+        return _Answer(response.status_code, response.headers, bytes(body), response.encoding)
+
+    def _read(self, response: _Answer) -> Any:
         try:
             data = json.loads(response.content)
         except (ValueError, RecursionError):
@@ -434,7 +471,7 @@ class JsonEndpoint:
             raise self._redirect(response)
         raise self._error(response, data if readable else None)
 
-    def _redirect(self, response: httpx.Response) -> ProviderError:
+    def _redirect(self, response: _Answer) -> ProviderError:
         # Not followed: on a 301 or 302 the POST would turn into a GET, and on another
         # host the key would go with it. The same answer comes on every retry.
         location = response.headers.get("location")
@@ -450,7 +487,7 @@ class JsonEndpoint:
             FailureClass.CONFIGURATION,
         )
 
-    def _error_in_body(self, response: httpx.Response, data: Mapping[str, Any]) -> ProviderError:
+    def _error_in_body(self, response: _Answer, data: Mapping[str, Any]) -> ProviderError:
         # Gateways (OpenRouter, LiteLLM) pass on an upstream failure as a 200 whose body
         # is an error, sometimes with the upstream status as its code.
         error = data["error"]
@@ -479,7 +516,7 @@ class JsonEndpoint:
             return "; check the model name and that base_url is the API's root"
         return ""
 
-    def _error(self, response: httpx.Response, data: Any) -> ProviderError:
+    def _error(self, response: _Answer, data: Any) -> ProviderError:
         status = response.status_code
         details = error_details(data)
         failure_class = failure_class_for(status, details)

@@ -30,7 +30,7 @@ from leaseward import (
     Usage,
     classify,
 )
-from leaseward.providers import MAX_PAUSED_TURNS, AnthropicMessages, OpenAIChat
+from leaseward.providers import MAX_PAUSED_TURNS, AnthropicMessages, OpenAIChat, endpoint
 from tests.integration.support import capture_logs, events
 from tests.model_server import (
     ModelServer,
@@ -536,6 +536,21 @@ async def test_an_html_error_page_shows_its_words_not_its_markup(page: bytes, sh
         error = await failure_of(openai(server))
     assert classify(error) is FailureClass.SERVER_ERROR
     assert error.message.endswith(shown)
+
+
+@pytest.mark.parametrize(("api", "make"), MAKERS, ids=[name for name, _ in MAKERS])
+async def test_a_body_over_the_limit_is_not_read_whole(
+    api: str, make: Callable[[ModelServer], Provider], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(endpoint, "MAX_ANSWER_BYTES", 64 * 1024)
+    huge = "lorem ipsum " * 50_000
+    body = openai_completion(huge) if api == "openai" else anthropic_message(huge)
+    async with model_server() as server:
+        server.script(Reply(body=body))
+        error = await failure_of(make(server))
+    assert classify(error) is FailureClass.SERVER_ERROR
+    assert "with a body over 65,536 bytes" in error.message
+    assert len(error.message) < 500
 
 
 async def test_a_400_without_a_json_body_is_still_a_client_error() -> None:
