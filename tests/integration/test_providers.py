@@ -11,9 +11,8 @@ import shutil
 import ssl
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -45,7 +44,9 @@ from tests.model_server import (
 pytestmark = pytest.mark.anyio
 
 KEY = "sk-loopback-7d1e93a0c2"
-TIMEOUT_SECONDS = 0.5
+TIMEOUT_SECONDS = 10.0
+"""Long enough for a loaded machine's loopback server: only a test of timeouts times out."""
+SHORT_TIMEOUT_SECONDS = 0.5
 SCHEMA = {
     "type": "object",
     "properties": {"city": {"type": "string"}},
@@ -58,22 +59,32 @@ QUESTION = (Message(Role.SYSTEM, "Be brief."), Message(Role.USER, "Weather in Os
 Provider = OpenAIChat | AnthropicMessages
 
 
-def openai(server: ModelServer, **settings: Any) -> OpenAIChat:
+class MakeProvider(Protocol):
+    def __call__(
+        self, server: ModelServer, *, timeout_seconds: float = TIMEOUT_SECONDS
+    ) -> Provider: ...
+
+
+def openai(
+    server: ModelServer, *, timeout_seconds: float = TIMEOUT_SECONDS, **settings: Any
+) -> OpenAIChat:
     return OpenAIChat(
         "gpt-loopback",
         base_url=f"{server.base_url}/v1",
         api_key=KEY,
-        timeout_seconds=TIMEOUT_SECONDS,
+        timeout_seconds=timeout_seconds,
         **settings,
     )
 
 
-def anthropic(server: ModelServer, **settings: Any) -> AnthropicMessages:
+def anthropic(
+    server: ModelServer, *, timeout_seconds: float = TIMEOUT_SECONDS, **settings: Any
+) -> AnthropicMessages:
     return AnthropicMessages(
         "claude-loopback",
         base_url=server.base_url,
         api_key=KEY,
-        timeout_seconds=TIMEOUT_SECONDS,
+        timeout_seconds=timeout_seconds,
         **settings,
     )
 
@@ -338,7 +349,7 @@ ERRORS = [
      FailureClass.CONFIGURATION),
 ]  # fmt: skip
 
-MAKERS: list[tuple[str, Callable[[ModelServer], Provider]]] = [
+MAKERS: list[tuple[str, MakeProvider]] = [
     ("openai", openai),
     ("anthropic", anthropic),
 ]
@@ -352,7 +363,7 @@ MAKERS: list[tuple[str, Callable[[ModelServer], Provider]]] = [
 )
 async def test_error_answers_get_their_failure_class(
     api: str,
-    make: Callable[[ModelServer], Provider],
+    make: MakeProvider,
     status: int,
     openai_body: Any,
     anthropic_body: Any,
@@ -376,7 +387,7 @@ async def test_error_answers_get_their_failure_class(
 )
 async def test_a_rate_limit_carries_retry_after(
     api: str,
-    make: Callable[[ModelServer], Provider],
+    make: MakeProvider,
     headers: dict[str, str],
     seconds: float | None,
 ) -> None:
@@ -402,7 +413,7 @@ async def test_a_rate_limit_carries_retry_after(
     ],
 )
 async def test_a_refused_call_says_which_setting_to_fix(
-    api: str, make: Callable[[ModelServer], Provider], status: int, hint: str
+    api: str, make: MakeProvider, status: int, hint: str
 ) -> None:
     variable = "OPENAI_API_KEY" if api == "openai" else "ANTHROPIC_API_KEY"
     async with model_server() as server:
@@ -466,7 +477,7 @@ async def test_a_quota_error_never_asks_for_a_retry() -> None:
     ids=["html", "cut-json", "empty", "wrong-shape", "html-502", "bad-gzip"],
 )
 async def test_a_body_that_is_no_reply_is_a_server_error(
-    api: str, make: Callable[[ModelServer], Provider], reply: Reply
+    api: str, make: MakeProvider, reply: Reply
 ) -> None:
     async with model_server() as server:
         server.script(reply)
@@ -503,7 +514,7 @@ async def test_a_body_that_is_no_reply_is_a_server_error(
 )
 async def test_an_error_in_a_200_body_says_what_went_wrong(
     api: str,
-    make: Callable[[ModelServer], Provider],
+    make: MakeProvider,
     body: Any,
     failure: FailureClass,
     words: str,
@@ -540,7 +551,7 @@ async def test_an_html_error_page_shows_its_words_not_its_markup(page: bytes, sh
 
 @pytest.mark.parametrize(("api", "make"), MAKERS, ids=[name for name, _ in MAKERS])
 async def test_a_body_over_the_limit_is_not_read_whole(
-    api: str, make: Callable[[ModelServer], Provider], monkeypatch: pytest.MonkeyPatch
+    api: str, make: MakeProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(endpoint, "MAX_ANSWER_BYTES", 64 * 1024)
     huge = "lorem ipsum " * 50_000
@@ -564,7 +575,7 @@ async def test_a_400_without_a_json_body_is_still_a_client_error() -> None:
 @pytest.mark.parametrize(("api", "make"), MAKERS, ids=[name for name, _ in MAKERS])
 @pytest.mark.parametrize("status", [301, 307, 308])
 async def test_a_redirect_is_not_followed_and_names_where_it_points(
-    api: str, make: Callable[[ModelServer], Provider], status: int
+    api: str, make: MakeProvider, status: int
 ) -> None:
     async with model_server() as server:
         server.script(
@@ -588,21 +599,21 @@ async def test_a_redirect_is_not_followed_and_names_where_it_points(
 
 @pytest.mark.parametrize(("api", "make"), MAKERS, ids=[name for name, _ in MAKERS])
 async def test_an_answer_slower_than_the_timeout_is_a_connection_failure(
-    api: str, make: Callable[[ModelServer], Provider]
+    api: str, make: MakeProvider
 ) -> None:
     async with model_server() as server:
         server.script(Reply(body=openai_completion("late"), delay_seconds=30))
         began = time.monotonic()
-        error = await failure_of(make(server))
+        error = await failure_of(make(server, timeout_seconds=SHORT_TIMEOUT_SECONDS))
         took = time.monotonic() - began
     assert classify(error) is FailureClass.CONNECTION
-    assert f"no answer within {TIMEOUT_SECONDS:g} s" in error.message
+    assert f"no answer within {SHORT_TIMEOUT_SECONDS:g} s" in error.message
     assert took < 5
 
 
 @pytest.mark.parametrize(("api", "make"), MAKERS, ids=[name for name, _ in MAKERS])
 async def test_a_connection_dropped_mid_answer_is_retried_once_in_the_call(
-    api: str, make: Callable[[ModelServer], Provider]
+    api: str, make: MakeProvider
 ) -> None:
     body = openai_completion("whole") if api == "openai" else anthropic_message("whole")
     async with model_server() as server:
@@ -621,7 +632,7 @@ async def test_a_connection_dropped_mid_answer_is_retried_once_in_the_call(
     ids=["mid-body", "no-answer"],
 )
 async def test_a_connection_that_keeps_dropping_is_a_connection_failure(
-    api: str, make: Callable[[ModelServer], Provider], broken: Reply
+    api: str, make: MakeProvider, broken: Reply
 ) -> None:
     async with model_server() as server:
         server.script(broken, broken)
@@ -644,7 +655,7 @@ async def test_nobody_listening_is_a_connection_failure() -> None:
 
 @pytest.mark.parametrize(("api", "make"), MAKERS, ids=[name for name, _ in MAKERS])
 async def test_a_key_the_server_echoes_is_masked_in_errors_and_logs(
-    api: str, make: Callable[[ModelServer], Provider]
+    api: str, make: MakeProvider
 ) -> None:
     echo = f"Incorrect API key provided: {KEY}"
     body = (
