@@ -31,7 +31,7 @@ from pathlib import Path
 import anyio
 import asyncpg
 import attrs
-from pg_support import fresh_database
+from pg_support import exit_unless_answering, fresh_database
 
 from leaseward.runtime.clock import SystemClock
 from leaseward.storage import open_store
@@ -340,6 +340,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         anyio.run(worker, url, worker_id, int(batch), float(start_at))
         return
     args = build_parser().parse_args(argv)
+    exit_unless_answering(args.store)
     started = time.perf_counter()
     results = anyio.run(run_all, args)
     print(

@@ -79,7 +79,7 @@ from typing import Any
 
 import anyio
 from collector_pauses import CollectorPauses
-from pg_support import admin, fresh_database
+from pg_support import admin, exit_unless_answering, fresh_database
 from steps import RESULTS_DIR, environment, shown, write_results
 
 from leaseward import (
@@ -500,6 +500,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.runs, args.scale = QUICK_RUNS, 0
     if args.runs < 1 or args.scale < 0:
         raise SystemExit("--runs must be >= 1 and --scale >= 0")
+    if args.store is not None:
+        exit_unless_answering(args.store)
     sizes = [args.scale, args.runs] if args.scale and args.scale != args.runs else [args.runs]
 
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")

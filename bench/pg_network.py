@@ -33,6 +33,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
+from pg_support import exit_unless_answering
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "peers" / "leaseward_workload.py"
@@ -227,6 +228,7 @@ def main() -> None:
         raise SystemExit("--pg-url is required (a server and maintenance database)")
     if args.concurrency < 1 or args.steps < 1 or args.repetitions < 1:
         raise SystemExit("--concurrency, --steps and --repetitions are at least 1")
+    exit_unless_answering(args.pg_url)
 
     found, round_trips = measure(args)
     summary = {

@@ -8,6 +8,7 @@ data of yours is touched.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -31,6 +32,24 @@ async def admin(url: str, *statements: str) -> None:
             await connection.execute(statement)
     finally:
         await connection.close()
+
+
+async def _answers(url: str, timeout: float) -> None:
+    connection = await asyncpg.connect(url, timeout=timeout)
+    await connection.close()
+
+
+def exit_unless_answering(url: str, timeout: float = 5.0) -> None:
+    """Stop with one line, before any measurement, when the server in ``url`` does not
+    take a connection: a benchmark that meets it mid-way ends in a traceback and may
+    have written a results file of nothing but failures."""
+    try:
+        asyncio.run(_answers(url, timeout))
+    except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
+        parts = urlsplit(url)
+        where = f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
+        detail = str(exc).strip() or type(exc).__name__
+        raise SystemExit(f"PostgreSQL at {where} does not answer: {detail}") from None
 
 
 @asynccontextmanager

@@ -429,6 +429,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     if args.store is not None and not args.store.startswith(("postgresql://", "postgres://")):
         raise SystemExit("--store takes a postgresql:// URL (SQLite is the default)")
+    if args.store is not None:
+        from pg_support import exit_unless_answering
+
+        exit_unless_answering(args.store)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="leaseward-bench-") as tmp:

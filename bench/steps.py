@@ -686,6 +686,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit("--min-seconds must be >= 0")
     if args.store is not None and not args.store.startswith(("postgresql://", "postgres://")):
         raise SystemExit("--store takes a postgresql:// URL (SQLite is the default)")
+    if args.store is not None:
+        from pg_support import exit_unless_answering
+
+        exit_unless_answering(args.store)
 
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     started = time.perf_counter()
