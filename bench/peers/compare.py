@@ -377,7 +377,9 @@ def report(
     loops = tables.summarize_loops(outcomes, systems)
     pg_systems = [s for s in systems if s.kind == PG]
     pg = tables.summarize(outcomes, pg_systems, [args.pg_level])
-    tables.print_matrix("SQLite: durable tool steps/s and rows/s, median (min-max)", matrix)
+    tables.print_matrix(
+        "SQLite: durable tool steps/s and rows/s, median (min-max); higher is better", matrix
+    )
     tables.print_ratios(ratios, raw)
     tables.print_latency(matrix + pg)
     tables.print_collector(matrix + pg)

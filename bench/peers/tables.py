@@ -237,7 +237,10 @@ def print_raw(raw: dict[str, Any] | None) -> None:
     if raw is None:
         print("raw SQLite limits: not measured\n")
         return
-    print("raw SQLite limits (WAL, synchronous=FULL, a fresh file; once per repetition)")
+    print(
+        "raw SQLite limits (WAL, synchronous=FULL, a fresh file; once per repetition): what "
+        "one connection commits with no runtime around it, the ceiling for every system"
+    )
     for mode in RAW_MODES:
         m = raw[mode]
         rps = m["rows_per_second"]
@@ -264,7 +267,9 @@ def print_ratios(found: Sequence[dict[str, Any]], raw: dict[str, Any] | None) ->
     by_key = {(r["ratio"], r["concurrency"]): r for r in found}
     width = max(len(name) for name in names)
     print(
-        f"ratios of medians, per N (targets: >= {PEER_TARGET:g}x each peer, journal >= "
+        "ratios of medians, per N: leaseward's figure over the other's, so above 1x (or 100%) "
+        "where leaseward is faster\n"
+        f"(targets: >= {PEER_TARGET:g}x each peer, journal >= "
         f"{RAW_BATCHED_TARGET:.0%} of raw batched, at N = "
         f"{', '.join(map(str, TARGET_LEVELS))}; 'ok'/'MISS' where a target applies)"
     )
@@ -290,7 +295,10 @@ def print_collector(summary: Sequence[dict[str, Any]]) -> None:
     rows = [e for e in summary if e["samples"] and "gc_share" in e]
     if not rows:
         return
-    print("garbage collection in leaseward's process, share of the timed wall (median, min-max)")
+    print(
+        "garbage collection in leaseward's process, share of the timed wall (median, min-max); "
+        "lower is better"
+    )
     for name in dict.fromkeys(e["system"] for e in rows):
         cells = [
             f"N={e['concurrency']} {e['gc_share']['median']:.1%} "
@@ -307,7 +315,10 @@ def print_latency(summary: Sequence[dict[str, Any]]) -> None:
     if not rows:
         return
     width = max(len(label(e["system"])) for e in rows)
-    print("wait for one durable write, ms: median over the repetitions of each one's p50 and p99")
+    print(
+        "wait for one durable write, ms: median over the repetitions of each one's p50 and p99; "
+        "lower is better"
+    )
     header = f"{'system':<{width}} {'N':>5} {'p50 (min-max)':>22} {'p99 (min-max)':>22}"
     print(header)
     print("-" * len(header))
@@ -334,8 +345,9 @@ def print_loops(
     run_row = raw["run_row"]["rows_per_second"]["median"] if raw else None
     found: list[dict[str, Any]] = []
     print(
-        "submit loop: one task awaiting rt.submit(...) one after another (SQLite); target: "
-        f"beside busy runs, >= {LOOP_TARGET:.0%} of raw one-commit-per-row"
+        "submit loop: one task awaiting rt.submit(...) one after another (SQLite); more "
+        f"submits/s and a shorter submit are better; target: beside busy runs, >= "
+        f"{LOOP_TARGET:.0%} of raw one-commit-per-row"
     )
     for loop in loops:
         if not loop["samples"]:
@@ -367,8 +379,16 @@ def print_pg(
 ) -> list[dict[str, Any]]:
     """The PostgreSQL table and its ratios (PG/SQLite, leaseward over each PG peer); the
     target, leaseward's PG/SQLite at least PG_TARGET, marked 'ok'/'MISS'."""
-    print_matrix(f"PostgreSQL, N={level}, one worker process, a fresh database each", pg)
+    print_matrix(
+        f"PostgreSQL, N={level}, one worker process, a fresh database each: steps/s and rows/s, "
+        "median (min-max); higher is better",
+        pg,
+    )
     found: list[dict[str, Any]] = []
+    print(
+        "ratios of medians, the first's steps/s over the second's: "
+        "above 1x where the first is faster"
+    )
     pairs = [
         ("leaseward-read-pg", "leaseward-read", "PG/SQLite"),
         ("leaseward-write-pg", "leaseward-write", "PG/SQLite"),

@@ -105,6 +105,7 @@ def test_quick_run_reports_ratios_computed_from_its_own_measurements(tmp_path: P
     assert single["value"] == pytest.approx(expected)
     assert ratios[("leaseward-read/dbos", 10)]["value"] is None  # DBOS was not measured
     assert f"{journal['value']:.0%}" in printed
+    assert "durable tool steps/s and rows/s, median (min-max); higher is better" in printed
 
     # The machine's Python speed, before the one repetition and after it.
     speed = document["machine"]["python_speed"]
@@ -272,3 +273,35 @@ def test_python_speed_summarizes_the_samples_that_were_taken(
 
     assert tables.print_python_speed([None]) == {"samples": [None]}
     assert "python speed: not measured" in capsys.readouterr().out
+
+
+def test_every_table_says_which_way_is_better(capsys: pytest.CaptureFixture[str]) -> None:
+    timed = {
+        **entry("leaseward-read", 100, 3000.0, 6300.0),
+        "wait_p50_ms": {"median": 5.0, "min": 4.0, "max": 6.0},
+        "wait_p99_ms": {"median": 9.0, "min": 8.0, "max": 10.0},
+        "wait_what": "each persist request",
+        "gc_share": {"median": 0.01, "min": 0.01, "max": 0.02},
+    }
+    raw = {
+        mode: {
+            "rows_per_commit": 1,
+            "rows_per_second": {"median": 5000.0, "min": 5000.0, "max": 5000.0},
+            "commit_p50_ms": {"median": 0.2},
+            "commit_p99_ms": {"median": 0.4},
+            "row_bytes": 316.0,
+        }
+        for mode in tables.RAW_MODES
+    }
+
+    tables.print_latency([timed])
+    assert "lower is better" in capsys.readouterr().out
+    tables.print_collector([timed])
+    assert "lower is better" in capsys.readouterr().out
+    tables.print_ratios(tables.ratios([timed], raw, [100]), raw)
+    printed = capsys.readouterr().out
+    assert "the ceiling for every system" in printed
+    assert "above 1x (or 100%) where leaseward is faster" in printed
+    tables.print_pg([entry("leaseward-read-pg", 100, 3100.0, 6510.0)], [timed], 100)
+    printed = capsys.readouterr().out
+    assert "higher is better" in printed and "above 1x where the first is faster" in printed
