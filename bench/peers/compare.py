@@ -237,6 +237,17 @@ def availability(
     return None
 
 
+def print_not_run(unavailable: dict[str, str], said: Sequence[str | None]) -> None:
+    """One line for the systems that share a reason, the reason given once: a missing
+    venv or server would otherwise repeat its sentence for every system it stops."""
+    by_reason: dict[str, list[str]] = {}
+    for name, why in unavailable.items():
+        by_reason.setdefault(why, []).append(name)
+    for why, names in by_reason.items():
+        shown = "see above" if why in said else why
+        print(f"{', '.join(names)}: NOT RUN: {shown}")
+
+
 def print_header(args: argparse.Namespace, leaseward: Interpreter, peers: Interpreter) -> None:
     print(
         f"leaseward vs DBOS Transact vs LangGraph vs procrastinate: {args.steps} durable tool "
@@ -430,6 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     leaseward = probe(args.leaseward_python, ["leaseward"], ["leaseward", "sqlite3"])
     peers = probe(args.peers_python, PEER_PACKAGES, PEER_MODULES)
+    if peers.error and not args.peers_python.exists():
+        peers.error += " (make bench-peers creates bench/.venv-peers with the peers)"
     print_header(args, leaseward, peers)
     pg_problem = pg_unreachable(args.pg_url) if want_pg or want_scaling else None
     if pg_problem:
@@ -439,8 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unavailable = {
         s.name: why for s in systems if (why := availability(s, leaseward, peers, pg_problem))
     }
-    for name, why in unavailable.items():
-        print(f"{name}: NOT RUN: {why}")
+    print_not_run(unavailable, [leaseward.error, peers.error, pg_problem])
     print()
     runnable = [s for s in systems if s.name not in unavailable]
 
@@ -514,8 +526,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def plot(args: argparse.Namespace, peers: Interpreter, results: Path) -> None:
     png = args.results_dir / "peers.png"
-    if peers.error or peers.modules.get("matplotlib"):
-        why = peers.error or peers.modules.get("matplotlib")
+    if peers.error:
+        print("plot: NOT DRAWN: it needs the peers' interpreter (see above)")
+        return
+    if peers.modules.get("matplotlib"):
+        why = peers.modules.get("matplotlib")
         print(f"plot: NOT DRAWN: matplotlib is not available in the peers' venv ({why})")
         return
     completed = subprocess.run(

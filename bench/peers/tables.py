@@ -239,7 +239,7 @@ def print_raw(raw: dict[str, Any] | None) -> None:
         return
     print(
         "raw SQLite limits (WAL, synchronous=FULL, a fresh file; once per repetition): what "
-        "one connection commits with no runtime around it, the ceiling for every system"
+        "one connection commits with no runtime around it; higher is faster"
     )
     for mode in RAW_MODES:
         m = raw[mode]

@@ -300,8 +300,34 @@ def test_every_table_says_which_way_is_better(capsys: pytest.CaptureFixture[str]
     assert "lower is better" in capsys.readouterr().out
     tables.print_ratios(tables.ratios([timed], raw, [100]), raw)
     printed = capsys.readouterr().out
-    assert "the ceiling for every system" in printed
+    assert "with no runtime around it; higher is faster" in printed
     assert "above 1x (or 100%) where leaseward is faster" in printed
     tables.print_pg([entry("leaseward-read-pg", 100, 3100.0, 6510.0)], [timed], 100)
     printed = capsys.readouterr().out
     assert "higher is better" in printed and "above 1x where the first is faster" in printed
+
+
+def test_a_missing_peers_venv_is_said_once_with_what_makes_it(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(PEERS / "compare.py"),
+            "--quick",
+            "--systems",
+            "dbos,langgraph",
+            "--peers-python",
+            str(tmp_path / "missing" / "python"),
+            "--results-dir",
+            str(tmp_path / "results"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_SECONDS,
+    )
+
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stdout.count("does not exist") == 1
+    assert "make bench-peers creates bench/.venv-peers" in done.stdout
+    assert "dbos, langgraph: NOT RUN: see above" in done.stdout
+    assert "plot: NOT DRAWN: it needs the peers' interpreter (see above)" in done.stdout
