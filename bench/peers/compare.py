@@ -138,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--quick",
         action="store_true",
         help="a smoke test: N=10, one repetition, no PostgreSQL and no scaling unless "
-        "--pg/--scaling are given",
+        "--pg/--scaling are given; its results go to peers-<timestamp>.json and .png only, "
+        "leaving peers-latest.json and peers.png to the last full run",
     )
     parser.add_argument(
         "--steps", type=int, default=10, metavar="K", help="tool steps per run (default: 10)"
@@ -514,18 +515,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.results_dir.mkdir(parents=True, exist_ok=True)
     path = args.results_dir / f"peers-{stamp}.json"
     path.write_text(json.dumps(payload, indent=1) + "\n")
-    shutil.copyfile(path, args.results_dir / "peers-latest.json")
+    # peers-latest.json and peers.png are the record of the last full run that the
+    # documentation quotes; a smoke test must not put its figures in their place.
+    png = args.results_dir / (f"peers-{stamp}.png" if args.quick else "peers.png")
+    if not args.quick:
+        shutil.copyfile(path, args.results_dir / "peers-latest.json")
     print(f"results: {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+    if args.quick:
+        print(
+            "a quick run: peers-latest.json and peers.png are left as the last full run made them"
+        )
     if not args.no_plot:
-        plot(args, peers, path)
+        plot(peers, path, png)
     scaling_failed = any(
         found.get("error") for found in found_scaling.values() if isinstance(found, dict)
     )
     return 1 if any(o.error for o in outcomes) or unavailable or scaling_failed else 0
 
 
-def plot(args: argparse.Namespace, peers: Interpreter, results: Path) -> None:
-    png = args.results_dir / "peers.png"
+def plot(peers: Interpreter, results: Path, png: Path) -> None:
     if peers.error:
         print("plot: NOT DRAWN: it needs the peers' interpreter (see above)")
         return
