@@ -11,9 +11,10 @@ least of 50 statements that do nothing, as a worker measures it when it opens).
 ``bench/peers/leaseward_workload.py`` runs as in
 ``make bench-peers`` (N runs of K steps, a read-only and a NON_IDEMPOTENT_WRITE
 tool, a fresh database each) with each delay, 0 meaning directly to the server,
-and on SQLite for scale; interleaved, medians and ranges printed, the JSON to
-``bench/results/pg-network-latest.json``. This is a benchmark: it asserts nothing
-about time.
+and on SQLite for scale; interleaved, medians and ranges printed, the JSON (with the
+commit, the machine and the date) to ``bench/results/pg-network-<UTC timestamp>.json``,
+copied to ``pg-network-latest.json``. This is a benchmark: it asserts nothing about
+time.
 
     .venv/bin/python bench/pg_network.py --pg-url postgresql://postgres@127.0.0.1/postgres
     .venv/bin/python bench/pg_network.py --pg-url ... --delay-ms 0,0.5,2 --repetitions 5
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import json
 import statistics
 import subprocess
@@ -34,10 +36,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 from pg_support import exit_unless_answering
+from steps import RESULTS_DIR, environment, shown, without_password, write_results
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "peers" / "leaseward_workload.py"
-RESULTS = HERE / "results" / "pg-network-latest.json"
 CHUNK_BYTES = 65536
 ROUND_TRIPS_TIMED = 50
 
@@ -201,7 +203,7 @@ def measure(
             process.wait()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pg-url", help="a server and maintenance database (see pg_support)")
     parser.add_argument(
@@ -212,8 +214,15 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=100, metavar="N")
     parser.add_argument("--steps", type=int, default=10, metavar="K")
     parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=RESULTS_DIR,
+        help="where pg-network-<UTC timestamp>.json and pg-network-latest.json go "
+        "(default: bench/results)",
+    )
     parser.add_argument("--relay", metavar="HOST:PORT", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     try:
         args.delays = [float(part) for part in args.delay_ms.split(",") if part.strip()]
     except ValueError:
@@ -230,6 +239,7 @@ def main() -> None:
         raise SystemExit("--concurrency, --steps and --repetitions are at least 1")
     exit_unless_answering(args.pg_url)
 
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     found, round_trips = measure(args)
     summary = {
         cell: {kind: spread(rates) for kind, rates in kinds.items()}
@@ -252,23 +262,22 @@ def main() -> None:
             f"{kinds['read']['median'] / sqlite['read']['median']:>11.2f}x "
             f"{kinds['write']['median'] / sqlite['write']['median']:>12.2f}x"
         )
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "command": sys.argv,
-                "concurrency": args.concurrency,
-                "steps": args.steps,
-                "repetitions": args.repetitions,
-                "delays_ms": args.delays,
-                "round_trips_ms": round_trips,
-                "measured": found,
-                "summary": summary,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"results: {RESULTS.relative_to(HERE.parent)}")
+    command = [Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]
+    document = {
+        "benchmark": "pg-network",
+        "started_utc": stamp,
+        "command": [without_password(part) for part in command],
+        "environment": environment(),
+        "concurrency": args.concurrency,
+        "steps": args.steps,
+        "repetitions": args.repetitions,
+        "delays_ms": args.delays,
+        "round_trips_ms": round_trips,
+        "measured": found,
+        "summary": summary,
+    }
+    path = write_results(args.results_dir, "pg-network", document)
+    print(f"results: {shown(path)} (and pg-network-latest.json)")
 
 
 if __name__ == "__main__":
