@@ -129,17 +129,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency",
         dest="levels",
         type=parse_levels,
-        default=LEVELS,
+        default=None,
         metavar="N,N,...",
-        help=f"concurrent runs per matrix measurement (default: {','.join(map(str, LEVELS))})",
+        help="concurrent runs per matrix measurement "
+        f"(default: {','.join(map(str, LEVELS))}; 10 with --quick)",
     )
-    parser.add_argument("--repeat", type=int, default=3, help="repetitions (default: 3)")
+    parser.add_argument(
+        "--repeat", type=int, default=None, help="repetitions (default: 3; 1 with --quick)"
+    )
     parser.add_argument(
         "--quick",
         action="store_true",
         help="a smoke test: N=10, one repetition, no PostgreSQL and no scaling unless "
-        "--pg/--scaling are given; its results go to peers-<timestamp>.json and .png only, "
-        "leaving peers-latest.json and peers.png to the last full run",
+        "--levels, --repeat, --pg or --scaling say otherwise; its results go to "
+        "peers-<timestamp>.json and .png only, leaving peers-latest.json and peers.png "
+        "to the last full run",
     )
     parser.add_argument(
         "--steps", type=int, default=10, metavar="K", help="tool steps per run (default: 10)"
@@ -430,8 +434,11 @@ def report(
 def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     args = build_parser().parse_args(argv)
-    if args.quick:
-        args.repeat, args.levels = 1, [10]
+    # --quick changes the defaults only: what is given beside it is measured as given.
+    if args.levels is None:
+        args.levels = [10] if args.quick else LEVELS
+    if args.repeat is None:
+        args.repeat = 1 if args.quick else 3
     want_pg = args.pg if args.pg is not None else not args.quick
     want_scaling = args.scaling if args.scaling is not None else not args.quick
     if args.repeat < 1 or args.steps < 1 or args.timeout <= 0 or args.window <= 0:

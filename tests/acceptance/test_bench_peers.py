@@ -334,3 +334,31 @@ def test_a_missing_peers_venv_is_said_once_with_what_makes_it(tmp_path: Path) ->
     assert "make bench-peers creates bench/.venv-peers" in done.stdout
     assert "dbos, langgraph: NOT RUN: see above" in done.stdout
     assert "plot: NOT DRAWN: it needs the peers' interpreter (see above)" in done.stdout
+
+
+def test_what_is_given_beside_quick_is_measured_as_given(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(PEERS / "compare.py"),
+            "--quick",
+            "--levels",
+            "2",
+            "--systems",
+            "leaseward-read",
+            "--no-plot",
+            "--leaseward-python",
+            sys.executable,
+            "--results-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_SECONDS,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    [written] = tmp_path.glob("peers-2*.json")
+    document = json.loads(written.read_text())
+    assert document["arguments"]["levels"] == [2]
+    assert document["arguments"]["repeat"] == 1
+    assert [m["concurrency"] for m in document["measurements"]] == [2]
