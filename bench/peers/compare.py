@@ -441,8 +441,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.repeat = 1 if args.quick else 3
     want_pg = args.pg if args.pg is not None else not args.quick
     want_scaling = args.scaling if args.scaling is not None else not args.quick
-    if args.repeat < 1 or args.steps < 1 or args.timeout <= 0 or args.window <= 0:
-        raise SystemExit("--repeat and --steps must be >= 1, --timeout and --window > 0")
+    if min(args.repeat, args.steps, args.pg_level) < 1 or args.timeout <= 0 or args.window <= 0:
+        raise SystemExit(
+            "--repeat, --steps and --pg-level must be >= 1, --timeout and --window > 0"
+        )
     systems: list[System] = [s for s in args.systems if want_pg or s.kind != PG]
     args.systems = systems
     args.revision = git_revision()

@@ -362,3 +362,16 @@ def test_what_is_given_beside_quick_is_measured_as_given(tmp_path: Path) -> None
     assert document["arguments"]["levels"] == [2]
     assert document["arguments"]["repeat"] == 1
     assert [m["concurrency"] for m in document["measurements"]] == [2]
+
+
+def test_a_pg_level_below_one_is_refused_in_one_line() -> None:
+    done = subprocess.run(
+        [sys.executable, str(PEERS / "compare.py"), "--pg-level", "0"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_SECONDS,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "--repeat, --steps and --pg-level must be >= 1, --timeout and --window > 0"
+    ]
