@@ -562,6 +562,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     path = write_results(args.results_dir, "memory", document)
     print(f"results: {shown(path)} (and memory-latest.json)")
+    failed = [str(r["runs"]) for r in results if r.get("failed")]
+    if failed:
+        # make bench-peers reads this exit status to tell a measurement from a failure.
+        raise SystemExit(f"FAILED: the measurement of N={', '.join(failed)} (its stderr above)")
 
 
 if __name__ == "__main__":
