@@ -65,7 +65,14 @@ from typing import Any
 import anyio
 import attrs
 from collector_pauses import CollectorPauses
-from steps import RESULTS_DIR, describe, environment, shown, without_password, write_results
+from steps import (
+    RESULTS_DIR,
+    describe,
+    environment,
+    saved,
+    without_password,
+    write_results,
+)
 
 from leaseward import (
     Agent,
@@ -1362,8 +1369,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "total_seconds": round(seconds, 3),
         **found,
     }
-    path = write_results(args.results_dir, "lease-costs", document)
-    print(f"results: {shown(path)} (and lease-costs-latest.json)")
+    path = write_results(args.results_dir, "lease-costs", document, latest=not args.quick)
+    print(saved(path, latest=not args.quick))
     if any(section["failures"] for section in found.values()):
         raise SystemExit(1)
 

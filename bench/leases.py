@@ -77,7 +77,8 @@ shared, and the runs mostly wait in their calls.
 
 Results go to ``bench/results/leases-<UTC timestamp>.json`` (copied to
 ``leases-latest.json``) with the git revision and the machine, and the plots to
-``leases-detection.png``, ``leases-live.png`` and ``leases-many-workers.png``. This is a
+``leases-detection.png``, ``leases-live.png`` and ``leases-many-workers.png``; a
+``--quick`` run's only under its timestamp. This is a
 benchmark, not a test: it asserts nothing about time.
 
     .venv/bin/python bench/leases.py                 # the defaults; about 11 minutes
@@ -118,6 +119,7 @@ from steps import (
     describe,
     environment,
     percentile,
+    saved,
     shown,
     without_password,
     write_results,
@@ -1176,7 +1178,9 @@ def print_many_workers(r: dict[str, Any]) -> None:
 # -- plots ------------------------------------------------------------------------------------
 
 
-def plot_all(document: dict[str, Any], results_dir: Path) -> list[Path]:
+def plot_all(document: dict[str, Any], results_dir: Path, tag: str = "") -> list[Path]:
+    """The plots, named ``leases-<part><tag>.png``: a quick run tags them with its time,
+    leaving the committed ones to the full run they show."""
     try:
         import matplotlib
 
@@ -1188,14 +1192,14 @@ def plot_all(document: dict[str, Any], results_dir: Path) -> list[Path]:
     drawn = []
     if document.get("detection"):
         drawn.append(
-            plot_detection(plt, document["detection"], results_dir / "leases-detection.png")
+            plot_detection(plt, document["detection"], results_dir / f"leases-detection{tag}.png")
         )
     if document.get("live"):
-        drawn.append(plot_live(plt, document["live"], results_dir / "leases-live.png"))
+        drawn.append(plot_live(plt, document["live"], results_dir / f"leases-live{tag}.png"))
     if document.get("many_workers"):
         drawn.append(
             plot_many_workers(
-                plt, document["many_workers"], results_dir / "leases-many-workers.png"
+                plt, document["many_workers"], results_dir / f"leases-many-workers{tag}.png"
             )
         )
     return drawn
@@ -1769,9 +1773,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "total_seconds": round(total, 3),
         **measured,
     }
-    path = write_results(args.results_dir, "leases", document)
-    print(f"results: {shown(path)} (and leases-latest.json)")
-    for plot in plot_all(document, args.results_dir):
+    path = write_results(args.results_dir, "leases", document, latest=not args.quick)
+    print(saved(path, latest=not args.quick))
+    for plot in plot_all(document, args.results_dir, f"-{stamp}" if args.quick else ""):
         print(f"plot: {shown(plot)}")
     if measured["failures"]:
         raise SystemExit(1)

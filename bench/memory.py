@@ -80,7 +80,7 @@ from typing import Any
 import anyio
 from collector_pauses import CollectorPauses
 from pg_support import admin, exit_unless_answering, fresh_database
-from steps import RESULTS_DIR, environment, shown, write_results
+from steps import RESULTS_DIR, environment, saved, write_results
 
 from leaseward import (
     Agent,
@@ -560,8 +560,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "total_seconds": round(total, 3),
         "measurements": results,
     }
-    path = write_results(args.results_dir, "memory", document)
-    print(f"results: {shown(path)} (and memory-latest.json)")
+    path = write_results(args.results_dir, "memory", document, latest=not args.quick)
+    print(saved(path, latest=not args.quick))
     failed = [str(r["runs"]) for r in results if r.get("failed")]
     if failed:
         # make bench-peers reads this exit status to tell a measurement from a failure.

@@ -657,13 +657,26 @@ def environment() -> dict[str, Any]:
     }
 
 
-def write_results(results_dir: Path, prefix: str, document: dict[str, Any]) -> Path:
-    """Write ``document`` to ``<prefix>-<UTC timestamp>.json`` and copy it to ``-latest``."""
+def write_results(
+    results_dir: Path, prefix: str, document: dict[str, Any], *, latest: bool = True
+) -> Path:
+    """Write ``document`` to ``<prefix>-<UTC timestamp>.json`` and copy it to ``-latest``
+    unless ``latest`` is false: the committed ``-latest`` files are the records the
+    documentation quotes, which a quick smoke test must not replace."""
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / f"{prefix}-{document['started_utc']}.json"
     path.write_text(json.dumps(document, indent=2) + "\n")
-    shutil.copyfile(path, results_dir / f"{prefix}-latest.json")
+    if latest:
+        shutil.copyfile(path, results_dir / f"{prefix}-latest.json")
     return path
+
+
+def saved(path: Path, latest: bool) -> str:
+    """The results line: where they went, and whether ``-latest`` got them."""
+    prefix = path.name.rsplit("-", 1)[0]
+    if latest:
+        return f"results: {shown(path)} (and {prefix}-latest.json)"
+    return f"results: {shown(path)} (a quick run: {prefix}-latest.json left as it was)"
 
 
 def without_password(url: str) -> str:

@@ -86,13 +86,14 @@ def memory(python: Path, timeout: float) -> dict[str, Any]:
         argv = [str(python), "bench/memory.py", "--quick", "--results-dir", tmp]
         _, error, seconds = run(argv, timeout)
         found: dict[str, Any] = {"command": "bench/memory.py --quick", "seconds": seconds}
-        latest = Path(tmp) / "memory-latest.json"
+        # A quick run writes its timestamped file only.
+        written = sorted(Path(tmp).glob("memory-2*.json"))
         measurements: list[dict[str, Any]] = []
         if error is None:
             try:
-                measurements = json.loads(latest.read_text())["measurements"]
-            except (OSError, ValueError, KeyError) as exc:
-                error = f"could not read {latest.name}: {exc}"
+                measurements = json.loads(written[-1].read_text())["measurements"]
+            except (OSError, ValueError, KeyError, IndexError) as exc:
+                error = f"could not read memory.py's results in {tmp}: {exc!r}"
     found["error"] = error
     found["measurements"] = [
         {

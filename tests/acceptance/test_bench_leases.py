@@ -51,7 +51,10 @@ def run_quick(results: Path) -> dict[str, Any]:
     done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PostgreSQL: skipped (--no-pg)" in done.stdout
-    document: dict[str, Any] = json.loads((results / "leases-latest.json").read_text())
+    # A quick run leaves the committed leases-latest.json and plots to the last full run.
+    assert not (results / "leases-latest.json").exists()
+    [written] = results.glob("leases-2*.json")
+    document: dict[str, Any] = json.loads(written.read_text())
     return document
 
 
@@ -99,6 +102,8 @@ def test_quick_run_writes_every_section_with_counts_that_add_up(tmp_path: Path) 
     assert long_call["live_reaps"] >= 1
     assert guarded["worker_stats"]["live"]["keeper"]["renewals"] > 0
 
-    for plot in ("leases-detection.png", "leases-live.png"):
+    stamp = document["started_utc"]
+    for plot in (f"leases-detection-{stamp}.png", f"leases-live-{stamp}.png"):
         assert (tmp_path / plot).stat().st_size > 0
+    assert not list(tmp_path.glob("leases-live.png"))
     assert len(list(tmp_path.glob("leases-2*.json"))) == 1
