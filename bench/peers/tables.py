@@ -398,6 +398,7 @@ def print_pg(
         ("leaseward-read-pg", "procrastinate", "on PG, steps/s over jobs/s"),
         ("leaseward-write-pg", "procrastinate", "on PG, steps/s over jobs/s"),
     ]
+    unmeasured = not any(e["concurrency"] == level for e in sqlite)
     for top, bottom, what in pairs:
         bottom_summary = sqlite if what == "PG/SQLite" else pg
         value = quotient(median_of(pg, top, level), median_of(bottom_summary, bottom, level))
@@ -405,6 +406,8 @@ def print_pg(
         holds = value >= PG_TARGET if targeted and value is not None else None
         found.append({"ratio": f"{top}/{bottom}", "what": what, "value": value, "holds": holds})
         shown = f"{value:.2f}x" if value is not None else "-"
+        if value is None and what == "PG/SQLite" and unmeasured:
+            shown += f" (SQLite was not measured at N={level}: add {level} to --levels)"
         verdict = "" if holds is None else (" ok" if holds else " MISS")
         print(f"  {top}/{bottom} ({what}): {shown}{verdict}")
     print()

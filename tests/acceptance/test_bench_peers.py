@@ -375,3 +375,17 @@ def test_a_pg_level_below_one_is_refused_in_one_line() -> None:
     assert done.stderr.strip().splitlines() == [
         "--repeat, --steps and --pg-level must be >= 1, --timeout and --window > 0"
     ]
+
+
+def test_a_pg_ratio_without_its_sqlite_level_says_why(capsys: pytest.CaptureFixture[str]) -> None:
+    pg = [entry("leaseward-read-pg", 100, 3100.0, 6510.0)]
+    sqlite = [entry("leaseward-read", 10, 3000.0, 6300.0)]
+
+    found = {r["ratio"]: r for r in tables.print_pg(pg, sqlite, 100)}
+
+    assert found["leaseward-read-pg/leaseward-read"]["value"] is None
+    printed = capsys.readouterr().out
+    assert (
+        "leaseward-read-pg/leaseward-read (PG/SQLite): - (SQLite was not measured at N=100: "
+        "add 100 to --levels)"
+    ) in printed
