@@ -745,7 +745,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "transaction\n(stats.items / stats.batches); max = stats.largest_batch; in tx s = "
         "stats.commit_seconds (time inside the store's commit).\np50/p99 ms = how long a run "
         "waited for each of its journal writes (persist requests carrying rows),\nover all the "
-        "cell's writes. write: each tool row takes two commits (intent, then outcome)."
+        "cell's writes. write: each tool row takes two commits (intent, then outcome).\n"
+        "Better is more rows/s, a group/single above 1x (what group commit buys), and a lower "
+        "p50 and p99."
     )
     incomplete = [m for m in results if m.completed != m.runs]
     if incomplete:
