@@ -294,7 +294,7 @@ async def measure_areas(args: argparse.Namespace, directory: Path) -> None:
                 stats.sort_stats(order).print_stats(args.top)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100, metavar="N")
     parser.add_argument("--turns", type=int, default=10, metavar="K")
@@ -303,7 +303,9 @@ def main() -> None:
     parser.add_argument("--no-steps", action="store_true", help="skip the per-kind workloads")
     parser.add_argument("--no-areas", action="store_true", help="skip the profile by area")
     parser.add_argument("--store-dir", type=Path, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if min(args.runs, args.turns, args.repetitions) < 1 or args.top < 0:
+        parser.error("--runs, --turns and --repetitions must be at least 1, --top at least 0")
 
     async def measure(directory: Path) -> None:
         sections: list[Callable[[argparse.Namespace, Path], Awaitable[None]]] = []
