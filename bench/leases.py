@@ -1702,9 +1702,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     if argv[:1] == ["--worker"]:
         anyio.run(worker_main, WorkerConfig(**json.loads(argv[1])))
         return
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.quick:
         apply_quick(args, argv)
+    # Checked before anything runs: a lease of 0 used to fail in every worker, cell
+    # after cell, each with the Runtime's traceback.
+    sizes = {
+        "--live-lease": args.live_lease,
+        "--live-reap": args.live_reap,
+        "--runs-per-ratio": args.runs_per_ratio,
+        "--workers": args.workers,
+        "--many-seconds": args.many_seconds,
+        "--kill-every": args.kill_every,
+        "--rate": args.rate,
+        "--many-lease": args.many_lease,
+        "--many-reap": args.many_reap,
+    }
+    not_positive = [flag for flag, value in sizes.items() if not value > 0]
+    if not_positive:
+        parser.error(f"{', '.join(not_positive)} must be greater than 0")
     pg_url: str | None = None
     if not args.no_pg and (args.pg_url is not None or not args.quick):
         pg_url = args.pg_url or DEFAULT_PG_URL

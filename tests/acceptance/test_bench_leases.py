@@ -107,3 +107,17 @@ def test_quick_run_writes_every_section_with_counts_that_add_up(tmp_path: Path) 
         assert (tmp_path / plot).stat().st_size > 0
     assert not list(tmp_path.glob("leases-live.png"))
     assert len(list(tmp_path.glob("leases-2*.json"))) == 1
+
+
+@pytest.mark.parametrize("flag", ["--live-lease", "--runs-per-ratio", "--many-reap"])
+def test_a_size_below_one_is_refused_before_anything_runs(flag: str, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", flag, "0", "--results-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].endswith(f"{flag} must be greater than 0")
+    assert "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
