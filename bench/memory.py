@@ -491,8 +491,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    if args.chunk < 1 or args.park_timeout <= 0:
-        raise SystemExit("--chunk must be >= 1 and --park-timeout > 0")
+    if args.chunk < 1 or args.park_timeout <= 0 or args.lease_seconds <= 0:
+        raise SystemExit("--chunk must be >= 1, --park-timeout and --lease-seconds > 0")
+    if args.hold_seconds is not None and args.hold_seconds < 0:
+        raise SystemExit("--hold-seconds must be >= 0")
     if args.child is not None:
         child(args)
         return

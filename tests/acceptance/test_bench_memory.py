@@ -36,3 +36,23 @@ def test_a_failed_measurement_makes_the_script_fail(
     assert stopped.value.code == "FAILED: the measurement of N=5 (its stderr above)"
     assert "stderr of N=5:\nboom" in capsys.readouterr().out
     assert (tmp_path / "memory-latest.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--lease-seconds", "0"], "--chunk must be >= 1, --park-timeout and --lease-seconds > 0"),
+        (["--hold-seconds", "-1"], "--hold-seconds must be >= 0"),
+    ],
+)
+def test_a_lease_or_hold_it_cannot_use_is_refused_before_measuring(
+    flags: list[str], said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def measured(args: Any, runs: int) -> dict[str, Any]:
+        raise AssertionError("nothing is measured")
+
+    monkeypatch.setattr(memory, "run_child", measured)
+    with pytest.raises(SystemExit) as stopped:
+        memory.main(["--quick", *flags, "--results-dir", str(tmp_path)])
+    assert stopped.value.code == said
+    assert list(tmp_path.iterdir()) == []
