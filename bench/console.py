@@ -372,6 +372,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if min(args.runs) < 2 * PAGE or args.samples < 1:
         raise SystemExit(f"--runs must each be at least {2 * PAGE}, --samples at least 1")
+    if not args.no_postgres:
+        from pg_support import exit_unless_answering
+
+        exit_unless_answering(args.postgres)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     started = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     with tempfile.TemporaryDirectory(prefix="leaseward-console-") as tmp:

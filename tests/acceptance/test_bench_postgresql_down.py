@@ -32,6 +32,7 @@ def closed_port() -> int:
         ["steps.py", "--concurrency", "1", "--store"],
         ["memory.py", "--quick", "--store"],
         ["pg_network.py", "--pg-url"],
+        ["console.py", "--runs", "200", "--postgres"],
     ],
     ids=lambda arguments: arguments[0],
 )
@@ -40,7 +41,8 @@ def test_a_server_that_does_not_answer_is_one_line_and_no_results(
 ) -> None:
     url = f"postgresql://postgres@127.0.0.1:{closed_port()}/postgres"
     script, *flags = arguments
-    extra = ["--results-dir", str(tmp_path)] if script in ("steps.py", "memory.py") else []
+    writes = ("steps.py", "memory.py", "console.py")
+    extra = ["--results-dir", str(tmp_path)] if script in writes else []
     done = subprocess.run(
         [sys.executable, str(BENCH / script), *flags, url, *extra],
         capture_output=True,
