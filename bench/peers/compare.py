@@ -32,7 +32,8 @@ system, then the submit loops and the PostgreSQL systems; then the next
 repetition, so a machine that drifts affects all alike. A system that is not
 installed, fails or times out gets one line saying so; the rest is reported.
 Results go to ``bench/results/peers-<timestamp>.json`` (and ``peers-latest.json``),
-the plot to ``bench/results/peers.png`` (``plot.py``, with the peers' venv).
+the plot to ``bench/results/peers.png`` (``plot.py``, with the peers' venv); a
+``--quick`` run's to ``peers-<timestamp>.json`` and ``.png`` only.
 
 Standard library only, so any Python 3.11 runs it:
 
