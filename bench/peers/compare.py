@@ -412,7 +412,9 @@ def report(
         "each system's records; rows = every durable row written\n(leaseward: journal rows; "
         "DBOS: operation_outputs, workflow_status, _input, _output; LangGraph: checkpoints and "
         "writes;\nprocrastinate: jobs and events). Timed: from before the first submit/start/"
-        "defer until every run has finished; opening the store is not."
+        "defer until every run has finished; opening the store is not.\ngood = the "
+        "repetitions measured of those run (the rest failed; a target is marked 'ok' or 'MISS' "
+        "in the ratios, not here)."
     )
     return {
         "matrix": matrix,

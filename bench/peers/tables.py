@@ -216,7 +216,7 @@ def print_matrix(title: str, summary: Sequence[dict[str, Any]]) -> None:
     width = max(len(label(e["system"])) for e in summary)
     header = (
         f"{'system':<{width}} {'N':>5} {'steps/s median (min-max)':>25} "
-        f"{'rows/s median (min-max)':>25} {'rows/run':>8} {'s median':>8} {'ok':>4}"
+        f"{'rows/s median (min-max)':>25} {'rows/run':>8} {'s median':>8} {'good':>5}"
     )
     print(title)
     print(header)
@@ -228,7 +228,7 @@ def print_matrix(title: str, summary: Sequence[dict[str, Any]]) -> None:
         print(
             f"{label(entry['system']):<{width}} {entry['concurrency']:>5} "
             f"{figure(entry, 'steps_per_second'):>25} {figure(entry, 'rows_per_second'):>25} "
-            f"{rows_per_run:>8} {seconds:>8} {samples:>2}/{samples + entry['failed']}"
+            f"{rows_per_run:>8} {seconds:>8} {samples:>3}/{samples + entry['failed']}"
         )
     print()
 

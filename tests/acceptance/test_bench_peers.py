@@ -109,6 +109,7 @@ def test_quick_run_reports_ratios_computed_from_its_own_measurements(tmp_path: P
     assert ratios[("leaseward-read/dbos", 10)]["value"] is None  # DBOS was not measured
     assert f"{journal['value']:.0%}" in printed
     assert "durable tool steps/s and rows/s, median (min-max); higher is better" in printed
+    assert "good = the repetitions measured of those run" in printed
 
     # The machine's Python speed, before the one repetition and after it.
     speed = document["machine"]["python_speed"]
