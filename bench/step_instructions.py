@@ -157,7 +157,10 @@ def main() -> None:
         return
     valgrind = shutil.which("valgrind")
     if valgrind is None:
-        parser.error("valgrind is not installed (Debian: apt-get install valgrind)")
+        # One line, not argparse's usage: nothing is wrong with the command line.
+        raise SystemExit(
+            "step_instructions.py: valgrind is not installed (Debian: apt-get install valgrind)"
+        )
     steps = args.repetitions * args.runs * args.turns
     print(
         f"instructions a durable step, counted by valgrind: N={args.runs} runs of "
