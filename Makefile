@@ -165,7 +165,7 @@ $(PEERS_STAMP): bench/peers/requirements.txt
 # leaseward side by side with DBOS, LangGraph, procrastinate and raw SQLite, in one
 # run (bench/peers/compare.py, standard library only): the SQLite matrix at
 # N=1,10,100,1000 with ratios and targets, durable-write latency, a submit loop,
-# PostgreSQL at N=100, bench/claims.py and bench/memory.py. About 10 minutes on
+# PostgreSQL at N=100, bench/claims.py and bench/memory.py. About 8 minutes on
 # 2 cores. A peer that failed to install, or a PostgreSQL that cannot be reached,
 # is reported as not run; the rest is still measured. PEERS_FLAGS passes flags:
 # PEERS_FLAGS=--quick for a smoke test, PEERS_FLAGS="--no-pg --no-scaling --levels 100".
@@ -178,7 +178,7 @@ LEASES_FLAGS ?=
 
 # Leases and reaping with real worker processes (bench/leases.py): how soon a
 # SIGKILLed worker's runs run again, whether live workers are ever reaped, and four
-# PostgreSQL workers with one killed over and over. About 11 minutes;
+# PostgreSQL workers with one killed over and over. About 12 minutes;
 # LEASES_FLAGS=--quick for a pass under 2 minutes.
 bench-leases: $(STAMP)
 	$(BIN)/python bench/leases.py $(LEASES_FLAGS)

@@ -81,7 +81,7 @@ Results go to ``bench/results/leases-<UTC timestamp>.json`` (copied to
 ``--quick`` run's only under its timestamp. This is a
 benchmark, not a test: it asserts nothing about time.
 
-    .venv/bin/python bench/leases.py                 # the defaults; about 11 minutes
+    .venv/bin/python bench/leases.py                 # the defaults; about 12 minutes
     .venv/bin/python bench/leases.py --quick         # SQLite only unless --pg-url; < 2 min
     .venv/bin/python bench/leases.py --grid full --leases 2,5,15,30
     .venv/bin/python bench/leases.py --parts live --live-lease 5 --ratios 0.5,1,5,20

@@ -37,7 +37,7 @@ the plot to ``bench/results/peers.png`` (``plot.py``, with the peers' venv); a
 
 Standard library only, so any Python 3.11 runs it:
 
-    .venv/bin/python bench/peers/compare.py                  # everything, about 10 min on 2 cores
+    .venv/bin/python bench/peers/compare.py                  # everything, about 8 min on 2 cores
     .venv/bin/python bench/peers/compare.py --quick          # N=10 once, SQLite only
     .venv/bin/python bench/peers/compare.py --levels 100 --no-pg --no-scaling
     .venv/bin/python bench/peers/compare.py --systems leaseward-read,dbos,raw
