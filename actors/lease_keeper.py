@@ -29,6 +29,7 @@ from leaseward.storage.protocol import BatchItem
 
 __all__ = [
     "GUARD_TICK_SECONDS",
+    "LOOP_LATE_SECONDS",
     "RENEWALS_PER_LEASE",
     "KeeperStats",
     "Lease",
@@ -40,6 +41,9 @@ __all__ = [
 RENEWALS_PER_LEASE = 3
 """Renewals a lease gets in its length: one may fail and the next still lands in time."""
 GUARD_TICK_SECONDS = 0.25
+LOOP_LATE_SECONDS = 1.0
+"""The least lateness of the event loop that ``worker.loop_blocked`` reports, whatever
+the guard's margin: a loaded machine's loop is often a few tenths of a second late."""
 """The guard looks at least this often, so that a clock that jumped (the process was
 paused) or was moved by a test is noticed promptly, not at the next planned wakeup."""
 
@@ -95,6 +99,9 @@ class KeeperStats:
     longest_renewal_seconds: float = 0.0
     """The longest a renewal took to be answered: a lease's headroom is what is left of
     its length after the interval between renewals, the margin and this."""
+    loop_stalls: int = 0
+    """Times the event loop came back to the keeper ``LOOP_LATE_SECONDS`` late or more,
+    and past the guard's margin (``worker.loop_blocked``)."""
 
 
 @attrs.define(eq=False)
@@ -193,7 +200,26 @@ class LeaseKeeper:
                 if now >= self._next_due:
                     self._guard(now)
                 wake = min(next_renewal, self._next_due)
-                await anyio.sleep(min(max(wake - now, 0.0), GUARD_TICK_SECONDS))
+                pause = min(max(wake - now, 0.0), GUARD_TICK_SECONDS)
+                # The event loop's own time: an injected clock may run apart from it.
+                slept_from = anyio.current_time()
+                await anyio.sleep(pause)
+                self._see_lateness(anyio.current_time() - slept_from - pause)
+
+    def _see_lateness(self, late: float) -> None:
+        """Say when the event loop came back to the keeper so late that leases may have
+        been at stake: nothing renews them meanwhile, and a lease that ran out is reaped
+        though its worker lives. A tool that blocks the loop (``time.sleep``, a
+        synchronous HTTP client in an ``async def``) is the usual cause, and nothing else
+        would name it."""
+        if late < max(self.margin_seconds, LOOP_LATE_SECONDS):
+            return
+        self.stats.loop_stalls += 1
+        log.warning(
+            "worker.loop_blocked",
+            seconds=round(late, 2),
+            hint="a tool or callback that blocks the event loop holds up every lease renewal",
+        )
 
     async def _renew_all(self) -> None:
         try:

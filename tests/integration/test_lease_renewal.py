@@ -40,13 +40,13 @@ from leaseward import (
     tool,
 )
 from leaseward.actors import Lease, LeaseKeeper, Persister
-from leaseward.actors.lease_keeper import GUARD_TICK_SECONDS
+from leaseward.actors.lease_keeper import GUARD_TICK_SECONDS, LOOP_LATE_SECONDS
 from leaseward.runtime.clock import ManualClock
 from leaseward.storage.protocol import WriteBatch
 from tests.integration.crash_worker import read_lines
 from tests.integration.faults import FaultyExecutor, Statement, fail, faulty_store, query
 from tests.integration.paused_worker import CALLS_FILE, LEASE_SECONDS, LOG_FILE, build_app
-from tests.integration.support import Calls, one_call_agent, queued_run, until
+from tests.integration.support import Calls, capture_logs, one_call_agent, queued_run, until
 
 pytestmark = pytest.mark.anyio
 
@@ -674,3 +674,32 @@ async def test_a_run_of_many_quick_writes_outlasting_its_lease_is_never_reaped(
     assert (run.state, run.epoch, reaped) == (RunState.COMPLETED, 1, 0)
     assert charges == list(range(turns))
     assert renewed is not None and renewed > 0
+
+
+@pytest.mark.parametrize("blocking", [True, False], ids=["time.sleep", "anyio.sleep"])
+async def test_a_tool_that_blocks_the_event_loop_is_named_in_the_log(
+    db_url: str, blocking: bool
+) -> None:
+    """A tool that blocks the loop holds up every renewal of the worker, and a lease
+    that runs out meanwhile is reaped under a live call: the log says why."""
+    calls = Calls()
+
+    async def hold(ctx: ToolContext) -> None:
+        if blocking:
+            time.sleep(1.5)  # the mistake this test makes on purpose
+        else:
+            await anyio.sleep(1.5)
+
+    agent = one_call_agent("reader", ToolEffect.READ_ONLY, calls, body=hold)
+    with capture_logs() as logs:
+        async with Runtime.open(db_url, App([agent]), lease_seconds=6.0) as rt:
+            run = await rt.wait(await rt.submit("reader", None), timeout=30)
+            stalls = rt.supervisor.keeper.stats.loop_stalls
+    blocked = [line for line in logs if line["event"] == "worker.loop_blocked"]
+    assert run.state is RunState.COMPLETED
+    if blocking:
+        assert stalls == 1
+        [line] = blocked
+        assert line["seconds"] >= LOOP_LATE_SECONDS
+    else:
+        assert (stalls, blocked) == (0, [])
