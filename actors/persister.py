@@ -216,13 +216,7 @@ class Persister:
         try:
             results = await self._store.commit(WriteBatch(items=tuple(items)))
         except LeasewardError as exc:
-            unanswered = isinstance(exc, CommitOutcomeUnknown)
-            log.warning(
-                "persister.batch_failed",
-                items=len(items),
-                error=exc.message,
-                outcome_unknown=unanswered,
-            )
+            unanswered = _batch_failed(exc, len(items))
             failed = Unanswered(exc.message) if unanswered else Refused(exc.message)
             return (failed,) * len(items)
         self._committed(len(items), time.perf_counter() - started)
@@ -369,14 +363,7 @@ class Persister:
         try:
             results = await self._store.commit(writes)
         except LeasewardError as exc:
-            unanswered = isinstance(exc, CommitOutcomeUnknown)
-            log.warning(
-                "persister.batch_failed",
-                items=len(writes),
-                error=exc.message,
-                outcome_unknown=unanswered,
-            )
-            _fail_all(batch, exc, unanswered=unanswered)
+            _fail_all(batch, exc, unanswered=_batch_failed(exc, len(writes)))
             return
         except BaseException:
             # Never leave an asker waiting: a crash here answers "not persisted",
@@ -410,6 +397,16 @@ class Persister:
         self.stats.commit_seconds += elapsed
         self._metrics.batch_committed(size, elapsed)
         log.debug("persister.committed", items=size, seconds=round(elapsed, 6))
+
+
+def _batch_failed(error: LeasewardError, items: int) -> bool:
+    """Log a batch the store did not commit; whether its outcome is unknown (sent, and
+    its answer lost) rather than refused."""
+    unanswered = isinstance(error, CommitOutcomeUnknown)
+    log.warning(
+        "persister.batch_failed", items=items, error=error.message, outcome_unknown=unanswered
+    )
+    return unanswered
 
 
 def _fail_all(batch: list[PersisterMessage], error: LeasewardError, *, unanswered: bool) -> None:
