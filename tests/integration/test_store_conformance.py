@@ -331,6 +331,27 @@ async def test_a_batch_under_the_right_epoch_records_and_renews(
     )
 
 
+async def test_the_keepers_renewals_renew_held_leases_and_are_fenced_for_stale_ones(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    """The keeper's renewals (on PostgreSQL written apart from the batches, passing rows
+    held elsewhere) are fenced as every write is: a stale epoch renews nothing."""
+    held, taken = await claimed(store), await claimed(store)
+    assert await store.request_cancel(held.id) is CancelOutcome.REQUESTED
+    await clock.advance(2)
+    outcomes = await store.commit_batch(
+        [
+            BatchItem(held.id, held.epoch, lease_seconds=9.0, passes_a_held_row=True),
+            BatchItem(taken.id, taken.epoch + 1, lease_seconds=9.0, passes_a_held_row=True),
+        ]
+    )
+    assert outcomes == [Stored(cancel_requested=True), Fenced()]
+    renewed = await store.get_run(held.id)
+    assert renewed is not None
+    assert renewed.lease_expires_at == pytest.approx(clock.now() + 9.0)
+    assert await store.get_run(taken.id) == taken
+
+
 @pytest.mark.parametrize("with_settlement", [False, True], ids=["steps only", "settling"])
 async def test_an_item_of_no_lease_seconds_fences_and_leaves_its_runs_lease_as_it_was(
     store: SQLStore, clock: StoreClock, with_settlement: bool
