@@ -278,6 +278,7 @@ def shortened(text: str) -> str:
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
 _HIDDEN = re.compile(r"<(script|style)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
 _TAG = re.compile(r"<[^>]*>")
+_PAGE_SCANNED_CHARS = 8 * 1024
 
 
 def _page_text(text: str) -> str:
@@ -285,6 +286,9 @@ def _page_text(text: str) -> str:
     any other text as it is."""
     if not text.lstrip().startswith("<"):
         return text
+    # Only its start is shown, and the patterns below search on from every unclosed
+    # tag: over a whole answer of many such tags that would take the loop for minutes.
+    text = text[:_PAGE_SCANNED_CHARS]
     title = _TITLE.search(text)
     if title is not None and title.group(1).strip():
         return html.unescape(title.group(1))

@@ -738,3 +738,14 @@ async def test_a_certificate_that_does_not_verify_is_a_configuration_failure(
     assert server.base_url.startswith("https://")
     assert classify(error) is FailureClass.CONFIGURATION
     assert "CERTIFICATE_VERIFY_FAILED" in error.message
+
+
+async def test_only_the_start_of_an_html_error_page_is_searched_for_its_words() -> None:
+    # Its patterns search on from every unclosed tag: over a whole answer of such tags
+    # (up to the 32 MiB read) that would hold the event loop for minutes.
+    page = b"<html><body>" + b"<script " * 4096 + b"<title>read too far</title></body></html>"
+    async with model_server() as server:
+        server.script(Reply(502, raw=page, headers={"content-type": "text/html"}))
+        error = await failure_of(openai(server))
+    assert classify(error) is FailureClass.SERVER_ERROR
+    assert "read too far" not in error.message
