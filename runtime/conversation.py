@@ -18,6 +18,7 @@ from leaseward.runtime.messages import Message, ProviderReply, Role, ToolCall, U
 __all__ = [
     "Conversation",
     "PendingCall",
+    "assistant_message",
     "idempotency_key",
     "input_message",
     "normalize_reply",
@@ -59,6 +60,12 @@ class Conversation:
 def input_message(value: Any) -> Message:
     content = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return Message(Role.USER, content)
+
+
+def assistant_message(reply: ProviderReply) -> Message:
+    return Message(
+        Role.ASSISTANT, reply.text, tool_calls=reply.tool_calls, reasoning=reply.reasoning
+    )
 
 
 def tool_message(call: ToolCall, output: Any, *, is_error: bool = False) -> Message:
@@ -141,6 +148,8 @@ def reply_to_json(reply: ProviderReply, *, latency_ms: float | None = None) -> d
         }
     if reply.stop_reason is not None:
         data["stop_reason"] = reply.stop_reason
+    if reply.reasoning:
+        data["reasoning"] = [dict(block) for block in reply.reasoning]
     if latency_ms is not None:
         data["latency_ms"] = latency_ms
     return data
@@ -175,6 +184,7 @@ def reply_from_json(data: Mapping[str, Any]) -> ProviderReply:
         usage=usage_from_json(data),
         model=data.get("model"),
         stop_reason=data.get("stop_reason"),
+        reasoning=data.get("reasoning", ()),
     )
 
 
@@ -203,9 +213,7 @@ def rebuild(
                 continue
             last_reply = reply_from_json(step.output)
             turns += 1
-            messages.append(
-                Message(Role.ASSISTANT, last_reply.text, tool_calls=last_reply.tool_calls)
-            )
+            messages.append(assistant_message(last_reply))
             pending = pending_calls(run_id, step.seq, last_reply)
             continue
         position = next((i for i, p in enumerate(pending) if p.call.call_id == step.call_id), None)

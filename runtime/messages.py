@@ -124,6 +124,17 @@ def _tool_call_tuple(calls: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
+def _reasoning_tuple(blocks: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    blocks = tuple(blocks)
+    for block in blocks:
+        if not isinstance(block, Mapping):
+            raise ProviderError(
+                f"a reasoning block from the provider is a {type(block).__name__}, "
+                f"not a mapping: {_shown(block)}"
+            )
+    return blocks
+
+
 class Message(msgspec.Struct, frozen=True):
     role: Role
     content: str | None = None
@@ -132,6 +143,8 @@ class Message(msgspec.Struct, frozen=True):
     name: str | None = None
     is_error: bool = False
     """For a tool result: the call failed, was refused, or did not apply."""
+    reasoning: tuple[Mapping[str, Any], ...] = ()
+    """For a model's message: its reasoning blocks, as ``ProviderReply.reasoning``."""
 
 
 @attrs.frozen
@@ -247,3 +260,8 @@ class ProviderReply:
     """The model that answered, as the provider names it."""
     stop_reason: str | None = None
     """Why the model stopped, in the provider's words (``stop``, ``tool_use``, ...)."""
+    reasoning: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_reasoning_tuple)
+    """The model's reasoning as the provider's API gave it (Anthropic's ``thinking``
+    and ``redacted_thinking`` blocks, signatures included), journaled with the turn and
+    sent back with it as they came: an API that signs them refuses a conversation
+    that drops or changes them."""

@@ -43,10 +43,14 @@ ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_ANTHROPIC_MAX_TOKENS = 4096
 # How often one provider step continues a turn the API paused (``pause_turn``).
 MAX_PAUSED_TURNS = 4
+# Extended thinking's blocks: signed, so sent back exactly as they came.
+_REASONING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
 
 def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = []
+    # With extended thinking on, the API refuses a turn with tool calls that does not
+    # begin with the thinking that led to them.
+    blocks: list[dict[str, Any]] = [dict(block) for block in message.reasoning]
     # The API refuses a text block of only whitespace, which a model may write before
     # its tool calls ("\n\n"); dropping it changes nothing the model reads.
     if message.content and not message.content.isspace():
@@ -156,6 +160,7 @@ class _Turn:
         self.settings = settings
         self.texts: list[str] = []
         self.calls: list[ToolCall] = []
+        self.reasoning: list[dict[str, Any]] = []
         self.usage: Usage | None = None
         self.model: str | None = None
         self.stop_reason: str | None = None
@@ -172,10 +177,13 @@ class _Turn:
         for block in content:
             if not isinstance(block, Mapping):
                 raise _malformed("a content block is not an object")
-            if block.get("type") == "text" and isinstance(block.get("text"), str):
+            kind = block.get("type")
+            if kind == "text" and isinstance(block.get("text"), str):
                 self.texts.append(block["text"])
-            elif block.get("type") == "tool_use":
+            elif kind == "tool_use":
                 self.calls.append(_tool_call(block))
+            elif isinstance(kind, str) and kind in _REASONING_BLOCKS:
+                self.reasoning.append(dict(block))
         usage = _usage(data.get("usage"))
         if usage is not None:
             self.usage = usage if self.usage is None else self.usage + usage
@@ -208,6 +216,7 @@ class _Turn:
             usage=self.usage,
             model=self.model or self.settings.model,
             stop_reason=self.stop_reason,
+            reasoning=tuple(self.reasoning),
         )
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from leaseward.runtime.conversation import normalize_reply, pending_calls, reply_to_json
+from leaseward.runtime.conversation import (
+    assistant_message,
+    normalize_reply,
+    pending_calls,
+    reply_to_json,
+)
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.errors import InvalidInput, ProviderError
 from leaseward.runtime.failures import FailureClass
@@ -21,7 +26,7 @@ from leaseward.runtime.machine.events import (
 )
 from leaseward.runtime.machine.phases import Asking
 from leaseward.runtime.machine.state import Conversation, Failure
-from leaseward.runtime.messages import Message, ProviderReply, Role
+from leaseward.runtime.messages import ProviderReply
 
 __all__ = ["ProviderSteps"]
 
@@ -83,7 +88,7 @@ class ProviderSteps(MachineCore):
             started_at=phase.started_at,
         )
         self.conversation = Conversation(
-            (*talk.messages, Message(Role.ASSISTANT, reply.text, tool_calls=reply.tool_calls)),
+            (*talk.messages, assistant_message(reply)),
             seq + 1,
             talk.turns + 1,
             tuple(pending_calls(self.run_id, seq, reply)),

@@ -1,7 +1,8 @@
-"""Runs of an agent on OpenAIChat, end to end: a Runtime, a real store, and the loopback
-model server. The provider step is journaled with its model, tokens and latency, a
-journaled turn is never asked again, and the adapter's failure classes drive the
-runtime's recovery (a rate limit waits as long as Retry-After says)."""
+"""Runs of an agent on OpenAIChat and AnthropicMessages, end to end: a Runtime, a real
+store, and the loopback model server. The provider step is journaled with its model,
+tokens and latency, a journaled turn is never asked again, the adapter's failure
+classes drive the runtime's recovery (a rate limit waits as long as Retry-After says),
+and a Claude model's signed thinking goes back to it with its turn, from the journal too."""
 
 from __future__ import annotations
 
@@ -28,10 +29,19 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.providers import OpenAIChat
+from leaseward.providers import AnthropicMessages, OpenAIChat
 from leaseward.storage import open_store
 from tests.integration.support import capture_logs
-from tests.model_server import Reply, model_server, openai_completion, openai_error
+from tests.model_server import (
+    Reply,
+    Request,
+    Script,
+    anthropic_error,
+    anthropic_message,
+    model_server,
+    openai_completion,
+    openai_error,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -268,3 +278,64 @@ async def test_the_key_is_nowhere_in_logs_journal_errors_or_the_store(db_url: st
     database = Path(db_url.removeprefix("sqlite:///"))
     for path in database.parent.glob(f"{database.name}*"):
         assert KEY.encode() not in path.read_bytes(), path
+
+
+THINKING = {"type": "thinking", "thinking": "Stock first, then decide.", "signature": "c2lnLTE="}
+REDACTED = {"type": "redacted_thinking", "data": "ZW5jcnlwdGVk"}
+# What Anthropic's API answers when extended thinking is on and a conversation's last
+# turn with tool calls does not begin with the thinking that led to them.
+THINKING_MISSING = (
+    "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+    "`tool_use`. When `thinking` is enabled, a final `assistant` message must start with a "
+    "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks)."
+)
+
+
+def checks_thinking(answer: Reply) -> Script:
+    """Answers as Anthropic's API does with thinking on: ``answer`` only when every
+    assistant turn that called tools begins with the thinking it was given."""
+
+    def check(request: Request) -> Reply:
+        for message in request.json["messages"]:
+            content = message["content"]
+            calls = message["role"] == "assistant" and any(
+                block["type"] == "tool_use" for block in content
+            )
+            if calls and content[:2] != [THINKING, REDACTED]:
+                return Reply(400, anthropic_error("invalid_request_error", THINKING_MISSING))
+        return answer
+
+    return check
+
+
+async def test_a_claude_run_with_extended_thinking_sends_its_thinking_back(db_url: str) -> None:
+    first = anthropic_message(None, [("toolu_1", "stock", {"sku": "D-4"})])
+    first["content"] = [THINKING, REDACTED, *first["content"]]
+    async with model_server() as server:
+        server.script(
+            Reply(body=first),
+            # After the tool's result: refused unless the turn went back whole. Then a
+            # server error requeues the run, whose next attempt rebuilds the turn from
+            # the journal and must send the same signed blocks.
+            checks_thinking(Reply(529, anthropic_error("overloaded_error", "Overloaded"))),
+            checks_thinking(Reply(body=anthropic_message("D-4 has 3."))),
+        )
+        provider = AnthropicMessages(
+            "claude-loopback",
+            base_url=server.base_url,
+            api_key=KEY,
+            max_tokens=2048,
+            extra_body={"thinking": {"type": "enabled", "budget_tokens": 1024}},
+        )
+        app = App([Agent("buyer", provider, tools=[stock])])
+        policy = RecoveryPolicy(backoff_base_seconds=0)
+        async with Runtime.open(db_url, app, recovery=policy, **FAST) as rt:
+            run = await rt.wait(await rt.submit("buyer", "Check D-4"), timeout=20)
+            steps = await rt.steps(run.id)
+
+    assert (run.state, run.result, run.requeues) == (RunState.COMPLETED, "D-4 has 3.", 1)
+    assert DONE == [("stock", {"sku": "D-4"})]
+    assert [request.json["messages"][1]["content"][:2] for request in server.requests[1:]] == [
+        [THINKING, REDACTED]
+    ] * 2
+    assert steps[0].output["reasoning"] == [THINKING, REDACTED]

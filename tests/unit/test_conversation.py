@@ -400,3 +400,19 @@ def test_tool_call_arguments_nested_past_repr_are_still_named_in_the_error() -> 
         ToolCall("send_email", arguments, "c1")
     assert "of type list" in raised.value.message
     assert len(raised.value.message) < 400
+
+
+def test_a_turns_reasoning_comes_back_from_the_journal_with_it() -> None:
+    thinking = {"type": "thinking", "thinking": "A first.", "signature": "c2ln"}
+    turn = ProviderReply("working", (CALL_A,), reasoning=[thinking])
+    conv = rebuild(RUN, "", "hi", [provider_step(0, turn)])
+    assert conv.messages[-1].reasoning == (thinking,)
+    # A journal written before turns had reasoning reads back without any.
+    assert "reasoning" not in reply_to_json(TWO_CALLS)
+    assert rebuild(RUN, "", "hi", [provider_step(0, TWO_CALLS)]).messages[-1].reasoning == ()
+
+
+def test_reasoning_that_is_not_a_list_of_mappings_is_the_providers_error() -> None:
+    with pytest.raises(ProviderError) as raised:
+        ProviderReply("x", reasoning=["thinking"])  # type: ignore[list-item]
+    assert "a reasoning block from the provider is a str" in raised.value.message

@@ -392,7 +392,21 @@ def test_a_messages_reply_maps_text_tool_use_usage_and_model() -> None:
         usage=Usage(1110, 30),
         model="claude-x",
         stop_reason="tool_use",
+        reasoning=({"type": "thinking", "thinking": "..."},),
     )
+
+
+def test_thinking_goes_back_first_in_its_turn_and_a_strange_block_is_passed_over() -> None:
+    thinking = {"type": "thinking", "thinking": "Oslo first.", "signature": "c2ln"}
+    redacted = {"type": "redacted_thinking", "data": "ZW5j"}
+    call = {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Oslo"}}
+    reply = messages_reply(
+        anthropic([{"type": ["odd"]}, call, thinking, redacted], "tool_use"), SETTINGS
+    )
+    assert reply.reasoning == (thinking, redacted)
+    turn = Message(Role.ASSISTANT, None, tool_calls=reply.tool_calls, reasoning=reply.reasoning)
+    body = messages_request(request((Message(Role.USER, "hi"), turn), tools=()), SETTINGS)
+    assert body["messages"][1] == {"role": "assistant", "content": [thinking, redacted, call]}
 
 
 @pytest.mark.parametrize(
