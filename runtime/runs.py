@@ -47,6 +47,8 @@ class RunInfo:
     requeues: int
     created_at: float
     finished_at: float | None
+    input: Any = None
+    """What the run was submitted with (``submit``'s ``input``)."""
     error: str | None = None
     idempotency_key: str | None = None
     lease_owner: str | None = None

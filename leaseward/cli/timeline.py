@@ -285,6 +285,7 @@ def print_timeline(
         print(shown(line))
     if run.idempotency_key is not None:
         print(shown(f"idempotency key: {run.idempotency_key}"))
+    print(shown(f"input: {json.dumps(run.input, ensure_ascii=False)}"))
     if run.result is not None:
         print(shown(f"result: {json.dumps(run.result, ensure_ascii=False)}"))
     if run.error:

@@ -110,6 +110,7 @@ async def run(request: Request) -> Response:
         {
             "run": found,
             "standing": run_standing(found),
+            "input": json_text(found.input),
             "result": None if found.result is None else json_text(found.result),
             "lease": run_lease(found, steps),
             "steps": step_views(steps),

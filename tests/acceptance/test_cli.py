@@ -694,7 +694,7 @@ def _resolve_commands(text: str) -> list[str]:
 
 def test_show_of_an_interrupted_write_prints_the_commands_that_resolve_it(url: str) -> None:
     ok("migrate", "--store", url)
-    submitted = ok("submit", "payer", "--input", "{}", "--store", url).stdout.strip()
+    submitted = ok("submit", "payer", "--input", '{"order": "A-7"}', "--store", url).stdout.strip()
     three_hours = 3 * 3600.0
     run_id = anyio.run(interrupt_a_charge, url, three_hours)
     assert run_id == submitted
@@ -703,6 +703,7 @@ def test_show_of_an_interrupted_write_prints_the_commands_that_resolve_it(url: s
     assert show(url, run_id)["reason"] == "interrupted_write"
 
     text = ok("show", run_id, "--store", url).stdout
+    assert 'input: {"order": "A-7"}' in text
     assert "call charge-1 of charge (step 1) was interrupted: nobody knows" in text
     assert "idempotency key key-of-the-charge" in text
     assert 'arguments: {"amount_cents": 500}' in text

@@ -352,8 +352,11 @@ async def test_what_models_and_tools_wrote_is_escaped_everywhere(url: str) -> No
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
         assert "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in html
         assert LINK in html
+        # What the run was submitted with, shown as its JSON.
+        assert "<dt>Input</dt><dd><pre>{\n  &#34;q&#34;: &#34;&lt;script&gt;" in html
         document = (await page.http.get(f"/api/runs/{run_id}")).json()
         assert document["steps"][1]["output"]["link"] == LINK
+        assert document["input"] == {"q": SCRIPT}
 
 
 async def test_a_calls_arguments_are_shown_once_in_its_row(url: str) -> None:
