@@ -19,14 +19,14 @@ def test_a_run_is_its_fields_less_what_only_the_timeline_shows() -> None:
         id="r1", agent="payer", mode=RunMode.QUEUED, state=RunState.DEAD_LETTERED,
         reason=Reason.INTERRUPTED_WRITE, failure_class=FailureClass.CONNECTION,
         result={"ok": True}, epoch=2, requeues=1, created_at=1.5, finished_at=2.5,
-        input={"amount": 5}, error="boom", idempotency_key="k", lease_owner="w", lease_expires_at=9.0,
-        available_at=3.0, read_at=4.0,
+        input={"amount": 5}, error="boom", idempotency_key="k", lease_owner="w",
+        lease_expires_at=9.0, available_at=3.0, read_at=4.0,
     )  # fmt: skip
     assert run_json(run) == {
         "id": "r1", "agent": "payer", "mode": "queued", "state": "dead_lettered",
         "reason": "interrupted_write", "failure_class": "connection", "result": {"ok": True},
-        "input": {"amount": 5}, "error": "boom", "epoch": 2, "requeues": 1, "created_at": 1.5, "finished_at": 2.5,
-        "idempotency_key": "k", "cancel_requested": False,
+        "input": {"amount": 5}, "error": "boom", "epoch": 2, "requeues": 1, "created_at": 1.5,
+        "finished_at": 2.5, "idempotency_key": "k", "cancel_requested": False,
     }  # fmt: skip
     assert type(run_json(run)["state"]) is str
 
