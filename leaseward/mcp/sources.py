@@ -105,16 +105,23 @@ async def serving_sources(app: App) -> AsyncIterator[None]:
     A server that cannot be listed stops the start: a worker that offered the model
     fewer tools than the code declared would run differently from its peers.
     """
+    # Both raised outside the task group, which would wrap them in an exception group:
+    # the caller sees them as they are, as with an app that has no MCP server.
+    raised: Exception | None = None
     async with anyio.create_task_group() as task_group:
         connections: list[ServerConnection] = []
         try:
-            # Raised outside the task group, so the caller sees it as it is.
             problem = await _list_sources(app, task_group, connections)
             if problem is None:
-                yield
+                try:
+                    yield
+                except Exception as exc:
+                    raised = exc
         finally:
             for connection in connections:
                 connection.close()
+    if raised is not None:
+        raise raised
     if problem is not None:
         raise problem
 

@@ -490,3 +490,20 @@ async def test_a_server_tool_named_like_one_of_the_agents_own_names_both(
             "agent 'clerk': MCP server 'billing' lists the tool 'lookup', "
             "and the agent has a tool of its own named so"
         )
+
+
+class _Mine(Exception):
+    """An application's own error, raised in the runtime's block."""
+
+
+async def test_an_error_raised_in_the_block_of_a_runtime_with_a_server_comes_out_as_it_is(
+    db_url: str, tmp_path: Path
+) -> None:
+    """``except`` clauses around ``Runtime.open`` see the application's own exception,
+    as they do for an app with no MCP server, not a group wrapping it."""
+    agent = Agent("clerk", calling(), tools=[stdio_server(tmp_path / "ledger")])
+    mine = _Mine("the application gave up")
+    with pytest.raises(_Mine) as raised:
+        async with Runtime.open(db_url, App([agent]), **FAST):
+            raise mine
+    assert raised.value is mine
