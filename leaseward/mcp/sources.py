@@ -170,8 +170,14 @@ def _unusable(
     agent: Agent, server: MCPServer, tool: mcp_types.Tool, listed: list[ListedTool]
 ) -> ConfigurationError | None:
     """Why the agent cannot offer ``tool`` beside what it has, or None."""
+    if not tool.name:
+        return ConfigurationError(
+            f"agent {agent.name!r}: MCP server {server.name!r} lists a tool with no name"
+        )
     where = f"agent {agent.name!r}: MCP server {server.name!r} lists the tool {tool.name!r}"
     taken = next((other for other in listed if other.name == tool.name), None)
+    if taken is not None and taken.provenance.source == server.name:
+        return ConfigurationError(f"{where} twice")
     if taken is not None:
         return ConfigurationError(f"{where}, and MCP server {taken.provenance.source!r} does too")
     if agent.has_own_tool(tool.name):

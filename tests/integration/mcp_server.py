@@ -158,8 +158,9 @@ if offered("hold_write"):
 
 async def endless_listing(cursors: str) -> None:
     """A server over stdio whose every page of tools names a next page: always the same
-    one, or each time a new one; or (``bad-schema``) one page, of a tool whose input
-    schema is not valid JSON Schema."""
+    one, or each time a new one; or one page of tools an agent cannot offer: a tool
+    whose input schema is not valid JSON Schema (``bad-schema``), one with no name
+    (``no-name``), or one tool twice (``twice``)."""
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
     from mcp.types import ListToolsResult, Tool
@@ -170,6 +171,11 @@ async def endless_listing(cursors: str) -> None:
         if cursors == "bad-schema":
             schema = {"type": "object", "properties": {"city": {"type": "town"}}}
             return ListToolsResult(tools=[Tool(name="lookup", input_schema=schema)])
+        if cursors in ("no-name", "twice"):
+            names = [""] if cursors == "no-name" else ["lookup", "lookup"]
+            return ListToolsResult(
+                tools=[Tool(name=name, input_schema={"type": "object"}) for name in names]
+            )
         page = Tool(name="lookup", input_schema={"type": "object"})
         cursor = "next" if cursors == "same" else f"page-{next(pages)}"
         return ListToolsResult(tools=[page], next_cursor=cursor)

@@ -472,6 +472,25 @@ async def test_tools_an_agent_cannot_offer_stop_the_start_naming_server_and_tool
     assert "invalid tool schema" in refused.value.message
 
 
+@pytest.mark.parametrize(
+    ("listing", "why"),
+    [
+        ("no-name", "MCP server 'odd' lists a tool with no name"),
+        ("twice", "MCP server 'odd' lists the tool 'lookup' twice"),
+    ],
+)
+async def test_a_tool_listed_with_no_name_or_twice_stops_the_start_naming_the_server(
+    db_url: str, listing: str, why: str
+) -> None:
+    odd = MCPServer.stdio(
+        "odd", sys.executable, [*SERVER_ARGS, "endless-listing", listing], cwd=str(ROOT)
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        async with Runtime.open(db_url, App([Agent("clerk", calling(), tools=[odd])]), **FAST):
+            pass
+    assert refused.value.message == f"agent 'clerk': {why}"
+
+
 @tool
 async def lookup() -> str:
     """A tool of the agent's own that an MCP server's tool would shadow."""
