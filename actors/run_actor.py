@@ -300,20 +300,28 @@ class RunActor:
         if isinstance(action, m.AskProvider):
             request, began = action.request, self._clock.monotonic()
             self._trace.asking(request)
-            replied = await self._guarded(
-                lambda: self._agent.provider.complete(request),
-                action.timeout_seconds,
-                guard,
-                lambda reply: m.ProviderReplied(
-                    reply, round((self._clock.monotonic() - began) * 1000, 1)
-                ),
-                m.ProviderFailed,
-            )
+            entered = self._trace.entered()
+            try:
+                replied = await self._guarded(
+                    lambda: self._agent.provider.complete(request),
+                    action.timeout_seconds,
+                    guard,
+                    lambda reply: m.ProviderReplied(
+                        reply, round((self._clock.monotonic() - began) * 1000, 1)
+                    ),
+                    m.ProviderFailed,
+                )
+            finally:
+                self._trace.left(entered)
             self._trace.answered(replied)
             return replied
         if isinstance(action, m.CallTool):
             self._trace.calling(action)
-            returned = await self._call(action, guard)
+            entered = self._trace.entered()
+            try:
+                returned = await self._call(action, guard)
+            finally:
+                self._trace.left(entered)
             self._trace.returned(returned)
             return returned
         try:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Mapping, Sequence
+from contextvars import Token
 from typing import Any
 
 import attrs
-from opentelemetry import trace
+from opentelemetry import context, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -300,6 +301,21 @@ class RunTrace:
             self.answered(event)
         else:
             self.returned(event)
+
+    def entered(self) -> Token[context.Context] | None:
+        """Make the span of the call in flight, a provider turn or a tool call, the current
+        one in this task until ``left``: the spans the call's own code starts (an MCP
+        request, an instrumented HTTP client's) are then its children, and the
+        traceparent that code sends on carries the run's trace."""
+        span = self._call if self._call is not None else self._asking
+        if span is None:
+            return None
+        return context.attach(trace.set_span_in_context(span, self._context))
+
+    @staticmethod
+    def left(token: Token[context.Context] | None) -> None:
+        if token is not None:
+            context.detach(token)
 
     # -- tool calls -------------------------------------------------------------------
 

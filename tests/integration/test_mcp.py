@@ -50,6 +50,7 @@ from leaseward.runtime.tool_sources import DecidedBy
 from leaseward.storage import open_store
 from tests.integration.mcp_server import ledger_lines
 from tests.integration.support import ghost_claims, provider_step, until
+from tests.integration.tracing_support import in_memory_spans
 
 pytestmark = pytest.mark.anyio
 
@@ -526,3 +527,23 @@ async def test_an_error_raised_in_the_block_of_a_runtime_with_a_server_comes_out
         async with Runtime.open(db_url, App([agent]), **FAST):
             raise mine
     assert raised.value is mine
+
+
+async def test_a_calls_mcp_request_is_traced_under_its_tool_span_and_carries_the_runs_trace(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The SDK's own span of the request belongs under the call's, and the traceparent
+    it sends the server in ``_meta`` is of the run's trace: the server's spans join it."""
+    ledger = tmp_path / "ledger"
+    agent = Agent("clerk", calling(EACH_KIND[0]), tools=[stdio_server(ledger)])
+    exporter = in_memory_spans()
+    async with Runtime.open(db_url, App([agent]), **FAST) as rt:
+        run = await rt.run("clerk", "weather")
+    assert run.state is RunState.COMPLETED
+    spans = list(exporter.get_finished_spans())
+    [called] = [span for span in spans if span.name == "execute_tool lookup"]
+    [sent] = [span for span in spans if span.name == "MCP send tools/call lookup"]
+    assert sent.parent is not None and sent.parent.span_id == called.context.span_id
+    assert sent.context.trace_id == called.context.trace_id
+    [line] = ledger_lines(str(ledger))
+    assert line["meta"]["traceparent"].split("-")[1] == f"{called.context.trace_id:032x}"

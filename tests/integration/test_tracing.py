@@ -267,3 +267,39 @@ async def test_what_a_provider_says_of_its_model_and_stop_is_bounded_on_its_span
     assert len(attributes(span)["gen_ai.response.model"]) <= 201
     [stop] = attributes(span)["gen_ai.response.finish_reasons"]
     assert len(stop) <= 201
+
+
+async def test_spans_a_call_starts_itself_are_children_of_its_turn_or_tool_span(
+    store_url: str,
+) -> None:
+    """An instrumented HTTP client in a provider, or the MCP SDK in a tool, starts spans
+    of its own: they belong under the call's span, in the run's trace."""
+    inner = trace.get_tracer("tests")
+
+    class InstrumentedProvider(ScriptedProvider):
+        async def complete(self, request: ProviderRequest) -> ProviderReply:
+            with inner.start_as_current_span("POST /v1/chat"):
+                return await super().complete(request)
+
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def charge(ctx: ToolContext) -> str:
+        with inner.start_as_current_span("POST /charges"):
+            return "charged"
+
+    provider = InstrumentedProvider(
+        [ProviderReply(tool_calls=[ToolCall("charge", {}, "call-1")]), ProviderReply(text="ok")]
+    )
+    exporter = in_memory_spans()
+    async with Runtime.open(store_url, App([Agent(AGENT, provider, tools=[charge])])) as rt:
+        run = await rt.run(AGENT, "charge them")
+    assert run.state is RunState.COMPLETED
+    spans = list(exporter.get_finished_spans())
+    [attempt] = named(spans, "invoke_agent")
+    assert {span.context.trace_id for span in spans} == {attempt.context.trace_id}
+    [called] = named(spans, "execute_tool charge")
+    [charging] = named(spans, "POST /charges")
+    assert charging.parent is not None and charging.parent.span_id == called.context.span_id
+    turns = {span.context.span_id for span in named(spans, "chat")}
+    posts = named(spans, "POST /v1/chat")
+    assert len(posts) == len(turns) == 2
+    assert {post.parent.span_id for post in posts if post.parent is not None} == turns
