@@ -21,6 +21,7 @@ __all__ = [
     "Failure",
     "WriteBuffer",
     "WriteRef",
+    "bounded_error",
     "describe",
 ]
 
@@ -90,8 +91,11 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, CallTimedOut):
         # Its words say what timed out and what that means; its type adds nothing.
         return exc.message
-    # A tool's exception text is the tool's to write, of any length.
-    text = str(exc)
-    if len(text) > MAX_ERROR_CHARS:
-        text = text[: MAX_ERROR_CHARS - 3] + "..."
+    text = bounded_error(str(exc))
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def bounded_error(text: str) -> str:
+    """A tool's words of what went wrong, as the journal's error keeps them: the tool's
+    (or its MCP server's) to write, of any length, and printed by show and the console."""
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."

@@ -44,7 +44,7 @@ from leaseward.runtime.machine.phases import (
     Soft,
     ToolTurn,
 )
-from leaseward.runtime.machine.state import Failure, describe
+from leaseward.runtime.machine.state import Failure, bounded_error, describe
 from leaseward.runtime.messages import ToolCall
 from leaseward.runtime.settlements import Settlement
 from leaseward.runtime.tools import BoundTool
@@ -237,10 +237,11 @@ class ToolCallSteps(MachineCore):
                 *self._finish(turn, StepStatus.SUCCEEDED, event.result),
             )
         if isinstance(event, ToolFailed):
+            # The model is told all of it, from the output; the error is for people.
             output = {"error": event.message}
             return (
                 AFTER_CALL,
-                *self._finish(turn, StepStatus.FAILED, output, event.message),
+                *self._finish(turn, StepStatus.FAILED, output, bounded_error(event.message)),
             )
         if isinstance(event, TimedOut):
             words = f"{call.name} did not return within {turn.timeout_seconds:.1f} s"

@@ -46,6 +46,7 @@ from leaseward.mcp import (
 )
 from leaseward.runtime.journal import StepWrite
 from leaseward.runtime.lifecycle import StepKind
+from leaseward.runtime.machine import MAX_ERROR_CHARS
 from leaseward.runtime.tool_sources import DecidedBy
 from leaseward.storage import open_store
 from tests.integration.mcp_server import ledger_lines
@@ -547,3 +548,24 @@ async def test_a_calls_mcp_request_is_traced_under_its_tool_span_and_carries_the
     assert sent.context.trace_id == called.context.trace_id
     [line] = ledger_lines(str(ledger))
     assert line["meta"]["traceparent"].split("-")[1] == f"{called.context.trace_id:032x}"
+
+
+async def test_a_servers_error_text_of_any_length_is_journaled_bounded_and_told_whole(
+    db_url: str, tmp_path: Path
+) -> None:
+    """An error result's text is the server's to write: the model is told all of it, and
+    the row's error, which show and the console print, keeps its first MAX_ERROR_CHARS."""
+    reason = "closed " * 8_000
+    agent = Agent(
+        "clerk",
+        calling(ToolCall("refuse", {"reason": reason}, "c-refuse")),
+        tools=[stdio_server(tmp_path / "ledger")],
+    )
+    async with Runtime.open(db_url, App([agent]), **FAST) as rt:
+        run = await rt.run("clerk", "try")
+        refused = tool_rows(await rt.steps(run.id))["refuse"]
+    assert run.state is RunState.COMPLETED
+    assert refused.status is StepStatus.FAILED
+    told = f"Error executing tool refuse: refused: {reason}"
+    assert refused.output == {"error": told}
+    assert refused.error == told[: MAX_ERROR_CHARS - 3] + "..."
