@@ -18,11 +18,14 @@ from leaseward.mcp.servers import MCPServer
 from leaseward.runtime.agents import Agent, App
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import ConfigurationError, ToolDefinitionError, ToolError
+from leaseward.runtime.logs import get_logger
 from leaseward.runtime.schema import schema_arguments
 from leaseward.runtime.tool_sources import ListedTool, ToolProvenance
 from leaseward.runtime.tools import ToolContext
 
 __all__ = ["WriteReportedError", "listed_tool", "serving_sources"]
+
+log = get_logger("leaseward.mcp")
 
 
 def _result_value(result: mcp_types.CallToolResult) -> Any:
@@ -162,6 +165,13 @@ async def _list_sources(
                 if problem is not None:
                     return problem
                 listed.append(listed_tool(source, connection, tool))
+            unlisted = sorted(set(source.effects) - {tool.name for tool in tools})
+            if unlisted:
+                # A misspelt name leaves the tool it meant to a trusted server's
+                # annotations, which may call a non-idempotent write idempotent.
+                log.warning(
+                    "mcp.effect_unlisted", agent=agent.name, server=source.name, tools=unlisted
+                )
         agent.use_listed_tools(listed)
     return None
 

@@ -50,7 +50,7 @@ from leaseward.runtime.machine import MAX_ERROR_CHARS
 from leaseward.runtime.tool_sources import DecidedBy
 from leaseward.storage import open_store
 from tests.integration.mcp_server import ledger_lines
-from tests.integration.support import ghost_claims, provider_step, until
+from tests.integration.support import capture_logs, ghost_claims, provider_step, until
 from tests.integration.tracing_support import in_memory_spans
 
 pytestmark = pytest.mark.anyio
@@ -569,3 +569,25 @@ async def test_a_servers_error_text_of_any_length_is_journaled_bounded_and_told_
     told = f"Error executing tool refuse: refused: {reason}"
     assert refused.output == {"error": told}
     assert refused.error == told[: MAX_ERROR_CHARS - 3] + "..."
+
+
+async def test_an_effect_named_for_a_tool_the_server_does_not_list_is_warned_of_at_start(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A misspelt name in ``effects`` leaves the tool it meant to the annotations of a
+    trusted server, which may call a non-idempotent write idempotent: the worker says so."""
+    server = attrs.evolve(
+        stdio_server(tmp_path / "ledger"),
+        effects={"create_invoce": ToolEffect.NON_IDEMPOTENT_WRITE, "lookup": ToolEffect.READ_ONLY},
+    )
+    agent = Agent("clerk", calling(), tools=[server])
+    with capture_logs() as logs:
+        async with Runtime.open(db_url, App([agent]), **FAST):
+            pass
+    [warned] = [entry for entry in logs if entry["event"] == "mcp.effect_unlisted"]
+    assert (warned["log_level"], warned["agent"], warned["server"], warned["tools"]) == (
+        "warning",
+        "clerk",
+        "billing",
+        ["create_invoce"],
+    )
