@@ -165,8 +165,15 @@ class ServerConnection:
     async def _open(self) -> tuple[_Session, ClientSession]:
         opening = _Session()
         self._task_group.start_soon(self._hold, opening)
-        with anyio.move_on_after(self.server.connect_timeout_seconds):
-            await opening.ready.wait()
+        try:
+            with anyio.move_on_after(self.server.connect_timeout_seconds):
+                await opening.ready.wait()
+        except BaseException:
+            # The call that opened it was stopped (its timeout, a cut-off): nothing would
+            # ever close a session known to no one, and the runtime's close would wait
+            # for it for ever.
+            opening.scope.cancel()
+            raise
         if opening.session is None:
             opening.scope.cancel()
             why = (

@@ -6,8 +6,10 @@ line to the ledger file named by LEDGER (the tool, its arguments, the ``_meta``
 it received and this process's id), which the tests read as the server's own
 account of what ran. ``ANNOTATIONS=changed`` lists different annotations;
 ``DROP`` (comma-separated names) leaves tools out of the listing. ``hold_write``
-returns once the file named by RELEASE exists. ``... endless-listing same``
-(or ``new``) serves tools whose every page names a next one.
+returns once the file named by RELEASE exists. With STARTED naming a file, every
+start but the first waits RESTART_DELAY seconds before it serves: a server slow to
+come back. ``... endless-listing same`` (or ``new``) serves tools whose every page
+names a next one.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import itertools
 import json
 import os
 import sys
+import time
 from typing import Any
 
 import anyio
@@ -185,7 +188,19 @@ async def endless_listing(cursors: str) -> None:
         await endless.run(read, write, endless.create_initialization_options())
 
 
+def slow_to_restart() -> None:
+    started = os.environ.get("STARTED")
+    if not started:
+        return
+    restarted = os.path.exists(started)
+    with open(started, "a", encoding="utf-8"):
+        pass
+    if restarted:
+        time.sleep(float(os.environ["RESTART_DELAY"]))
+
+
 if __name__ == "__main__":
+    slow_to_restart()
     if sys.argv[1] == "endless-listing":
         anyio.run(endless_listing, sys.argv[2])
     elif sys.argv[1] == "stdio":

@@ -591,3 +591,35 @@ async def test_an_effect_named_for_a_tool_the_server_does_not_list_is_warned_of_
         "billing",
         ["create_invoce"],
     )
+
+
+def slow_restart(tmp_path: Path, timeout_seconds: float) -> tuple[MCPServer, Path]:
+    """A stdio server whose every start after the first takes a minute: longer than
+    ``timeout_seconds``, the bound of its calls. Returned with its ledger."""
+    ledger = tmp_path / "ledger"
+    started = {"STARTED": str(tmp_path / "started"), "RESTART_DELAY": "60"}
+    server = attrs.evolve(stdio_server(ledger, started), timeout_seconds=timeout_seconds)
+    return server, ledger
+
+
+async def test_a_call_stopped_while_its_server_restarts_leaves_nothing_to_hold_the_close(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A call whose server died is made on a new session; a call stopped (here by its
+    timeout) while that session opens must not leave it open, unknown to the runtime,
+    holding the runtime's close for ever."""
+    server, ledger = slow_restart(tmp_path, timeout_seconds=1.0)
+    agent = Agent("clerk", calling(EACH_KIND[0]), tools=[server])
+    with anyio.fail_after(WAIT_SECONDS):
+        async with Runtime.open(db_url, App([agent]), **FAST) as rt:
+            await rt.run("clerk", "weather")
+            [line] = ledger_lines(str(ledger))
+            os.kill(line["pid"], signal.SIGKILL)
+            run_id = await rt.submit("clerk", "weather again")
+
+            async def retried() -> bool:
+                return (await rt.get(run_id)).requeues > 0
+
+            await until(retried, WAIT_SECONDS)
+            closing = anyio.current_time()
+    assert anyio.current_time() - closing < 10
