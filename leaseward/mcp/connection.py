@@ -109,10 +109,23 @@ class ServerConnection:
     async def call(
         self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]
     ) -> mcp_types.CallToolResult:
-        """Call ``name``. CallNotStarted if no live session could carry the request;
-        ToolError if the server refused it before running anything (REFUSALS); AnswerLost
-        for any other failure after it was sent, since the call may have run."""
-        holder, session = await self._live_session()
+        """Call ``name``. CallNotStarted if no live session could carry the request
+        within half the call's timeout; ToolError if the server refused it before
+        running anything (REFUSALS); AnswerLost for any other failure after it was sent,
+        since the call may have run."""
+        live = None
+        # Stopped by its timeout while a ping waits or a new session opens, a call
+        # that never left would count as one that may have run: a write would be
+        # dead-lettered for an operator. Given up before, it is retried.
+        within = self.server.timeout_seconds / 2
+        with anyio.move_on_after(within):
+            live = await self._live_session()
+        if live is None:
+            raise CallNotStarted(
+                f"MCP server {self.server.name!r} had no live session for the call of {name} "
+                f"within {within:g} s, half its timeout; the call was not sent"
+            )
+        holder, session = live
         holder.calls += 1
         try:
             return await session.call_tool(

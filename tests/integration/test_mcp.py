@@ -605,10 +605,10 @@ def slow_restart(tmp_path: Path, timeout_seconds: float) -> tuple[MCPServer, Pat
 async def test_a_call_stopped_while_its_server_restarts_leaves_nothing_to_hold_the_close(
     db_url: str, tmp_path: Path
 ) -> None:
-    """A call whose server died is made on a new session; a call stopped (here by its
-    timeout) while that session opens must not leave it open, unknown to the runtime,
-    holding the runtime's close for ever."""
-    server, ledger = slow_restart(tmp_path, timeout_seconds=1.0)
+    """A call whose server died is made on a new session; a call stopped while that
+    session opens (by its timeout, or by the bound on getting a session) must not leave
+    it open, unknown to the runtime, holding the runtime's close for ever."""
+    server, ledger = slow_restart(tmp_path, timeout_seconds=2.0)
     agent = Agent("clerk", calling(EACH_KIND[0]), tools=[server])
     with anyio.fail_after(WAIT_SECONDS):
         async with Runtime.open(db_url, App([agent]), **FAST) as rt:
@@ -623,3 +623,33 @@ async def test_a_call_stopped_while_its_server_restarts_leaves_nothing_to_hold_t
             await until(retried, WAIT_SECONDS)
             closing = anyio.current_time()
     assert anyio.current_time() - closing < 10
+
+
+async def test_a_write_whose_server_is_not_back_within_half_its_timeout_is_not_sent(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Its server died and a new one takes longer than the call's timeout to start: the
+    request never left, so the write is withdrawn and retried, not left for an operator
+    as a write that may have applied."""
+    server, ledger = slow_restart(tmp_path, timeout_seconds=2.0)
+
+    def first(request: ProviderRequest) -> ProviderReply:
+        [asked] = [message for message in request.messages if message.role is Role.USER]
+        call = INVOICE.tool_calls[0] if "bill" in str(asked.content) else EACH_KIND[0]
+        return ProviderReply(tool_calls=[call])
+
+    provider = ScriptedProvider([first, ProviderReply(text="done")])
+    agent = Agent("clerk", provider, tools=[server])
+    once = {**FAST, "recovery": RecoveryPolicy(max_requeues=1, backoff_base_seconds=0.05)}
+    with anyio.fail_after(WAIT_SECONDS):
+        async with Runtime.open(db_url, App([agent]), **once) as rt:
+            await rt.run("clerk", "weather")
+            [line] = ledger_lines(str(ledger))
+            os.kill(line["pid"], signal.SIGKILL)
+            run_id = await rt.submit("clerk", "bill them")
+            run = await rt.wait(run_id, timeout=WAIT_SECONDS)
+            journal = await rt.steps(run_id)
+    assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.RETRIES_EXHAUSTED)
+    assert "not sent" in (run.error or "")
+    assert tool_rows(journal) == {}
+    assert [line["tool"] for line in ledger_lines(str(ledger))] == ["lookup"]
