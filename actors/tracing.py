@@ -376,7 +376,7 @@ class RunTrace:
 
     @staticmethod
     def _failed(span: Span, event: m.MachineEvent | None) -> None:
-        if isinstance(event, m.ProviderFailed | m.ToolRaised):
+        if isinstance(event, m.ProviderFailed | m.ToolRaised | m.ToolNotStarted):
             kind, error = _error_type(event.error), str(event.error)
         elif isinstance(event, m.ToolFailed):
             kind, error = "ToolError", event.message

@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from leaseward import (
     Agent,
     App,
+    CallNotStarted,
     ProviderReply,
     ProviderRequest,
     RunState,
@@ -303,3 +304,26 @@ async def test_spans_a_call_starts_itself_are_children_of_its_turn_or_tool_span(
     posts = named(spans, "POST /v1/chat")
     assert len(posts) == len(turns) == 2
     assert {post.parent.span_id for post in posts if post.parent is not None} == turns
+
+
+async def test_a_call_that_did_not_start_says_so_on_its_span(store_url: str) -> None:
+    """Its span names the exception and its words, as for any tool that raised."""
+
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def charge(ctx: ToolContext) -> str:
+        raise CallNotStarted("the payment API refused the connection")
+
+    provider = ScriptedProvider(
+        [ProviderReply(tool_calls=[ToolCall("charge", {}, "call-1")]), ProviderReply(text="ok")]
+    )
+    exporter = in_memory_spans()
+    async with Runtime.open(store_url, App([Agent(AGENT, provider, tools=[charge])])) as rt:
+        run_id = await rt.submit(AGENT, "charge them")
+
+        async def requeued() -> bool:
+            return (await rt.get(run_id)).requeues > 0
+
+        await until(requeued, timeout=20)
+    [called, *_] = named(list(exporter.get_finished_spans()), "execute_tool charge")
+    assert attributes(called)["error.type"] == "CallNotStarted"
+    assert called.status.description == "the payment API refused the connection"
