@@ -74,9 +74,19 @@ def export_traces(environ: Mapping[str, str]) -> TraceExport:
             )
         if protocol:
             break
-    endpoint = next((environ[name] for name in _ENDPOINT_VARIABLES if environ.get(name)), None)
-    if endpoint is None:
+    endpoint_variable = next((name for name in _ENDPOINT_VARIABLES if environ.get(name)), None)
+    if endpoint_variable is None:
         return TraceExport(False, "no OTEL_EXPORTER_OTLP_ENDPOINT is set")
+    endpoint = environ[endpoint_variable]
+    if not _http_url(endpoint):
+        # The exporter would take it, and fail every batch with "no connection adapters"
+        # while the daemon said tracing was on. Whatever precedes an @ may be a password.
+        shown = endpoint.rpartition("@")[2]
+        return TraceExport(
+            False,
+            f"{endpoint_variable} is {shown!r}: it must be an http:// or https:// URL with a host, "
+            "such as http://collector:4318",
+        )
     try:
         from opentelemetry import trace
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -102,6 +112,18 @@ def export_traces(environ: Mapping[str, str]) -> TraceExport:
         capture_content=capture,
         shutdown=_flush_within(provider.shutdown, TRACE_FLUSH_SECONDS),
     )
+
+
+def _http_url(endpoint: str) -> bool:
+    """Whether the exporter can send to ``endpoint``: http or https, a host, and a port
+    that is a number if it names one."""
+    try:
+        parts = urlsplit(endpoint)
+        # Read for what it raises: a port that is not a number, or out of range.
+        _ = parts.port
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _resource_keys(attributes: str) -> set[str]:
