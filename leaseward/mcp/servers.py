@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -15,12 +17,29 @@ __all__ = ["DEFAULT_CONNECT_TIMEOUT_SECONDS", "MCPServer", "Stdio", "StreamableH
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 10.0
 
 
+def _arguments(value: Any) -> tuple[str, ...]:
+    """A command's arguments, paths as their text. One string is refused: taken as a
+    sequence, it would run the command with each of its characters as an argument."""
+    if isinstance(value, str | bytes):
+        raise ConfigurationError(
+            f"an MCP server's args must be a list of strings, such as [{value!r}], "
+            f"not the string {value!r}"
+        )
+    arguments = tuple(os.fspath(item) if isinstance(item, os.PathLike) else item for item in value)
+    wrong = next((item for item in arguments if not isinstance(item, str)), None)
+    if wrong is not None:
+        raise ConfigurationError(
+            f"an MCP server's args must be a list of strings, and {wrong!r} is not one"
+        )
+    return arguments
+
+
 @attrs.frozen
 class Stdio:
     """A server the worker starts as a subprocess and talks to over its stdin and stdout."""
 
     command: str
-    args: tuple[str, ...] = ()
+    args: tuple[str, ...] = attrs.field(default=(), converter=_arguments)
     # Environments and headers carry API keys: never in a repr, a log or an error.
     env: Mapping[str, str] | None = attrs.field(default=None, repr=False)
     """Added to the environment the SDK gives the subprocess."""
@@ -89,7 +108,7 @@ class MCPServer:
         cls,
         name: str,
         command: str,
-        args: Sequence[str] = (),
+        args: Sequence[str | os.PathLike[str]] = (),
         *,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
@@ -103,7 +122,7 @@ class MCPServer:
         """A server the worker runs as ``command args...`` and supervises."""
         return cls(
             name,
-            Stdio(command, tuple(args), env, cwd),
+            Stdio(command, args, env, cwd),
             trusted=trusted,
             effects=effects or {},
             timeout_seconds=timeout_seconds,

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from leaseward import ConfigurationError, ToolEffect
-from leaseward.mcp import MCPServer, annotated_effect, decide_effect, is_destructive
+from leaseward.mcp import MCPServer, Stdio, annotated_effect, decide_effect, is_destructive
 from leaseward.runtime.tool_sources import DecidedBy
 
 
@@ -67,3 +68,23 @@ def test_a_servers_declared_effects_must_be_tool_effects() -> None:
         MCPServer.http("billing", "http://127.0.0.1:1/mcp", effects={"create_invoice": "write"})  # type: ignore[dict-item]
     with pytest.raises(ConfigurationError, match="timeout_seconds"):
         MCPServer.http("billing", "http://127.0.0.1:1/mcp", timeout_seconds=0)
+
+
+def test_a_stdio_servers_arguments_are_a_list_not_one_string() -> None:
+    """Taken as a sequence, one string ran ``python s e r v e r . p y``, and the start
+    failed with "Connection closed"."""
+    for made in (
+        lambda: MCPServer.stdio("billing", "python", "server.py"),
+        lambda: Stdio("python", "server.py"),
+    ):
+        with pytest.raises(ConfigurationError) as refused:
+            made()
+        assert refused.value.message == (
+            "an MCP server's args must be a list of strings, such as ['server.py'], "
+            "not the string 'server.py'"
+        )
+    with pytest.raises(ConfigurationError, match="args must be a list of strings"):
+        MCPServer.stdio("billing", "python", ["server.py", 8080])  # type: ignore[list-item]
+    served = MCPServer.stdio("billing", "python", [Path("server.py"), "--port", "8080"])
+    assert isinstance(served.transport, Stdio)
+    assert served.transport.args == ("server.py", "--port", "8080")
