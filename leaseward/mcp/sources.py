@@ -27,6 +27,10 @@ __all__ = ["WriteReportedError", "listed_tool", "serving_sources"]
 
 log = get_logger("leaseward.mcp")
 
+# The agents whose listed tools an open runtime of this process serves: the tools are
+# bound to that runtime's sessions, which end when it closes.
+_served: set[Agent] = set()
+
 
 def _result_value(result: mcp_types.CallToolResult) -> Any:
     """What the model is told a call returned: its structured content if it has some,
@@ -108,21 +112,34 @@ async def serving_sources(app: App) -> AsyncIterator[None]:
     A server that cannot be listed stops the start: a worker that offered the model
     fewer tools than the code declared would run differently from its peers.
     """
+    agents = [agent for agent in app.agents if agent.sources]
+    busy = next((agent for agent in agents if agent in _served), None)
+    if busy is not None:
+        # Listed again here, its tools would be bound to this runtime's sessions, and the
+        # other runtime's calls would find them closed once this one ends.
+        raise ConfigurationError(
+            f"agent {busy.name!r} is served by another open Runtime of this process, whose "
+            "sessions with its MCP servers carry its calls: give each Runtime its own Agent"
+        )
+    _served.update(agents)
     # Both raised outside the task group, which would wrap them in an exception group:
     # the caller sees them as they are, as with an app that has no MCP server.
     raised: Exception | None = None
-    async with anyio.create_task_group() as task_group:
-        connections: list[ServerConnection] = []
-        try:
-            problem = await _list_sources(app, task_group, connections)
-            if problem is None:
-                try:
-                    yield
-                except Exception as exc:
-                    raised = exc
-        finally:
-            for connection in connections:
-                connection.close()
+    try:
+        async with anyio.create_task_group() as task_group:
+            connections: list[ServerConnection] = []
+            try:
+                problem = await _list_sources(app, task_group, connections)
+                if problem is None:
+                    try:
+                        yield
+                    except Exception as exc:
+                        raised = exc
+            finally:
+                for connection in connections:
+                    connection.close()
+    finally:
+        _served.difference_update(agents)
     if raised is not None:
         raise raised
     if problem is not None:

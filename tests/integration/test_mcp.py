@@ -653,3 +653,27 @@ async def test_a_write_whose_server_is_not_back_within_half_its_timeout_is_not_s
     assert "not sent" in (run.error or "")
     assert tool_rows(journal) == {}
     assert [line["tool"] for line in ledger_lines(str(ledger))] == ["lookup"]
+
+
+async def test_a_second_runtime_on_an_agent_another_one_serves_is_refused(
+    db_url: str, tmp_path: Path
+) -> None:
+    """An agent's MCP tools are bound to the sessions of the runtime that listed them. A
+    second runtime listed them again, and once it closed, the first one's calls found
+    its sessions gone: a write never sent was dead-lettered as one that may have run."""
+    ledger = tmp_path / "ledger"
+    agent = Agent("clerk", calling(INVOICE.tool_calls[0]), tools=[stdio_server(ledger)])
+    app = App([agent])
+    async with Runtime.open(db_url, app, **FAST) as rt:
+        with pytest.raises(ConfigurationError) as refused:
+            async with Runtime.open(db_url, App([agent]), **FAST):
+                pass
+        assert refused.value.message == (
+            "agent 'clerk' is served by another open Runtime of this process, whose "
+            "sessions with its MCP servers carry its calls: give each Runtime its own Agent"
+        )
+        run = await rt.run("clerk", "bill them")
+    assert run.state is RunState.COMPLETED
+    assert [line["tool"] for line in ledger_lines(str(ledger))] == ["create_invoice"]
+    async with Runtime.open(db_url, app, **FAST) as again:
+        assert (await again.run("clerk", "bill them again")).state is RunState.COMPLETED
