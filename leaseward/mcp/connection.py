@@ -3,9 +3,11 @@ call, opened again when found lost."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, cast
+import os
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from typing import Any, TextIO, cast
 
 import anyio
 import anyio.abc
@@ -19,8 +21,15 @@ from mcp.shared.exceptions import MCPError
 
 from leaseward.mcp.servers import MCPServer, Stdio
 from leaseward.runtime.errors import CallNotStarted, ConfigurationError, ToolError
+from leaseward.runtime.logs import get_logger
 
-__all__ = ["REFUSALS", "AnswerLost", "ServerConnection"]
+__all__ = ["REFUSALS", "STDERR_LINE_BYTES", "AnswerLost", "ServerConnection"]
+
+log = get_logger("leaseward.mcp")
+
+STDERR_LINE_BYTES = 2000
+"""The most of a line of a stdio server's stderr one log event holds; a longer line
+goes on in the next."""
 
 
 def _first_cause(error: BaseException) -> str:
@@ -228,11 +237,34 @@ class ServerConnection:
                 env=None if transport.env is None else dict(transport.env),
                 cwd=transport.cwd,
             )
-            async with stdio_client(parameters) as streams:
-                yield streams
+            with _stderr_logged(self.server.name) as errlog:
+                async with stdio_client(parameters, errlog=errlog) as streams:
+                    yield streams
             return
         async with (
             create_mcp_http_client(headers=dict(transport.headers or {})) as http,
             streamable_http_client(transport.url, http_client=http) as streams,
         ):
             yield streams
+
+
+@contextmanager
+def _stderr_logged(server: str) -> Iterator[TextIO]:
+    """A stderr for a stdio server's process whose lines are logged, not passed through:
+    the server's text would drive the operator's terminal and break JSON log lines."""
+    reader, writer = os.pipe()
+    threading.Thread(
+        target=_log_lines, args=(reader, server), name="leaseward-mcp-stderr", daemon=True
+    ).start()
+    with open(writer, "w", encoding="utf-8") as errlog:
+        yield errlog
+
+
+def _log_lines(reader: int, server: str) -> None:
+    # A thread of its own: a server may write at any time, whatever the event loop does.
+    # It ends when the process and this side have both closed the pipe.
+    with open(reader, "rb") as lines:
+        while line := lines.readline(STDERR_LINE_BYTES):
+            text = line.decode("utf-8", "replace").rstrip("\r\n")
+            if text:
+                log.info("mcp.server_stderr", server=server, line=text)

@@ -8,8 +8,8 @@ account of what ran. ``ANNOTATIONS=changed`` lists different annotations;
 ``DROP`` (comma-separated names) leaves tools out of the listing. ``hold_write``
 returns once the file named by RELEASE exists. With STARTED naming a file, every
 start but the first waits RESTART_DELAY seconds before it serves: a server slow to
-come back. ``... endless-listing same`` (or ``new``) serves tools whose every page
-names a next one.
+come back. NOISE is written to stderr as the server starts. ``... endless-listing
+same`` (or ``new``) serves tools whose every page names a next one.
 """
 
 from __future__ import annotations
@@ -200,6 +200,8 @@ def slow_to_restart() -> None:
 
 
 if __name__ == "__main__":
+    sys.stderr.write(os.environ.get("NOISE", ""))
+    sys.stderr.flush()
     slow_to_restart()
     if sys.argv[1] == "endless-listing":
         anyio.run(endless_listing, sys.argv[2])

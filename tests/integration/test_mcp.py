@@ -677,3 +677,26 @@ async def test_a_second_runtime_on_an_agent_another_one_serves_is_refused(
     assert [line["tool"] for line in ledger_lines(str(ledger))] == ["create_invoice"]
     async with Runtime.open(db_url, app, **FAST) as again:
         assert (await again.run("clerk", "bill them again")).state is RunState.COMPLETED
+
+
+async def test_what_a_stdio_server_writes_to_stderr_is_logged_line_by_line_bounded(
+    db_url: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A server's stderr is its own text: passed through, it drove the operator's terminal
+    (escape sequences) and broke a stream of JSON log lines."""
+    noise = "starting \x1b[31mred\x1b]0;title\x07\nsecond\n" + "y" * 5000 + "\n"
+    server = stdio_server(tmp_path / "ledger", {"NOISE": noise})
+    agent = Agent("clerk", calling(), tools=[server])
+    with capture_logs() as logs:
+        async with Runtime.open(db_url, App([agent]), **FAST):
+
+            def logged() -> list[dict[str, Any]]:
+                return [entry for entry in logs if entry["event"] == "mcp.server_stderr"]
+
+            # Two short lines, and the long one in three events.
+            await until(lambda: len(logged()) >= 5, WAIT_SECONDS)
+    lines = [(entry["server"], entry["line"]) for entry in logged()]
+    assert lines[:2] == [("billing", "starting \x1b[31mred\x1b]0;title\x07"), ("billing", "second")]
+    assert "".join(line for _, line in lines[2:]) == "y" * 5000
+    assert all(len(line) <= 2000 for _, line in lines)
+    assert "starting" not in capfd.readouterr().err
