@@ -12,6 +12,7 @@ from typing import Any, TextIO, cast
 import anyio
 import anyio.abc
 import attrs
+import httpx2
 import mcp.types as mcp_types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -67,6 +68,9 @@ class _Session:
     """Calls sent on it and not yet answered."""
     retired: bool = False
     """No new call is given it; it closes once ``calls`` is back to zero."""
+    http_error: str | None = None
+    """The last HTTP error status a Streamable HTTP server answered it, such as
+    ``401 Unauthorized``: the SDK's error of a refused request does not say it."""
 
     def retire(self) -> None:
         # Other runs' calls may be under way on it: closing it now would cut them off
@@ -203,6 +207,8 @@ class ServerConnection:
                 if opening.error is None
                 else _first_cause(opening.error)
             )
+            if opening.http_error is not None:
+                why += f" (it answered HTTP {opening.http_error})"
             raise CallNotStarted(f"MCP server {self.server.name!r} could not be reached: {why}")
         self._current = opening
         self._open_sessions.add(opening)
@@ -212,7 +218,7 @@ class ServerConnection:
         try:
             with opening.scope:
                 async with AsyncExitStack() as stack:
-                    read, write = await stack.enter_async_context(self._transport())
+                    read, write = await stack.enter_async_context(self._transport(opening))
                     session = await stack.enter_async_context(ClientSession(read, write))
                     await session.initialize()
                     opening.session = session
@@ -228,7 +234,7 @@ class ServerConnection:
             opening.ready.set()
 
     @asynccontextmanager
-    async def _transport(self) -> AsyncIterator[Any]:
+    async def _transport(self, opening: _Session) -> AsyncIterator[Any]:
         transport = self.server.transport
         if isinstance(transport, Stdio):
             parameters = StdioServerParameters(
@@ -241,10 +247,14 @@ class ServerConnection:
                 async with stdio_client(parameters, errlog=errlog) as streams:
                     yield streams
             return
-        async with (
-            create_mcp_http_client(headers=dict(transport.headers or {})) as http,
-            streamable_http_client(transport.url, http_client=http) as streams,
-        ):
+
+        async def answered(response: httpx2.Response) -> None:
+            if response.status_code >= 400:
+                opening.http_error = f"{response.status_code} {response.reason_phrase}".strip()
+
+        http = create_mcp_http_client(headers=dict(transport.headers or {}))
+        http.event_hooks["response"].append(answered)
+        async with http, streamable_http_client(transport.url, http_client=http) as streams:
             yield streams
 
 

@@ -11,8 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -700,3 +702,45 @@ async def test_what_a_stdio_server_writes_to_stderr_is_logged_line_by_line_bound
     assert "".join(line for _, line in lines[2:]) == "y" * 5000
     assert all(len(line) <= 2000 for _, line in lines)
     assert "starting" not in capfd.readouterr().err
+
+
+@contextmanager
+def refusing(status: int) -> Iterator[str]:
+    """An endpoint on 127.0.0.1 that answers every request with ``status``, as an
+    authenticating proxy in front of an MCP server does; yields its URL."""
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b'{"error": "invalid_token"}'
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(("status", "said"), [(401, "401 Unauthorized"), (403, "403 Forbidden")])
+async def test_a_server_that_refuses_the_worker_at_start_says_the_http_status(
+    db_url: str, status: int, said: str
+) -> None:
+    """A wrong or expired token: the SDK says only "Server returned an error response"."""
+    with refusing(status) as url:
+        server = MCPServer.http("search", url, headers={"Authorization": "Bearer expired"})
+        agent = Agent("clerk", calling(), tools=[server])
+        with pytest.raises(ConfigurationError) as refused:
+            async with Runtime.open(db_url, App([agent]), **FAST):
+                pass
+    assert f"it answered HTTP {said}" in refused.value.message
+    assert "expired" not in refused.value.message
