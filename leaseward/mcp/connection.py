@@ -54,6 +54,11 @@ method it has, or arguments or a shape it refused. Only these prove a call did n
 An internal error, a parse error of the answer, a timeout or a gateway's 502 may come
 after the tool applied its effect."""
 
+_ACCEPTED = "202 Accepted"
+"""In the words of the error the SDK makes up for a request a Streamable HTTP server
+answered with 202 Accepted. It has the code of an invalid request, a refusal; but the
+server took the call, which may have run, and its answer will never come."""
+
 
 @attrs.define(eq=False)
 class _Session:
@@ -145,7 +150,7 @@ class ServerConnection:
                 name, dict(arguments), meta=cast(mcp_types.RequestParamsMeta, dict(meta))
             )
         except MCPError as exc:
-            if exc.code in REFUSALS:
+            if exc.code in REFUSALS and _ACCEPTED not in exc.message:
                 raise ToolError(
                     f"MCP server {self.server.name!r} refused the call of {name}: {exc.message}"
                 ) from exc

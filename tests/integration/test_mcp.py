@@ -5,6 +5,7 @@ fencing token in the request's ``_meta``, and each failure classified."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -744,3 +745,73 @@ async def test_a_server_that_refuses_the_worker_at_start_says_the_http_status(
                 pass
     assert f"it answered HTTP {said}" in refused.value.message
     assert "expired" not in refused.value.message
+
+
+@contextmanager
+def accepting_calls(port: int) -> Iterator[str]:
+    """A proxy on 127.0.0.1 in front of the test server on ``port`` that passes every
+    request on, and answers a ``tools/call`` with 202 Accepted once the server has run
+    it, as a gateway that works asynchronously does; yields its URL."""
+    forwarded = ("content-type", "accept", "mcp-session-id", "mcp-protocol-version")
+
+    class Proxy(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            upstream = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT_SECONDS)
+            headers = {name: self.headers[name] for name in forwarded if name in self.headers}
+            upstream.request("POST", "/mcp", body, headers)
+            answer = upstream.getresponse()
+            content = answer.read()
+            upstream.close()
+            if b'"tools/call"' in body:
+                self.send_response(202)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(answer.status)
+            for name in ("content-type", "mcp-session-id"):
+                if answer.getheader(name) is not None:
+                    self.send_header(name, answer.getheader(name) or "")
+            self.send_header("Content-Length", str(len(content)))
+            self.end_headers()
+            self.wfile.write(content)
+
+        def do_GET(self) -> None:
+            # No stream of the server's own messages: the specification allows a 405.
+            self.send_response(405)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_DELETE = do_GET
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{proxy.server_address[1]}/mcp"
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+async def test_a_write_answered_with_202_accepted_is_interrupted_not_refused(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The SDK answers a request answered 202 with an "invalid request" error, which is
+    otherwise a refusal; but a 202 says the server took the call, which may have run.
+    Told to the model as refused, the write would be asked for again: a second charge."""
+    ledger, port = tmp_path / "ledger", free_port()
+    charge = INVOICE.tool_calls[0]
+    again = ToolCall("create_invoice", {"amount": 5}, "call-2")
+    with http_process(ledger, port), accepting_calls(port) as url:
+        server = MCPServer.http("billing", url, trusted=True)
+        agent = Agent("clerk", calling(charge, again), tools=[server])
+        async with Runtime.open(db_url, App([agent]), **FAST) as rt:
+            run_id = await rt.submit("clerk", "bill them")
+            run = await rt.wait(run_id, timeout=WAIT_SECONDS)
+            journal = await rt.steps(run_id)
+    assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.INTERRUPTED_WRITE)
+    assert tool_rows(journal)["create_invoice"].status is StepStatus.STARTED
+    assert [line["tool"] for line in ledger_lines(str(ledger))] == ["create_invoice"]
