@@ -22,7 +22,9 @@ from leaseward.runtime.encoding import (
     request_digest,
 )
 from leaseward.runtime.errors import (
+    CommitOutcomeUnknown,
     InvalidInput,
+    LeasewardError,
     RequestExpired,
     RunNotFound,
     RunPurged,
@@ -176,16 +178,42 @@ class Client:
         returned (whatever its state, even once it was purged) and nothing new is
         queued. A key already used for another agent or input raises
         IdempotencyKeyConflict. Only ``forget_keys`` makes a key new again.
+
+        A submit whose commit went unanswered (CommitOutcomeUnknown) reads its run
+        back and returns it if it was stored; otherwise the error names the run that
+        may be queued.
         """
         new = new_run(agent, input, RunMode.QUEUED, app=self._app, idempotency_key=idempotency_key)
-        [result] = await self._writer.create_runs([new])
         try:
+            [result] = await self._writer.create_runs([new])
             record = unwrap(result)
         except RunPurged as purged:
             return purged.run_id
+        except CommitOutcomeUnknown as lost:
+            record = await self._stored_despite(lost, new)
         if record.id == new.id:
             self._writer.queued()
         return record.id
+
+    async def _stored_despite(self, lost: CommitOutcomeUnknown, new: NewRun) -> RunRecord:
+        """The run a submit whose answer was lost stored, read back by its id. A run not
+        found may still be on its way in (its COMMIT may land after the read), so that
+        is no proof of nothing stored: the error names the run to look up."""
+        try:
+            record = await self._store.get_run(new.id)
+        except LeasewardError:
+            record = None
+        if record is not None:
+            return record
+        retry = (
+            "submit again with the same idempotency key, which queues it at most once"
+            if new.idempotency_key is not None
+            else "look it up before you submit again"
+        )
+        raise CommitOutcomeUnknown(
+            f"the store's answer to the submit was lost ({lost.message}): "
+            f"run {new.id} may be queued; {retry}"
+        ) from lost
 
     async def run_id_for_key(self, idempotency_key: str) -> str | None:
         """The id of the run a submit with ``idempotency_key`` made, whether the run is

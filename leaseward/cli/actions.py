@@ -12,7 +12,8 @@ import json
 import shlex
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from leaseward.client import Client, default_operator, open_existing_store
 from leaseward.console.listen import check_listen_address, configured_token, console_url
 from leaseward.daemon import DaemonSettings, load_app, serve
 from leaseward.runtime.encoding import MAX_INPUT_BYTES, MAX_JSON_DEPTH
-from leaseward.runtime.errors import RunNotFound
+from leaseward.runtime.errors import CommitOutcomeUnknown, RunNotFound
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
 from leaseward.runtime.runs import RunInfo
 from leaseward.storage.connect import open_store
@@ -201,6 +202,19 @@ async def _still_queued(client: Client, run_id: str) -> bool:
         return False
 
 
+@contextmanager
+def _answer_lost(what: str, run_id: str) -> Iterator[None]:
+    """A change whose COMMIT reached the store but whose answer did not may be stored:
+    an operator told it failed would make it again."""
+    try:
+        yield
+    except CommitOutcomeUnknown as exc:
+        raise CommitOutcomeUnknown(
+            f"the store's answer to the {what} of run {run_id} was lost ({exc.message}): "
+            f"it may have been made all the same; `leaseward show {run_id}` says whether"
+        ) from exc
+
+
 # -- the runs ---------------------------------------------------------------------------
 
 
@@ -263,7 +277,8 @@ async def show(client: Client, *, store_url: str, run_id: str, as_json: bool) ->
 
 
 async def cancel(client: Client, *, store_url: str, run_id: str) -> int:
-    cancelled = await client.cancel(run_id)
+    with _answer_lost("cancel", run_id):
+        cancelled = await client.cancel(run_id)
     run = await client.get(run_id)
     if not cancelled:
         print(f"leaseward: run {run_id} had already finished ({run.state.value})", file=sys.stderr)
@@ -295,7 +310,8 @@ def _next_attempt(run: RunInfo) -> str:
 
 
 async def redrive(client: Client, *, store_url: str, run_id: str) -> int:
-    run = await client.redrive(run_id)
+    with _answer_lost("redrive", run_id):
+        run = await client.redrive(run_id)
     print(f"run {run.id} requeued: {_next_attempt(run)}")
     return 0
 
@@ -310,9 +326,10 @@ async def resolve(
     note: str | None,
     operator: str | None,
 ) -> int:
-    run = await client.resolve(
-        run_id, applied=applied, operator=operator or default_operator(), note=note, step=step
-    )
+    with _answer_lost("resolution", run_id):
+        run = await client.resolve(
+            run_id, applied=applied, operator=operator or default_operator(), note=note, step=step
+        )
     verdict = "applied" if applied else "not applied"
     print(f"run {run.id}: call recorded as {verdict}; requeued: {_next_attempt(run)}")
     return 0
@@ -346,9 +363,10 @@ async def approve(
     note: str | None,
     operator: str | None,
 ) -> int:
-    run = await client.approve(
-        run_id, call, operator=operator or default_operator(), note=note, digest=digest
-    )
+    with _answer_lost("approval", run_id):
+        run = await client.approve(
+            run_id, call, operator=operator or default_operator(), note=note, digest=digest
+        )
     print(_decided(run, "approved"))
     return 0
 
@@ -362,7 +380,10 @@ async def reject(
     reason: str,
     operator: str | None,
 ) -> int:
-    run = await client.reject(run_id, call, operator=operator or default_operator(), reason=reason)
+    with _answer_lost("rejection", run_id):
+        run = await client.reject(
+            run_id, call, operator=operator or default_operator(), reason=reason
+        )
     print(_decided(run, "rejected"))
     return 0
 
@@ -377,9 +398,10 @@ async def reply(
     operator: str | None,
 ) -> int:
     value = read_input(input_text)
-    run = await client.send_input(
-        run_id, value, call_id=call, operator=operator or default_operator()
-    )
+    with _answer_lost("reply", run_id):
+        run = await client.send_input(
+            run_id, value, call_id=call, operator=operator or default_operator()
+        )
     print(_decided(run, "answered"))
     return 0
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import anyio
 import attrs
@@ -905,3 +906,37 @@ def test_resolve_names_the_epoch_that_show_then_reports(
     # The steps of the attempt that resumed it carry that epoch too.
     assert {s["epoch"] for s in done["steps"] if s["seq"] >= 2} == {int(said[1])}
     assert not calls_file.exists() or read_lines(calls_file) == [], "the charge ran again"
+
+
+# -- a change whose answer the network lost ---------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_change_whose_commit_went_unanswered_is_never_said_to_have_failed(
+    pg_url: str,
+) -> None:
+    """Each command's COMMIT reaches the server and its answer is lost (the first COMMIT,
+    the store's opening, goes through). A submit finds the run it stored and prints it;
+    the others say the change may have been made, naming the run to look at, for an
+    operator told "failed" would do it again."""
+    from tests.integration.pg_proxy import CommitDropper
+
+    parts = urlsplit(pg_url)
+    database = parts.path.lstrip("/")
+    queued = ok("submit", "payer", "--store", pg_url).stdout.strip()
+    async with CommitDropper(parts.hostname or "127.0.0.1", parts.port or 5432) as proxy:
+        url = proxy.url(database, user=parts.username or "postgres")
+
+        async def lost(*args: str) -> Result:
+            proxy.arm(1, skip=1)
+            result = await anyio.to_thread.run_sync(lambda: leaseward(*args, "--store", url))
+            assert proxy.dropped and not proxy.armed, result.describe()
+            proxy.dropped = 0
+            return result
+
+        submitted = await lost("submit", "greeter", "--input", '"hi"')
+        cancelled = await lost("cancel", queued)
+    assert submitted.returncode == 0, submitted.describe()
+    assert show(pg_url, submitted.stdout.strip())["state"] == "queued"
+    assert_one_line_error(cancelled, EXIT_FAILURE, f"cancel of run {queued}", "may have")
+    assert show(pg_url, queued)["state"] == "cancelled"

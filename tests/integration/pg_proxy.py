@@ -66,6 +66,7 @@ class CommitDropper:
         self._upstream = (host, port)
         self._answer_delay = answer_delay_seconds
         self._armed = 0
+        self._skip = 0
         self._partition_after_drop = False
         self._healed = asyncio.Event()
         self._healed.set()
@@ -75,10 +76,12 @@ class CommitDropper:
         self.dropped = 0
         self.commits_seen = 0
 
-    def arm(self, commits: int = 1, *, then_partition: bool = False) -> None:
-        """Lose the answers to the next ``commits`` COMMITs, whichever connections send them;
-        with ``then_partition``, partition right after the first answer is lost."""
+    def arm(self, commits: int = 1, *, skip: int = 0, then_partition: bool = False) -> None:
+        """Lose the answers to the next ``commits`` COMMITs, whichever connections send them,
+        once ``skip`` more have gone through; with ``then_partition``, partition right
+        after the first answer is lost."""
         self._armed = commits
+        self._skip = skip
         self._partition_after_drop = then_partition
 
     def partition(self) -> None:
@@ -183,7 +186,9 @@ class CommitDropper:
 
     def _commit_seen(self, link: _Link) -> None:
         self.commits_seen += 1
-        if self._armed > 0:
+        if self._armed > 0 and self._skip > 0:
+            self._skip -= 1
+        elif self._armed > 0:
             self._armed -= 1
             link.lose_answer = True
 

@@ -8,6 +8,7 @@ executor that commits and then says nothing of how it went.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,6 +18,7 @@ import pytest
 from leaseward import (
     Agent,
     App,
+    Client,
     ProviderReply,
     ProviderRequest,
     RecoveryPolicy,
@@ -29,7 +31,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.runtime.errors import StoreError
+from leaseward.runtime.errors import CommitOutcomeUnknown, StoreError
 from tests.integration.faults import (
     FaultyExecutor,
     Statement,
@@ -240,3 +242,36 @@ async def test_a_read_back_of_records_sent_before_renews_nothing(store_url: str)
     assert silence.silent.fired >= 2
     assert "commit.undecided" in events(logs)
     assert len(a_calls) == 1, "A called the provider for a run it no longer held"
+
+
+async def test_a_submit_whose_answer_was_lost_returns_the_run_it_stored(store_url: str) -> None:
+    """The run was stored though nobody heard so: the submit reads it back and returns it,
+    so a caller who would retry on an error queues no second run."""
+    store, executor = await faulty_store(store_url)
+    try:
+        executor.inject(query("insert_runs"), lose_answer(), times=1)
+        run_id = await Client(store).submit("payer", "go")
+        assert (await Client(store).get(run_id)).state is RunState.QUEUED
+        assert [run.id for run in await Client(store).runs()] == [run_id]
+    finally:
+        await store.aclose()
+
+
+async def test_a_submit_whose_answer_was_lost_and_that_stored_nothing_names_its_run(
+    store_url: str,
+) -> None:
+    store, executor = await faulty_store(store_url)
+
+    async def lost_before_commit(statement: Statement) -> None:
+        raise CommitOutcomeUnknown("injected: the connection went before the COMMIT")
+
+    try:
+        executor.inject(query("insert_runs"), lost_before_commit, times=1)
+        with pytest.raises(CommitOutcomeUnknown) as raised:
+            await Client(store).submit("payer", "go")
+        assert await Client(store).runs() == []
+    finally:
+        await store.aclose()
+    said = raised.value.message
+    assert "the connection went before the COMMIT" in said, said
+    assert re.search(r"run [0-9a-f-]{36} may be queued", said), said
