@@ -19,7 +19,12 @@ from leaseward.client import Client
 from leaseward.console.context import Console, console_of
 from leaseward.console.security import Session, check_operator_name, token_matches
 from leaseward.runtime.encoding import MAX_JSON_DEPTH
-from leaseward.runtime.errors import IllegalTransition, InvalidInput, RequestNotFound
+from leaseward.runtime.errors import (
+    CommitOutcomeUnknown,
+    IllegalTransition,
+    InvalidInput,
+    RequestNotFound,
+)
 from leaseward.runtime.lifecycle import RunState
 from leaseward.runtime.runs import RunInfo
 
@@ -200,6 +205,14 @@ ACTIONS: Mapping[str, Perform] = {
     "resolve": _resolve,
     "redrive": _redrive,
 }
+_NOUNS = {
+    "cancel": "cancel",
+    "approve": "approval",
+    "reject": "rejection",
+    "reply": "reply",
+    "resolve": "resolution",
+    "redrive": "redrive",
+}
 
 
 async def _stale(client: Client, run: RunInfo, form: FormData) -> str | None:
@@ -251,5 +264,15 @@ async def act(request: Request) -> Response:
         done = await perform(console.client, run_id, form, session.operator)
     except (IllegalTransition, RequestNotFound) as exc:
         return console.refuse(request, 409, exc.message)
+    except CommitOutcomeUnknown as exc:
+        # Its COMMIT may have applied: an operator told only that the store failed
+        # would act again.
+        action = _NOUNS[request.path_params["action"]]
+        return console.refuse(
+            request,
+            503,
+            f"the store's answer to the {action} of this run was lost ({exc.message}): "
+            "it may have been made all the same; the run's page says whether",
+        )
     session.flash = f"run {run_id}: {done}"
     return _redirect(console, request, session, _back(form, run_id))

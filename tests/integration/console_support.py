@@ -12,6 +12,7 @@ import httpx
 
 from leaseward.client import Client, open_existing_store
 from leaseward.console import create_app
+from leaseward.storage.store import SQLStore
 
 __all__ = [
     "TOKEN",
@@ -75,8 +76,11 @@ class Console:
 
 
 @asynccontextmanager
-async def console(store_url: str, *, token: str | None = TOKEN) -> AsyncIterator[Console]:
-    store = await open_existing_store(store_url)
+async def console(
+    store_url: str, *, token: str | None = TOKEN, store: SQLStore | None = None
+) -> AsyncIterator[Console]:
+    """The console over the store at ``store_url``, or over ``store`` (which it closes)."""
+    store = store or await open_existing_store(store_url)
     client = Client(store)
     transport = httpx.ASGITransport(app=create_app(client, token=token))
     try:

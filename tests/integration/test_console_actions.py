@@ -28,6 +28,7 @@ from leaseward.runtime.lifecycle import StepStatus
 from leaseward.storage import open_store
 from tests.integration.approval_worker import executions
 from tests.integration.console_support import TOKEN, console, forms_of, logged_in
+from tests.integration.faults import faulty_store, lose_answer, query
 from tests.integration.test_approval import parked, runtime
 from tests.integration.test_operator import dead_letter
 from tests.stores import created
@@ -241,6 +242,24 @@ async def test_cancel_and_an_action_on_a_run_that_moved_on(store_url: str) -> No
         assert done.status_code == 303
         assert (await page.client.get(other)).state is RunState.CANCELLED
         assert "cancelled" in (await alice.http.get(f"/runs/{other}")).text
+
+
+async def test_a_cancel_whose_answer_was_lost_says_it_may_have_been_made(
+    store_url: str,
+) -> None:
+    """Its COMMIT applied and its answer went missing: "store unavailable" would send the
+    operator to do it again."""
+    store, executor = await faulty_store(created(store_url))
+    async with console(store_url, store=store) as page:
+        alice = await logged_in(page)
+        run_id = await page.client.submit("chat", "hi")
+        executor.inject(query("cancel_runs"), lose_answer(), times=1)
+        lost = await alice.submit(f"/runs/{run_id}", f"/runs/{run_id}/cancel")
+        assert lost.status_code == 503
+        said = " ".join(lost.text.split())
+        assert "answer to the cancel of this run was lost" in said, said
+        assert "may have been made all the same" in said, said
+        assert (await page.client.get(run_id)).state is RunState.CANCELLED
 
 
 async def test_an_expired_request_shows_when_it_expired_and_when_that_was_noticed(
