@@ -38,7 +38,7 @@ from leaseward.cli.tables import (
     shown,
     timestamp,
 )
-from leaseward.cli.timeline import print_timeline
+from leaseward.cli.timeline import nobody_reaps, print_timeline
 from leaseward.client import Client, default_operator, open_existing_store
 from leaseward.console.listen import check_listen_address, configured_token, console_url
 from leaseward.daemon import DaemonSettings, load_app, serve
@@ -273,6 +273,9 @@ async def show(client: Client, *, store_url: str, run_id: str, as_json: bool) ->
         print_timeline(run, steps, store_url, requests)
         if run.agent in await _unserved(client, [run]):
             print(shown(f"note: no live worker serves {run.agent}; the run waits until one does"))
+        unreaped = nobody_reaps(run, await client.workers())
+        if unreaped is not None:
+            print(f"note: {unreaped}")
     return 0
 
 

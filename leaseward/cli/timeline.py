@@ -36,11 +36,13 @@ from leaseward.runtime.lifecycle import (
     decide_recovery,
 )
 from leaseward.runtime.runs import RunInfo
+from leaseward.runtime.workers import WorkerInfo
 
 __all__ = [
     "cancel_line",
     "interrupted_call",
     "lease_lines",
+    "nobody_reaps",
     "print_timeline",
     "step_details",
     "took",
@@ -213,6 +215,25 @@ def lease_lines(run: RunInfo, steps: Sequence[StepInfo]) -> list[str]:
             ]
         return [f"{retries}; the next attempt is due now"]
     return []
+
+
+NOBODY_REAPS = (
+    "no live worker reaps expired leases now: start a daemon, or run `leaseward reap --once`"
+)
+
+
+def nobody_reaps(run: RunInfo, workers: Sequence[WorkerInfo]) -> str | None:
+    """What to do about a run whose lease expired while no worker is live: every worker
+    runs a reaper, so "the next reaper pass" comes only once one does."""
+    expired = (
+        run.state is RunState.RUNNING
+        and run.lease_expires_at is not None
+        and run.read_at is not None
+        and run.lease_expires_at <= run.read_at
+    )
+    if not expired or any(worker.live for worker in workers):
+        return None
+    return NOBODY_REAPS
 
 
 def _request_lines(request: HumanRequest, run: RunInfo) -> list[str]:

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from leaseward.cli.json_output import request_json, run_document, run_json, worker_json
+from leaseward.cli.timeline import nobody_reaps
 from leaseward.client import Client
 from leaseward.console.context import DocumentResponse, console_of
 from leaseward.console.listing import PAGE_SIZE, RunQuery, fetch_runs
@@ -120,6 +121,7 @@ async def run(request: Request) -> Response:
             "cancel": cancel_line(found),
             "can_redrive": _redrivable(found, steps),
             "unserved": found.agent in await _unserved(console.client, [found]),
+            "unreaped": nobody_reaps(found, await console.client.workers()),
         },
     )
 

@@ -840,6 +840,17 @@ def test_show_says_a_lease_expired_and_what_the_next_reaper_pass_does(url: str) 
     )
 
 
+def test_show_says_nobody_reaps_an_expired_lease_while_no_worker_is_live(url: str) -> None:
+    """Every worker of the store died: no reaper pass comes by itself, so the operator is
+    told how to make one, instead of waiting for it."""
+    run_id = _expired_claim(url)
+    text = ok("show", run_id, "--store", url).stdout
+    assert _line(text, "note:") == (
+        "note: no live worker reaps expired leases now: start a daemon, "
+        "or run `leaseward reap --once`"
+    )
+
+
 def test_show_says_an_expired_lease_over_an_interrupted_write_is_dead_lettered(
     url: str,
 ) -> None:

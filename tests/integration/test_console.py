@@ -341,6 +341,21 @@ async def test_a_running_run_whose_lease_expired_stands_out(url: str) -> None:
         assert "lease expired" in (await page.http.get(f"/runs/{run_id}")).text
 
 
+async def test_an_expired_lease_no_live_worker_will_reap_says_how_to_reap_it(url: str) -> None:
+    store = await open_store(url)
+    try:
+        run_id = await ghost_claims(store, "payer", (provider_step(0, ProviderReply(text="hi")),))
+    finally:
+        await store.aclose()
+    await anyio.sleep(0.05)
+    note = "no live worker reaps expired leases now: start a daemon, or run"
+    async with console(url) as page:
+        assert note in (await page.http.get(f"/runs/{run_id}")).text
+        reaping = WorkerRegistration("w1", "host", 1, ("chat",), stale_after_seconds=60.0)
+        await page.client.store.register_worker(reaping)
+        assert note not in (await page.http.get(f"/runs/{run_id}")).text
+
+
 async def test_what_models_and_tools_wrote_is_escaped_everywhere(url: str) -> None:
     run_id = await hostile_run(url)
     async with console(url) as page:
