@@ -74,15 +74,25 @@ def run_row(run: RunInfo) -> tuple[str, ...]:
 
 
 def print_runs(runs: Sequence[RunInfo], unserved: frozenset[str] = frozenset()) -> None:
-    """Runs as a table, each queued run no live worker serves marked so."""
+    """Runs as a table, each queued run no live worker serves marked so, and each running
+    one whose lease ran out, as the console marks them (a list carries no store clock:
+    this host's stands in)."""
     if not runs:
         print("no runs")
         return
     header, *lines = table([RUN_COLUMNS, *(run_row(r) for r in runs)])
     print(header)
+    now = time.time()
     for run, line in zip(runs, lines, strict=True):
-        waits = run.state is RunState.QUEUED and run.agent in unserved
-        note = f"  no live worker serves {shown(run.agent)}" if waits else ""
+        note = ""
+        if run.state is RunState.QUEUED and run.agent in unserved:
+            note = f"  no live worker serves {shown(run.agent)}"
+        elif (
+            run.state is RunState.RUNNING
+            and run.lease_expires_at is not None
+            and run.lease_expires_at <= now
+        ):
+            note = "  lease expired"
         print(line + note)
 
 

@@ -851,6 +851,13 @@ def test_show_says_nobody_reaps_an_expired_lease_while_no_worker_is_live(url: st
     )
 
 
+def test_runs_marks_a_running_run_whose_lease_expired_as_the_console_does(url: str) -> None:
+    run_id = _expired_claim(url)
+    text = ok("runs", "--store", url).stdout
+    assert _line(text, run_id).endswith("  lease expired"), text
+    assert "lease expired" not in ok("runs", "--state", "completed", "--store", url).stdout
+
+
 def test_show_says_an_expired_lease_over_an_interrupted_write_is_dead_lettered(
     url: str,
 ) -> None:
