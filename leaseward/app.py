@@ -233,7 +233,13 @@ class Runtime:
                 async with _tool_sources(app):
                     supervisor = Supervisor(opened, app, settings, clock, metrics=metrics)
                     async with supervisor.running():
-                        yield cls(opened, app, supervisor, clock)
+                        runtime = cls(opened, app, supervisor, clock)
+                        try:
+                            yield runtime
+                        finally:
+                            # Before the drain, while the Persister still answers what
+                            # was sent to it: nothing sent after could be answered.
+                            runtime._writer.closed = True
         finally:
             if owned:
                 with anyio.CancelScope(shield=True):
@@ -299,6 +305,7 @@ class Runtime:
 
     async def reap_once(self) -> tuple[Reaped, ...]:
         """One reaper pass now, instead of waiting for the timer."""
+        self._writer.check_open()
         return await self.supervisor.reaper.reap_once()
 
     # The Client's operations, on this runtime's Client.

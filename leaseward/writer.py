@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from leaseward.actors.supervisor import Supervisor
-from leaseward.runtime.errors import LeasewardError
+from leaseward.runtime.errors import LeasewardError, RuntimeClosed
 from leaseward.runtime.runs import NewRun, RunRecord
 from leaseward.storage.protocol import CancelOutcome, Store, WriteBatch
 
@@ -46,11 +46,24 @@ class SupervisorWriter:
 
     def __init__(self, supervisor: Supervisor) -> None:
         self._supervisor = supervisor
+        self.closed = False
+
+    def check_open(self) -> None:
+        """Raise RuntimeClosed once the Runtime was left: its Persister stops, and a
+        request sent to it then would wait for an answer forever."""
+        if self.closed:
+            raise RuntimeClosed(
+                "this Runtime is closed: its `async with Runtime.open(...)` block was left, "
+                "and it writes nothing more; call it inside the block, or queue runs "
+                "through a Client"
+            )
 
     async def create_runs(self, runs: Sequence[NewRun]) -> tuple[RunRecord | LeasewardError, ...]:
+        self.check_open()
         return await self._supervisor.persister.submit(runs)
 
     async def cancel_run(self, run_id: str) -> CancelOutcome:
+        self.check_open()
         return await self._supervisor.persister.cancel(run_id)
 
     def queued(self) -> None:

@@ -37,6 +37,7 @@ __all__ = [
     "RequestsClosed",
     "RunNotFound",
     "RunPurged",
+    "RuntimeClosed",
     "SchemaMismatch",
     "StoreError",
     "StoreNotFound",
@@ -339,6 +340,11 @@ class LeaseLost(LeasewardError):
 
 class AuditPersistenceFailed(LeasewardError):
     """A write tool ran but its audit record could not be stored; the run fails closed."""
+
+
+class RuntimeClosed(LeasewardError):
+    """The Runtime is closed: its ``async with Runtime.open(...)`` block was left, and it
+    executes and writes nothing more. Open a Runtime again, or a Client, to go on."""
 
 
 class StoreError(LeasewardError):

@@ -260,6 +260,7 @@ class SQLiteExecutor:
         # holder awaits nothing but its end, and the connection is free once it ended.
         self._handed_over = False
         self._thread_done = threading.Event()
+        self._closed = False
 
     @classmethod
     async def connect(
@@ -309,8 +310,15 @@ class SQLiteExecutor:
         finally:
             _BOUND.reset(token)
 
+    def _check_open(self) -> None:
+        # A closed connection fails each statement with a driver error of its own (a
+        # ValueError from aiosqlite, a ProgrammingError from sqlite3) that says no store.
+        if self._closed:
+            raise StoreError(f"sqlite: the store {self._options.path} is closed")
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
+        self._check_open()
         async with self._lock:
             with self._bound_to(self._connection):
                 # IMMEDIATE takes the write lock up front, so two processes queue on
@@ -343,6 +351,7 @@ class SQLiteExecutor:
         batch spent most of its time so. Here the statements run back to back,
         with SQLite's write lock held, as the Persister's batches need.
         """
+        self._check_open()
         run_there: Callable[[Callable[[], T]], Awaitable[T]] = self._connection._execute
         async with self._lock:
             self._thread_done.clear()
@@ -382,6 +391,7 @@ class SQLiteExecutor:
         """
         if _HERE.executor is not None:
             raise WouldWait
+        self._check_open()
         if self._lock.locked():
             if not self._handed_over or not self._thread_done.wait(wait_seconds):
                 raise WouldWait
@@ -473,6 +483,7 @@ class SQLiteExecutor:
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[None]:
+        self._check_open()
         async with self._read_lock:
             with self._bound_to(self._reader):
                 yield
@@ -480,6 +491,7 @@ class SQLiteExecutor:
     async def _run(self, sql: str, params: Params | None = None) -> list[Any]:
         if _HERE.executor is self:
             return self._run_here(sql, params)
+        self._check_open()
         connection = _BOUND.get().get(id(self), self._connection)
         # execute_fetchall is one trip to the connection's thread; a cursor costs
         # two more (fetch, close), and the Persister's batches are made of these.
@@ -520,6 +532,7 @@ class SQLiteExecutor:
         await anyio.sleep(timeout)
 
     async def aclose(self) -> None:
+        self._closed = True
         try:
             if self._reader is not self._connection:
                 await self._reader.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from leaseward import (
     RunNotFound,
     RunState,
     Runtime,
+    RuntimeClosed,
     ScriptedProvider,
     StepKind,
     StepStatus,
@@ -632,3 +633,44 @@ async def test_a_read_only_database_is_a_store_error(db_url: str) -> None:
     finally:
         connection.close()
     assert count == 1
+
+
+# -- a Runtime or Client used after it closed --------------------------------------------
+
+
+async def test_a_runtime_used_after_it_closed_refuses_each_call_at_once(store_url: str) -> None:
+    async with Runtime.open(store_url, plain_app(), **FAST) as rt:
+        run_id = await rt.submit("echo", 1)
+        await rt.wait(run_id, timeout=10)
+    # Each of them would otherwise wait forever for the Persister that stopped with it.
+    writes: dict[str, Callable[[], Awaitable[object]]] = {
+        "submit": lambda: rt.submit("echo", 2),
+        "submit_many": lambda: rt.submit_many("echo", [3]),
+        "run": lambda: rt.run("echo", 4),
+        "cancel": lambda: rt.cancel(run_id),
+        "reap_once": lambda: rt.reap_once(),
+    }
+    for name, call in writes.items():
+        with anyio.fail_after(5), pytest.raises(RuntimeClosed, match="closed") as caught:
+            await call()
+        assert "Runtime.open" in str(caught.value), name
+    # Reads go to the store the Runtime opened, and closed, itself.
+    with pytest.raises(StoreError, match="is closed"):
+        await rt.get(run_id)
+    async with Client.open(store_url) as client:
+        assert [r.id for r in await client.runs()] == [run_id]
+
+
+async def test_a_client_used_after_it_closed_says_its_store_is_closed(store_url: str) -> None:
+    async with Runtime.open(store_url, plain_app(), **FAST):
+        pass
+    async with Client.open(store_url) as client:
+        run_id = await client.submit("echo", 1)
+    for call in (
+        lambda: client.get(run_id),
+        lambda: client.submit("echo", 2),
+        lambda: client.cancel(run_id),
+        lambda: client.runs(),
+    ):
+        with anyio.fail_after(5), pytest.raises(StoreError, match="is closed"):
+            await call()
