@@ -19,6 +19,7 @@ from leaseward.runtime.encoding import (
     MAX_INPUT_BYTES,
     MAX_RESULT_BYTES,
     dump_json,
+    holdable,
     request_digest,
 )
 from leaseward.runtime.errors import (
@@ -85,6 +86,19 @@ def _check_timeout(timeout: float | None) -> None:
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
         raise InvalidInput(
             f"a wait's timeout is a number of seconds, 0 or more, or None, not {timeout!r}"
+        )
+
+
+def _check_text(name: str, value: Any) -> None:
+    """Refuse an operator's name or words that are no text every store can hold: the
+    store would refuse them or, on SQLite, keep them as other text (7 as "7")."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise InvalidInput(f"{name} must be a string, not {value!r}")
+    if not holdable(value):
+        raise InvalidInput(
+            f"{name} must be text without a NUL character or a lone surrogate, not {value!r}"
         )
 
 
@@ -347,6 +361,11 @@ class Client:
         """
         if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
             raise InvalidInput(f"a step is a journal step number, not {step!r}")
+        if not isinstance(applied, bool):
+            # Taken for its truth, "no" or "false" would record a write as applied.
+            raise InvalidInput(f"applied must be True or False, not {applied!r}")
+        _check_text("operator", operator)
+        _check_text("note", note)
         async with self._acting_on(run_id) as stored_id:
             record = await self._store.resolve(
                 stored_id,
@@ -397,6 +416,7 @@ class Client:
         gets ``{"error": "rejected by <operator>: <reason>"}`` as its result."""
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidInput("a rejection needs a reason: the model is told it")
+        _check_text("reason", reason)
         return await self._decide(run_id, call_id, Decision.REJECTED, operator, reason)
 
     async def send_input(
@@ -425,6 +445,10 @@ class Client:
         value_json: str | None = None,
         digest: str | None = None,
     ) -> RunInfo:
+        if call_id is not None and not isinstance(call_id, str):
+            raise InvalidInput(f"call_id must be a string, not {call_id!r}")
+        _check_text("operator", operator)
+        _check_text("note", note)
         try:
             async with self._acting_on(run_id) as stored_id:
                 _, record = await self._store.decide(

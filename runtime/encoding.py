@@ -21,6 +21,7 @@ __all__ = [
     "arguments_digest",
     "check_digest_prefix",
     "dump_json",
+    "holdable",
     "load_json",
     "request_digest",
     "shown",
@@ -126,6 +127,12 @@ def _is_utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def holdable(text: str) -> bool:
+    """Whether every store holds ``text`` as it is in a text column: no lone surrogate
+    (no UTF-8 can encode it) and no NUL (PostgreSQL's text refuses it)."""
+    return "\x00" not in text and _is_utf8(text)
 
 
 def valid_text(text: str) -> str:

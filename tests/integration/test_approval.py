@@ -155,6 +155,57 @@ async def test_a_rejection_needs_a_reason_and_an_empty_one_changes_nothing(
         assert (await rt.get(run_id)).state is WA
 
 
+LONE_SURROGATE = "\ud800"
+BAD_DECISIONS: list[Any] = [
+    pytest.param({"operator": 7}, id="operator-int"),
+    pytest.param({"operator": f"al{LONE_SURROGATE}"}, id="operator-lone-surrogate"),
+    pytest.param({"operator": "al\x00ice"}, id="operator-nul"),
+    pytest.param({"note": 7}, id="note-int"),
+    pytest.param({"note": {"checked": True}}, id="note-dict"),
+    pytest.param({"note": "ok\x00"}, id="note-nul"),
+    pytest.param({"note": LONE_SURROGATE}, id="note-lone-surrogate"),
+    pytest.param({"call_id": 1}, id="call-id-int"),
+    pytest.param({"reason": f"no{LONE_SURROGATE}"}, id="reason-lone-surrogate"),
+    pytest.param({"reason": "no\x00"}, id="reason-nul"),
+]
+
+
+@pytest.mark.parametrize("bad", BAD_DECISIONS)
+async def test_a_decision_given_a_wrong_value_is_refused_and_changes_nothing(
+    store_url: str, tmp_path: Path, bad: dict[str, Any]
+) -> None:
+    async with runtime(store_url, tmp_path) as rt:
+        run_id = await parked(rt, "payer")
+        decide = rt.reject if "reason" in bad else rt.approve
+        options = {"reason": "no"} if decide is rt.reject else {}
+        with pytest.raises(InvalidInput, match=next(iter(bad))):
+            await decide(run_id, **{**options, **bad})
+        [request] = await rt.approvals()
+        assert (request.pending, request.operator) == (True, None)
+        assert (await rt.get(run_id)).state is WA
+    assert executions(tmp_path) == []
+
+
+async def test_a_resolution_given_a_wrong_value_is_refused_before_the_store_is_asked(
+    store_url: str, tmp_path: Path
+) -> None:
+    async with runtime(store_url, tmp_path) as rt:
+        run_id = await parked(rt, "payer")
+        # "no" is true: taken as it is, an operator's no would skip a write as applied.
+        wrong: list[dict[str, Any]] = [
+            {"applied": "no"},
+            {"applied": 0},
+            {"operator": 7},
+            {"note": 7},
+        ]
+        for bad in wrong:
+            with pytest.raises(InvalidInput, match=next(iter(bad))):
+                await rt.resolve(run_id, **{"applied": False, **bad})
+        with pytest.raises(InvalidInput, match="operator"):
+            await rt.send_input(run_id, "blue", operator=7)  # type: ignore[arg-type]
+        assert (await rt.get(run_id)).state is WA
+
+
 async def test_each_call_of_a_turn_needs_its_own_decision(store_url: str, tmp_path: Path) -> None:
     async with runtime(store_url, tmp_path) as rt:
         run_id = await parked(rt, "pair")
