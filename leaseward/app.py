@@ -23,6 +23,7 @@ from leaseward.client import Client, new_run
 from leaseward.collector import collector_tuned
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import MAX_DURATION_SECONDS, Clock, SystemClock
+from leaseward.runtime.encoding import holdable
 from leaseward.runtime.errors import ConfigurationError
 from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.journal import StepInfo
@@ -65,10 +66,16 @@ def default_worker_id() -> str:
 def check_worker_id(worker_id: Any) -> None:
     # Leases, logs and the workers table name a worker by it: an empty or blank one
     # would show as nothing there, and an id with spaces around it looks like another's.
-    if not isinstance(worker_id, str) or not worker_id.strip() or worker_id != worker_id.strip():
+    # It is stored with each lease: one no store can hold would fail every claim.
+    if (
+        not isinstance(worker_id, str)
+        or not worker_id.strip()
+        or worker_id != worker_id.strip()
+        or not holdable(worker_id)
+    ):
         raise ConfigurationError(
-            f"worker_id must be a name without spaces around it, such as the default "
-            f"host:pid, not {worker_id!r}"
+            f"worker_id must be a name without spaces around it, NUL characters or lone "
+            f"surrogates, such as the default host:pid, not {worker_id!r}"
         )
 
 

@@ -72,10 +72,10 @@ def new_run_id() -> str:
 
 def _storable_id(run_id: str) -> str:
     """``run_id`` as every store looks it up: RunNotFound for one no store could have
-    given (PostgreSQL's text refuses NUL, and would answer a lookup of it with an error)."""
+    given (a NUL or a lone surrogate, which a store would answer with an error)."""
     if not isinstance(run_id, str):
         raise InvalidInput(f"a run id is a string, not {run_id!r}")
-    if "\x00" in run_id:
+    if not holdable(run_id):
         raise RunNotFound(run_id=run_id)
     return run_id
 
@@ -123,8 +123,11 @@ def new_run(
     input as JSON within the size limit, and its idempotency key."""
     if app is not None:
         app.agent(agent)
-    elif not isinstance(agent, str) or not agent:
-        raise UnknownAgent("an agent name must be a non-empty string")
+    elif not isinstance(agent, str) or not agent or not holdable(agent):
+        raise UnknownAgent(
+            f"an agent name must be a non-empty string without a NUL character or a lone "
+            f"surrogate, not {agent!r}"
+        )
     input_json = dump_json(input, what="the run input", limit=MAX_INPUT_BYTES)
     keyed = idempotency_key is not None
     return NewRun(
@@ -233,11 +236,10 @@ class Client:
         """The id of the run a submit with ``idempotency_key`` made, whether the run is
         stored or was purged since; None if no run holds the key (it was never used, or
         it was forgotten). Changes nothing: a submit with the key would return this id."""
-        key = check_idempotency_key(idempotency_key)
-        if "\x00" in key:
-            # No store holds one (PostgreSQL's text refuses NUL): no run can have it.
+        if isinstance(idempotency_key, str) and not holdable(idempotency_key):
+            # No submit can make it (a store would refuse it): no run can have it.
             return None
-        return await self._store.keyed_run_id(key)
+        return await self._store.keyed_run_id(check_idempotency_key(idempotency_key))
 
     async def submit_many(self, agent: str, inputs: Iterable[Any]) -> list[str]:
         """Queue one run of ``agent`` per input, all in one write; returns their ids in order.

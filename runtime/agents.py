@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from leaseward.runtime.effects import ToolEffectResolver
+from leaseward.runtime.encoding import holdable
 from leaseward.runtime.errors import ConfigurationError, ToolDefinitionError, UnknownAgent
 from leaseward.runtime.messages import ModelSettings, ProviderReply, ProviderRequest, Role, ToolSpec
 from leaseward.runtime.tool_sources import ListedTool, ToolSource
@@ -89,8 +90,12 @@ class Agent:
         *,
         approval_timeout_seconds: float | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            raise ConfigurationError("an agent's name must be a non-empty string")
+        if not isinstance(name, str) or not name or not holdable(name):
+            # Each run stores its agent's name: one no store can hold could never run.
+            raise ConfigurationError(
+                f"an agent's name must be a non-empty string without a NUL character or a "
+                f"lone surrogate, not {name!r}"
+            )
         if not isinstance(provider, Provider):
             raise ConfigurationError(f"agent {name!r}: the provider has no async complete()")
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:

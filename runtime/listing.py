@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from leaseward.runtime.encoding import holdable
 from leaseward.runtime.errors import InvalidInput
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
 from leaseward.runtime.runs import RunInfo
@@ -37,8 +38,8 @@ def _finite(owner: Any, attribute: attrs.Attribute[float], value: Any) -> None:
 
 
 def _run_id(owner: Any, attribute: attrs.Attribute[str], value: Any) -> None:
-    # PostgreSQL's text refuses NUL: such an id names no stored run.
-    if not isinstance(value, str) or not value or "\x00" in value:
+    # No store holds a NUL or a lone surrogate: such an id names no stored run.
+    if not isinstance(value, str) or not value or not holdable(value):
         raise InvalidInput(f"a cursor's run id must be a non-empty string, not {value!r}")
 
 
@@ -109,9 +110,11 @@ def _matched_text(owner: Any, attribute: attrs.Attribute[str | None], value: Any
         return
     if not isinstance(value, str) or not value:
         raise InvalidInput(f"{attribute.name} must be a non-empty string, not {value!r}")
-    if "\x00" in value:
-        # PostgreSQL's text refuses NUL: no stored agent, run id or key holds one.
-        raise InvalidInput(f"{attribute.name} must not hold a NUL character")
+    if not holdable(value):
+        # No stored agent, run id or key holds one: a store would fail, not find nothing.
+        raise InvalidInput(
+            f"{attribute.name} must not hold a NUL character or a lone surrogate, not {value!r}"
+        )
 
 
 def _cursor(owner: Any, attribute: attrs.Attribute[RunCursor | None], value: Any) -> None:

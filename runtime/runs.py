@@ -6,6 +6,7 @@ from typing import Any
 
 import attrs
 
+from leaseward.runtime.encoding import holdable
 from leaseward.runtime.errors import InvalidInput
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
@@ -28,6 +29,13 @@ def check_idempotency_key(key: Any) -> str:
     if len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
         raise InvalidInput(
             f"an idempotency key is at most {MAX_IDEMPOTENCY_KEY_CHARS} characters, not {len(key)}"
+        )
+    if not holdable(key):
+        # One store would refuse it and the other keep it: the same submit must not
+        # work against one store and not the other.
+        raise InvalidInput(
+            f"an idempotency key must be text without a NUL character or a lone "
+            f"surrogate, not {key!r}"
         )
     return key
 

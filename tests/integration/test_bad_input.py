@@ -24,6 +24,7 @@ from leaseward import (
     Reason,
     RecoveryPolicy,
     Role,
+    RunCursor,
     RunInfo,
     RunMode,
     RunNotFound,
@@ -453,6 +454,8 @@ async def test_tool_call_arguments_that_are_not_a_mapping_end_the_run_naming_the
         ({"worker_id": "  "}, r"^worker_id must be a name"),
         ({"worker_id": " web-1"}, r"^worker_id must be a name"),
         ({"worker_id": 7}, r"^worker_id must be a name"),
+        ({"worker_id": "web\ud800"}, r"^worker_id must be a name"),
+        ({"worker_id": "web\x00"}, r"^worker_id must be a name"),
     ],
 )
 async def test_bad_runtime_settings_are_configuration_errors_and_create_no_file(
@@ -674,3 +677,46 @@ async def test_a_client_used_after_it_closed_says_its_store_is_closed(store_url:
     ):
         with anyio.fail_after(5), pytest.raises(StoreError, match="is closed"):
             await call()
+
+
+# -- text no store can hold: a lone surrogate, as NUL ------------------------------------
+
+LONE = "\ud800"
+UNHOLDABLE = [pytest.param(f"x{LONE}", id="lone-surrogate"), pytest.param("x\x00", id="nul")]
+
+
+@pytest.mark.parametrize("text", UNHOLDABLE)
+async def test_text_no_store_can_hold_is_refused_alike_on_every_store(
+    store_url: str, text: str
+) -> None:
+    async with Runtime.open(store_url, plain_app(), **FAST) as rt:
+        with pytest.raises(InvalidInput, match="idempotency key"):
+            await rt.submit("echo", 1, idempotency_key=text)
+        with pytest.raises(InvalidInput, match="idempotency key"):
+            await rt.run("echo", 1, idempotency_key=text)
+        assert await rt.run_id_for_key(text) is None
+        for read in (
+            lambda: rt.get(text),
+            lambda: rt.steps(text),
+            lambda: rt.cancel(text),
+            lambda: rt.approve(text),
+            lambda: rt.wait_all([text], timeout=1),
+        ):
+            with pytest.raises(RunNotFound):
+                await read()
+        with pytest.raises(InvalidInput, match="search"):
+            await rt.runs(search=text)
+        with pytest.raises(InvalidInput, match="agent"):
+            await rt.runs(agent=text)
+        with pytest.raises(InvalidInput, match="run id"):
+            RunCursor(created_at=1.0, id=text)
+        async with Client.open(store_url) as client:
+            with pytest.raises(UnknownAgent):
+                await client.submit(text, 1)
+        assert await rt.runs() == []
+
+
+@pytest.mark.parametrize("text", UNHOLDABLE)
+def test_an_agent_named_with_text_no_store_can_hold_is_refused(text: str) -> None:
+    with pytest.raises(ConfigurationError, match="agent's name"):
+        Agent(text, ScriptedProvider([]))
