@@ -36,7 +36,7 @@ from leaseward.runtime.errors import (
 from leaseward.runtime.human_requests import Decision, HumanRequest
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
-from leaseward.runtime.listing import RunCursor, RunListing
+from leaseward.runtime.listing import RunCursor, RunListing, check_limit, member_of
 from leaseward.runtime.messages import Usage
 from leaseward.runtime.retention import ForgetKeysResult, PurgeResult
 from leaseward.runtime.runs import NewRun, RunInfo, RunRecord, check_idempotency_key
@@ -87,6 +87,14 @@ def _check_timeout(timeout: float | None) -> None:
         raise InvalidInput(
             f"a wait's timeout is a number of seconds, 0 or more, or None, not {timeout!r}"
         )
+    try:
+        float(timeout)
+    except OverflowError:
+        # The deadline is a float: an int past its range would overflow computing it.
+        raise InvalidInput(
+            f"a wait's timeout of {len(str(timeout))} digits of seconds is past any clock; "
+            "None waits without a limit"
+        ) from None
 
 
 def _check_text(name: str, value: Any) -> None:
@@ -253,6 +261,10 @@ class Client:
             raise InvalidInput(
                 f"submit_many takes a collection of inputs, one per run, not one "
                 f"{type(inputs).__name__}; submit() queues a single run"
+            )
+        if not isinstance(inputs, Iterable):
+            raise InvalidInput(
+                f"submit_many takes a collection of inputs, one per run, not {inputs!r}"
             )
         runs = [new_run(agent, input, RunMode.QUEUED, app=self._app) for input in inputs]
         if not runs:
@@ -472,6 +484,7 @@ class Client:
 
     async def approvals(self, *, limit: int = 100) -> list[HumanRequest]:
         """The requests that wait for a person (approvals and questions), oldest first."""
+        check_limit(limit)
         return await self._store.pending_requests(limit)
 
     async def requests(self, run_id: str) -> list[HumanRequest]:
@@ -511,6 +524,8 @@ class Client:
         elsewhere. Raises RunNotFound (RunPurged for a purged run) for an id with no
         run, and WaitTimeout after ``timeout`` seconds, saying how many had not finished.
         """
+        if not isinstance(run_ids, Iterable):
+            raise InvalidInput(f"wait_all takes a sequence of run ids, not {run_ids!r}")
         if isinstance(run_ids, str):
             raise InvalidInput(
                 f"wait_all takes a sequence of run ids, not one id ({run_ids!r}); "
@@ -587,6 +602,7 @@ class Client:
             raise InvalidInput(
                 f"finished_before must be a positive timedelta, not {finished_before!r}"
             )
+        state = member_of(RunState, "state", state)
         if state is not None and not state.terminal:
             raise InvalidInput(f"only finished runs can be purged; {state.value} runs are not")
         if state is RunState.DEAD_LETTERED and not include_dead_letters:

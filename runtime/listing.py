@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import enum
 import math
 import re
 import struct
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -17,7 +18,15 @@ from leaseward.runtime.errors import InvalidInput
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
 from leaseward.runtime.runs import RunInfo
 
-__all__ = ["EARLIEST_MOMENT", "LATEST_MOMENT", "MAX_CURSOR_CHARS", "RunCursor", "RunListing"]
+__all__ = [
+    "EARLIEST_MOMENT",
+    "LATEST_MOMENT",
+    "MAX_CURSOR_CHARS",
+    "RunCursor",
+    "RunListing",
+    "check_limit",
+    "member_of",
+]
 
 # A token carries a run id, which a store caps nowhere; this bound only keeps a pasted
 # or forged query string from being decoded at any length.
@@ -86,6 +95,39 @@ class RunCursor:
         return cursor
 
 
+E = TypeVar("E", bound=enum.StrEnum)
+
+
+def member_of(kind: type[E], name: str, value: Any) -> E | None:
+    """``value`` as a member of ``kind``: a member, its value (they compare equal), or
+    None; InvalidInput, naming the choices, for anything else."""
+    if value is None or isinstance(value, kind):
+        return value
+    if isinstance(value, str) and value in kind._value2member_map_:
+        return kind(value)
+    choices = ", ".join(member.value for member in kind)
+    raise InvalidInput(f"{name} must be a {kind.__name__} ({choices}) or None, not {value!r}")
+
+
+def _state(value: Any) -> RunState | None:
+    return member_of(RunState, "state", value)
+
+
+def _reason(value: Any) -> Reason | None:
+    return member_of(Reason, "reason", value)
+
+
+def _mode(value: Any) -> RunMode | None:
+    return member_of(RunMode, "mode", value)
+
+
+def check_limit(value: Any) -> None:
+    """Refuse a page size that is not a positive integer: a store would return nothing
+    for 0 or less, or fail on text."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"limit must be a positive integer, not {value!r}")
+
+
 def _positive(owner: Any, attribute: attrs.Attribute[int], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidInput(f"{attribute.name} must be a positive integer, not {value!r}")
@@ -125,18 +167,19 @@ def _cursor(owner: Any, attribute: attrs.Attribute[RunCursor | None], value: Any
 @attrs.frozen
 class RunListing:
     """Which runs a page lists: newest first (by ``created_at``, then ``id``), up to
-    ``limit``, matching every filter given (None leaves a filter out).
+        ``limit``, matching every filter given (None leaves a filter out).
 
-    ``created_after`` and ``created_before`` (store clock seconds) bound a half-open
-    range: created at or after the one, before the other. ``search`` is a run id or an
-    idempotency key, matched exactly. ``after`` is ``RunCursor.of`` the last run of the
-    previous page. A value of the wrong kind raises InvalidInput.
+        ``created_after`` and ``created_before`` (store clock seconds) bound a half-open
+        range: created at or after the one, before the other. ``search`` is a run id or an
+        idempotency key, matched exactly. ``after`` is ``RunCursor.of`` the last run of the
+        previous page. ``state``, ``reason`` and ``mode`` may be given by their values
+    ("queued"). A value of the wrong kind raises InvalidInput.
     """
 
-    state: RunState | None = None
+    state: RunState | None = attrs.field(default=None, converter=_state)
     agent: str | None = attrs.field(default=None, validator=_matched_text)
-    reason: Reason | None = None
-    mode: RunMode | None = None
+    reason: Reason | None = attrs.field(default=None, converter=_reason)
+    mode: RunMode | None = attrs.field(default=None, converter=_mode)
     created_after: float | None = attrs.field(default=None, validator=_moment)
     created_before: float | None = attrs.field(default=None, validator=_moment)
     search: str | None = attrs.field(default=None, validator=_matched_text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sqlite3
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -720,3 +721,51 @@ async def test_text_no_store_can_hold_is_refused_alike_on_every_store(
 def test_an_agent_named_with_text_no_store_can_hold_is_refused(text: str) -> None:
     with pytest.raises(ConfigurationError, match="agent's name"):
         Agent(text, ScriptedProvider([]))
+
+
+# -- a parameter of the wrong kind ---------------------------------------------------------
+
+WRONG_KIND: list[Any] = [
+    pytest.param(
+        lambda c: c.submit_many("echo", None), "collection of inputs", id="submit-many-none"
+    ),
+    pytest.param(lambda c: c.submit_many("echo", 5), "collection of inputs", id="submit-many-int"),
+    pytest.param(lambda c: c.wait_all(None, timeout=1), "sequence of run ids", id="wait-all-none"),
+    pytest.param(lambda c: c.wait_all(5, timeout=1), "sequence of run ids", id="wait-all-int"),
+    pytest.param(lambda c: c.wait("x", timeout=10**400), "timeout", id="wait-huge-int"),
+    pytest.param(lambda c: c.runs(state="finished"), "state", id="runs-state"),
+    pytest.param(lambda c: c.runs(reason=3), "reason", id="runs-reason"),
+    pytest.param(lambda c: c.runs(mode="batch"), "mode", id="runs-mode"),
+    pytest.param(lambda c: c.dead_letters(reason="gone"), "reason", id="dead-letters-reason"),
+    pytest.param(lambda c: c.approvals(limit=-1), "limit", id="approvals-negative"),
+    pytest.param(lambda c: c.approvals(limit=0), "limit", id="approvals-zero"),
+    pytest.param(lambda c: c.approvals(limit="10"), "limit", id="approvals-str"),
+    pytest.param(lambda c: c.approvals(limit=True), "limit", id="approvals-bool"),
+    pytest.param(
+        lambda c: c.purge(finished_before=timedelta(days=1), state="done"),
+        "state",
+        id="purge-state",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "fragment"), WRONG_KIND)
+async def test_a_parameter_of_the_wrong_kind_is_invalid_input_on_every_store(
+    store_url: str, call: Callable[[Client], Awaitable[object]], fragment: str
+) -> None:
+    async with Runtime.open(store_url, plain_app(), **FAST) as rt:
+        with pytest.raises(InvalidInput, match=fragment):
+            await call(rt.client)
+        assert await rt.runs() == []
+
+
+async def test_a_state_reason_or_mode_given_by_its_value_filters_as_its_member(
+    db_url: str,
+) -> None:
+    async with Runtime.open(db_url, plain_app(), **FAST) as rt:
+        done = await rt.wait(await rt.submit("echo", 1), timeout=10)
+        assert [r.id for r in await rt.runs(state="completed", reason="completed")] == [done.id]  # type: ignore[arg-type]
+        assert [r.id for r in await rt.runs(mode="queued")] == [done.id]  # type: ignore[arg-type]
+        assert await rt.runs(state="queued") == []  # type: ignore[arg-type]
+        purged = await rt.purge(finished_before=timedelta(days=1), state="completed", dry_run=True)  # type: ignore[arg-type]
+        assert purged.runs == 0
