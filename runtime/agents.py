@@ -132,9 +132,14 @@ class Agent:
             None if approval_timeout_seconds is None else float(approval_timeout_seconds)
         )
         self.model_settings = model_settings if model_settings is not None else ModelSettings()
-        self.provider_timeout_seconds = float(
-            getattr(provider, "timeout_seconds", DEFAULT_PROVIDER_TIMEOUT_SECONDS)
-        )
+        timeout = getattr(provider, "timeout_seconds", DEFAULT_PROVIDER_TIMEOUT_SECONDS)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            # Every call would time out at once; a NaN deadline would crash the run's actor.
+            raise ConfigurationError(
+                f"agent {name!r}: the provider's timeout_seconds must be a positive number "
+                f"of seconds, not {timeout!r}"
+            )
+        self.provider_timeout_seconds = float(timeout)
 
     def _set_tools(self, tools: ToolSet) -> None:
         self.tools = tools
@@ -159,7 +164,7 @@ class App:
     """The agents one runtime can execute."""
 
     def __init__(self, agents: Iterable[Agent]) -> None:
-        if isinstance(agents, str | Agent):
+        if isinstance(agents, str | Agent) or not isinstance(agents, Iterable):
             raise ConfigurationError(
                 f"App takes a list of agents, App([agent, ...]), not one {type(agents).__name__}"
             )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import sqlite3
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -499,8 +500,25 @@ async def decorated(x: int) -> int:
             ToolDefinitionError,
             "decorate it with @tool",
         ),
+        (lambda: App(None), ConfigurationError, r"App\(\[agent"),  # type: ignore[arg-type]
+        # Every call would time out at once, or crash its run's actor (NaN).
+        *(
+            (
+                functools.partial(Agent, "x", ScriptedProvider([], timeout_seconds=timeout)),
+                ConfigurationError,
+                "the provider's timeout_seconds must be a positive number",
+            )
+            for timeout in cast(list[float], [-1, 0, math.nan, "30", True])
+        ),
     ],
-    ids=["app-of-one-agent", "app-of-a-name", "agent-with-one-tool", "undecorated-function"],
+    ids=[
+        "app-of-one-agent",
+        "app-of-a-name",
+        "agent-with-one-tool",
+        "undecorated-function",
+        "app-of-none",
+        *(f"provider-timeout-{t}" for t in ("negative", "zero", "nan", "str", "bool")),
+    ],
 )
 def test_an_app_built_wrong_is_refused_saying_how_to_build_it(
     build: Callable[[], Any], error: type[Exception], fragment: str
