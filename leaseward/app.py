@@ -211,6 +211,8 @@ class Runtime:
         _seconds("drain_seconds", drain_seconds, zero=True)
         if worker_id is not None:
             check_worker_id(worker_id)
+        if recovery is not None and not isinstance(recovery, RecoveryPolicy):
+            raise ConfigurationError(f"recovery must be a RecoveryPolicy, not {recovery!r}")
         margin = _margin(deadline_margin_seconds, lease_seconds)
         clock = clock or SystemClock()
         settings = SupervisorSettings(

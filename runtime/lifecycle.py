@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import enum
 import math
+from typing import Any
 
 import attrs
 
+from leaseward.runtime.clock import MAX_DURATION_SECONDS
 from leaseward.runtime.effects import ToolEffect
-from leaseward.runtime.errors import IllegalTransition
+from leaseward.runtime.errors import ConfigurationError, IllegalTransition
 from leaseward.runtime.failures import FailureClass
 
 __all__ = [
@@ -154,11 +156,31 @@ BACKOFF_BASE_SECONDS = 30.0
 BACKOFF_CAP_SECONDS = 600.0
 
 
+def _requeues(owner: Any, attribute: attrs.Attribute[int], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"max_requeues must be an integer, 0 or more, not {value!r}")
+
+
+def _backoff(owner: Any, attribute: attrs.Attribute[float], value: Any) -> None:
+    # Applied to a failed run, text raises there (dead-lettering the run over it), and
+    # NaN or a span past a year makes a time no store or calendar holds.
+    number = not isinstance(value, bool) and isinstance(value, int | float)
+    if not number or not 0 <= value <= MAX_DURATION_SECONDS:
+        raise ConfigurationError(
+            f"{attribute.name} must be 0 or more and at most {MAX_DURATION_SECONDS:.0f} "
+            f"seconds (a year), not {value!r}"
+        )
+
+
 @attrs.frozen
 class RecoveryPolicy:
-    max_requeues: int = MAX_REQUEUES
-    backoff_base_seconds: float = BACKOFF_BASE_SECONDS
-    backoff_cap_seconds: float = BACKOFF_CAP_SECONDS
+    """How a queued run that failed is retried: at most ``max_requeues`` times, after
+    ``backoff_base_seconds * 2**n``, at most ``backoff_cap_seconds``. A value that could
+    not be applied raises ConfigurationError when the policy is made."""
+
+    max_requeues: int = attrs.field(default=MAX_REQUEUES, validator=_requeues)
+    backoff_base_seconds: float = attrs.field(default=BACKOFF_BASE_SECONDS, validator=_backoff)
+    backoff_cap_seconds: float = attrs.field(default=BACKOFF_CAP_SECONDS, validator=_backoff)
 
     def backoff_seconds(self, requeues_used: int) -> float:
         # The exponent is bounded so a large count reaches the cap instead of overflowing.

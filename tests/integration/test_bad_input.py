@@ -456,6 +456,7 @@ async def test_tool_call_arguments_that_are_not_a_mapping_end_the_run_naming_the
         ({"worker_id": "  "}, r"^worker_id must be a name"),
         ({"worker_id": " web-1"}, r"^worker_id must be a name"),
         ({"worker_id": 7}, r"^worker_id must be a name"),
+        ({"recovery": "retry"}, r"^recovery must be a RecoveryPolicy"),
         ({"worker_id": "web\ud800"}, r"^worker_id must be a name"),
         ({"worker_id": "web\x00"}, r"^worker_id must be a name"),
     ],

@@ -13,6 +13,7 @@ import pytest
 
 from leaseward.actors.reaper import plan_reap
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.errors import ConfigurationError
 from leaseward.runtime.failures import FailureClass
 from leaseward.runtime.journal import StepInfo, StepWrite
 from leaseward.runtime.lifecycle import (
@@ -164,6 +165,31 @@ def test_decide_recovery_honours_a_custom_policy() -> None:
             base=2.0,
             cap=20.0,
         )
+
+
+@pytest.mark.parametrize(
+    ("given", "fragment"),
+    [
+        ({"max_requeues": -1}, "max_requeues"),
+        ({"max_requeues": 1.5}, "max_requeues"),
+        ({"max_requeues": True}, "max_requeues"),
+        ({"backoff_base_seconds": "30"}, "backoff_base_seconds"),
+        ({"backoff_base_seconds": math.nan}, "backoff_base_seconds"),
+        ({"backoff_base_seconds": -5}, "backoff_base_seconds"),
+        ({"backoff_cap_seconds": math.inf}, "backoff_cap_seconds"),
+        ({"backoff_cap_seconds": 10 * 365 * 24 * 3600}, "backoff_cap_seconds"),
+    ],
+)
+def test_a_policy_that_cannot_be_applied_is_refused_when_it_is_made(
+    given: dict[str, Any], fragment: str
+) -> None:
+    # Applied, each would dead-letter a run over a TypeError, or retry it never (NaN, inf).
+    with pytest.raises(ConfigurationError, match=fragment):
+        RecoveryPolicy(**given)
+
+
+def test_a_policy_may_retry_at_once() -> None:
+    assert RecoveryPolicy(backoff_base_seconds=0, max_requeues=0).backoff_seconds(3) == 0.0
 
 
 @pytest.mark.parametrize(
