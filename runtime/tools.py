@@ -12,6 +12,7 @@ import msgspec
 import structlog
 
 from leaseward.runtime.effects import ToolEffect, declared_effect
+from leaseward.runtime.encoding import holdable
 from leaseward.runtime.errors import ToolDefinitionError, ToolError
 from leaseward.runtime.results import EncodedResult, ResultEncoder, result_encoder
 from leaseward.runtime.schema import (
@@ -119,6 +120,24 @@ def _positive_timeout(owner: str, value: Any, what: str = "timeout_seconds") -> 
     return float(value)
 
 
+def _check_name(name: Any, owner: Any) -> None:
+    # Journaled with each call, and matched against the model's call names, which are
+    # kept as text every store holds: a name that is not would match no call.
+    if not isinstance(name, str) or not name or not holdable(name):
+        raise ToolDefinitionError(
+            f"{owner!r}: a tool's name must be a non-empty string without a NUL character "
+            f"or a lone surrogate, not {name!r}"
+        )
+
+
+def _check_description(description: Any, owner: str) -> None:
+    if not isinstance(description, str):
+        raise ToolDefinitionError(
+            f"tool {owner!r}: description must be a string (the model reads it), "
+            f"not {description!r}"
+        )
+
+
 def _approval(
     owner: str, requires: Any, timeout: Any
 ) -> tuple[bool | ApprovalPolicy, float | None]:
@@ -143,9 +162,12 @@ def _make_function_tool(
     requires_approval: bool | ApprovalPolicy,
     approval_timeout_seconds: float | None,
 ) -> FunctionTool:
-    tool_name = name or function.__name__
     if not inspect.iscoroutinefunction(function):
-        raise ToolDefinitionError(f"tool {tool_name!r} must be an async function")
+        raise ToolDefinitionError(f"a tool must be an async function, not {function!r}")
+    tool_name = function.__name__ if name is None else name
+    _check_name(tool_name, function)
+    if description is not None:
+        _check_description(description, tool_name)
     if not isinstance(effect, ToolEffect):
         raise ToolDefinitionError(f"tool {tool_name!r}: effect must be a ToolEffect member")
     requires, approval_timeout = _approval(tool_name, requires_approval, approval_timeout_seconds)
@@ -280,9 +302,9 @@ def bind_tool(candidate: Any) -> BoundTool:
             "name, parameters and an async __call__"
         )
     name = candidate.name
-    if not isinstance(name, str) or not name:
-        raise ToolDefinitionError(f"{candidate!r}: a tool's name must be a non-empty string")
+    _check_name(name, candidate)
     description = getattr(candidate, "description", "") or ""
+    _check_description(description, name)
     timeout = getattr(candidate, "timeout_seconds", DEFAULT_TOOL_TIMEOUT_SECONDS)
     requires, approval_timeout = _approval(
         name,

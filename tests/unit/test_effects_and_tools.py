@@ -167,6 +167,30 @@ def test_a_sync_function_is_refused() -> None:
         tool(sync)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("not_a_function", [5, None.__class__, object(), "charge"])
+def test_something_that_is_no_function_is_refused_as_no_tool(not_a_function: Any) -> None:
+    with pytest.raises(ToolDefinitionError, match="must be an async function"):
+        tool(not_a_function)
+
+
+@pytest.mark.parametrize(
+    ("given", "fragment"),
+    [
+        ({"name": 5}, "name"),
+        ({"name": ""}, "name"),
+        ({"name": "look\ud800up"}, "name"),
+        ({"name": "look\x00up"}, "name"),
+        ({"description": 5}, "description"),
+    ],
+)
+def test_a_name_or_description_that_is_no_text_is_refused(given: Any, fragment: str) -> None:
+    async def lookup(ctx: ToolContext) -> None:
+        pass
+
+    with pytest.raises(ToolDefinitionError, match=fragment):
+        tool(**given)(lookup)
+
+
 @pytest.mark.parametrize("timeout", [0, -1, 0.0, -0.5, True, "5", None, float("nan")])
 def test_a_non_positive_timeout_is_refused(timeout: Any) -> None:
     async def t(ctx: ToolContext) -> None:
