@@ -19,7 +19,7 @@ from leaseward.actors.reaper import Reaped
 from leaseward.actors.run_actor import RunSettings, WriteInFlight
 from leaseward.actors.supervisor import Supervisor, SupervisorSettings
 from leaseward.actors.tracing import TraceSettings
-from leaseward.client import Client, new_run
+from leaseward.client import Client, check_store_url, new_run
 from leaseward.collector import collector_tuned
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import MAX_DURATION_SECONDS, Clock, SystemClock
@@ -195,6 +195,8 @@ class Runtime:
         """
         if not isinstance(app, App):
             raise ConfigurationError(f"app must be an App, not {type(app).__name__}")
+        if isinstance(store, str) or not hasattr(store, "commit"):
+            check_store_url(store)
         _positive("concurrency", concurrency, integer=True)
         _positive("max_batch", max_batch, integer=True)
         _seconds("lease_seconds", lease_seconds)

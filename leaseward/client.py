@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import getpass
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -24,6 +26,7 @@ from leaseward.runtime.encoding import (
 )
 from leaseward.runtime.errors import (
     CommitOutcomeUnknown,
+    ConfigurationError,
     InvalidInput,
     LeasewardError,
     RequestExpired,
@@ -47,9 +50,26 @@ from leaseward.storage.store import PURGE_BATCH_RUNS, SQLStore
 from leaseward.wakeups import SettleWakeups
 from leaseward.writer import RunWriter, StoreWriter
 
-__all__ = ["WAIT_POLL_SECONDS", "Client", "new_run", "open_existing_store"]
+__all__ = ["WAIT_POLL_SECONDS", "Client", "check_store_url", "new_run", "open_existing_store"]
 
 WAIT_POLL_SECONDS = 0.5
+
+
+def check_store_url(url: Any) -> None:
+    """Refuse what names no store before one is opened, saying what would: a path
+    is the commonest slip, and only its URL says which store and file it is."""
+    if isinstance(url, str):
+        return
+    if isinstance(url, os.PathLike):
+        path = os.fsdecode(url)
+        raise ConfigurationError(
+            f"a store is named by a URL, not a path: sqlite:///{Path(path).absolute()} "
+            f"names the SQLite file {path!r}"
+        )
+    raise ConfigurationError(
+        f"a store is named by a URL such as sqlite:///runs.db, not {url!r} (Runtime.open "
+        "also takes an open Store)"
+    )
 
 
 async def open_existing_store(
@@ -57,6 +77,7 @@ async def open_existing_store(
 ) -> SQLStore:
     """The leaseward store at ``url``; raises StoreNotFound, creating nothing, if there is
     none (see ``open_store``)."""
+    check_store_url(url)
     try:
         return await open_store(url, clock=clock, must_exist=True, read_only=read_only)
     except StoreNotFound as exc:
@@ -171,6 +192,13 @@ class Client:
         writer: RunWriter | None = None,
         wakeups: SettleWakeups | None = None,
     ) -> None:
+        if isinstance(store, str | os.PathLike):
+            raise ConfigurationError(
+                f"Client takes an open Store, not {store!r}: Client.open(url) opens the "
+                "store at a URL"
+            )
+        if app is not None and not isinstance(app, App):
+            raise ConfigurationError(f"app must be an App, not {type(app).__name__}")
         self._store = store
         self._app = app
         self._writer = writer or StoreWriter(store)

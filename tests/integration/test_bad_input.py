@@ -788,3 +788,38 @@ async def test_a_state_reason_or_mode_given_by_its_value_filters_as_its_member(
         assert await rt.runs(state="queued") == []  # type: ignore[arg-type]
         purged = await rt.purge(finished_before=timedelta(days=1), state="completed", dry_run=True)  # type: ignore[arg-type]
         assert purged.runs == 0
+
+
+# -- a store given as something other than a URL or a Store ----------------------------
+
+
+@pytest.mark.parametrize("given", [None, 5, b"sqlite:///runs.db"], ids=["none", "int", "bytes"])
+async def test_a_store_that_is_neither_a_url_nor_a_store_is_a_configuration_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError, match=r"sqlite:///runs\.db"):
+        async with Runtime.open(given, plain_app(), **FAST):
+            pytest.fail("the runtime opened")
+    with pytest.raises(ConfigurationError, match=r"sqlite:///runs\.db"):
+        async with Client.open(given):
+            pytest.fail("the client opened")
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_path_given_for_a_store_url_names_the_url_to_give(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    with pytest.raises(ConfigurationError, match=f"sqlite:///{path}"):
+        async with Runtime.open(path, plain_app(), **FAST):  # type: ignore[arg-type]
+            pytest.fail("the runtime opened")
+    with pytest.raises(ConfigurationError, match=f"sqlite:///{path}"):
+        async with Client.open(path):  # type: ignore[arg-type]
+            pytest.fail("the client opened")
+    assert not path.exists()
+
+
+def test_a_client_made_from_a_url_or_a_wrong_app_says_how_to_open_one(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r"Client\.open"):
+        Client(f"sqlite:///{tmp_path / 'runs.db'}")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="app must be an App"):
+        Client(cast(Any, object()), app="payer")  # type: ignore[arg-type]
