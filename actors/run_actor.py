@@ -32,7 +32,13 @@ from leaseward.runtime.tools import ToolContext
 from leaseward.storage.crash_points import ARMED, crash_point
 from leaseward.storage.protocol import BatchItem
 
-__all__ = ["SETTLE_TIMEOUT_SECONDS", "RunActor", "RunSettings", "WriteInFlight"]
+__all__ = [
+    "SETTLE_TIMEOUT_SECONDS",
+    "CallRaisedCancelled",
+    "RunActor",
+    "RunSettings",
+    "WriteInFlight",
+]
 
 SETTLE_TIMEOUT_SECONDS = 10.0
 
@@ -62,6 +68,30 @@ class WriteInFlight:
     epoch: int
     tool: str
     call_id: str
+
+
+class CallRaisedCancelled(Exception):
+    """The call raised CancelledError, though nothing cancelled it: awaiting a task or
+    future of its own that something cancelled raises it so. It is the call's failure;
+    let through, it would cancel the task group of the application's Runtime."""
+
+    def __init__(self, raised: BaseException) -> None:
+        text = f": {raised}" if str(raised) else ""
+        super().__init__(
+            f"the call raised CancelledError, though nothing cancelled it{text}; a task or "
+            "future it awaited was cancelled"
+        )
+
+
+def _own_cancel(raised: BaseException) -> CallRaisedCancelled:
+    """``raised`` as the call's failure, or raised again when it is a cancel of this task
+    (a timeout, a lost lease, a stop), which asyncio counts until it is handled."""
+    task = asyncio.current_task()
+    if task is None or task.cancelling():
+        raise raised
+    failure = CallRaisedCancelled(raised)
+    failure.__cause__ = raised
+    return failure
 
 
 class RunActor:
@@ -436,12 +466,16 @@ class RunActor:
                 return returned(step.value)
         except Exception as exc:
             return raised(exc)
+        except asyncio.CancelledError as exc:
+            return raised(_own_cancel(exc))
         guard.deadline = deadline
         keeper.hold(lease, guard)
         try:
             return returned(await step)
         except Exception as exc:
             return raised(exc)
+        except asyncio.CancelledError as exc:
+            return raised(_own_cancel(exc))
         finally:
             keeper.release(lease)
             guard.deadline = math.inf

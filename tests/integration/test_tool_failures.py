@@ -4,10 +4,12 @@ a write that may have applied is never retried (G2)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from leaseward import (
@@ -183,3 +185,65 @@ async def test_a_call_that_may_be_made_again_and_timed_out_is_retried(
     status = StepStatus.STARTED if effect.is_write else StepStatus.FAILED
     assert (row.status, row.error, row.arguments) == (status, words, {"amount": 5})
     assert len(calls) == 1
+
+
+def cancelling_tool(effect: ToolEffect, calls: Calls) -> Any:
+    @tool(name="fetch", effect=effect)
+    async def fetch(ctx: ToolContext, amount: int) -> int:
+        calls.record(ctx, amount=amount)
+        # What awaiting a task or future that something else cancelled raises.
+        await anyio.lowlevel.checkpoint()
+        raise asyncio.CancelledError
+
+    return fetch
+
+
+@pytest.mark.parametrize(
+    ("effect", "reason"),
+    [
+        (ToolEffect.READ_ONLY, Reason.NOT_RETRYABLE),
+        (ToolEffect.IDEMPOTENT_WRITE, Reason.NOT_RETRYABLE),
+        (ToolEffect.NON_IDEMPOTENT_WRITE, Reason.INTERRUPTED_WRITE),
+    ],
+)
+async def test_a_call_that_raises_cancelled_error_itself_fails_its_run_not_the_runtime(
+    store_url: str, effect: ToolEffect, reason: Reason
+) -> None:
+    """Before, the CancelledError went up through the Runtime's task group: the
+    application's code inside `async with Runtime.open(...)` was cut off where it
+    awaited, without an exception, and the run was left running until reaped."""
+    calls = Calls()
+    after_the_wait: list[RunInfo] = []
+    async with Runtime.open(
+        store_url, agent_calling(cancelling_tool(effect, calls), {"amount": 5}), **FAST
+    ) as rt:
+        run_id = await rt.submit("worker", "go")
+        with anyio.fail_after(WAIT_SECONDS):
+            after_the_wait.append(await rt.wait(run_id))
+        journal = await rt.steps(run_id)
+    [run] = after_the_wait
+    words = "CallRaisedCancelled: the call raised CancelledError, though nothing cancelled it"
+    assert (run.state, run.reason, run.failure_class) == (
+        RunState.DEAD_LETTERED,
+        reason,
+        FailureClass.UNKNOWN,
+    )
+    assert run.error is not None and run.error.startswith(words)
+    assert the_call(journal).error == run.error
+    assert len(calls) == 1
+
+
+async def test_a_provider_that_raises_cancelled_error_itself_fails_its_run_not_the_runtime(
+    store_url: str,
+) -> None:
+    class Provider:
+        async def complete(self, request: Any) -> ProviderReply:
+            await anyio.lowlevel.checkpoint()
+            raise asyncio.CancelledError
+
+    app = App([Agent("worker", Provider())])
+    async with Runtime.open(store_url, app, **FAST) as rt:
+        with anyio.fail_after(WAIT_SECONDS):
+            run = await rt.wait(await rt.submit("worker", "go"))
+    assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.NOT_RETRYABLE)
+    assert run.error is not None and "CancelledError" in run.error
