@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager, nullcontext, suppress
 from datetime import timedelta
 from typing import Any
 
@@ -19,12 +19,13 @@ from leaseward.actors.reaper import Reaped
 from leaseward.actors.run_actor import RunSettings, WriteInFlight
 from leaseward.actors.supervisor import Supervisor, SupervisorSettings
 from leaseward.actors.tracing import TraceSettings
-from leaseward.client import Client, check_store_url, new_run
+from leaseward.client import WAIT_POLL_SECONDS, Client, check_store_url, new_run
 from leaseward.collector import collector_tuned
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import MAX_DURATION_SECONDS, Clock, SystemClock
+from leaseward.runtime.decisions import WAITING_STATES
 from leaseward.runtime.encoding import holdable
-from leaseward.runtime.errors import ConfigurationError
+from leaseward.runtime.errors import ConfigurationError, WaitTimeout
 from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunMode, RunState
@@ -275,7 +276,7 @@ class Runtime:
 
         With an ``idempotency_key`` that a run already has (from ``run`` or
         ``submit``, in any process), the agent is not run again: that run is
-        returned once it is finished, waited for if it is not yet. If that run
+        returned once it is finished or waits for a person, waited for until then. If that run
         was purged since, this raises RunPurged: it names the run, when it was
         purged and how it had ended, and the agent does not run again (its result
         is gone, and running it again could repeat its writes). A key already
@@ -297,10 +298,21 @@ class Runtime:
         if record.id != new.id:
             # Joined rather than refused: a retried request gets what the first one
             # gets. The wait ends even if that run's worker died: a reaper settles it.
-            return await self.wait(record.id)
+            return await self._finished_or_waiting(record.id)
         await self.supervisor.run_interactive(record, sent_at + settings.lease_seconds)
         self._wakeups.settled(record.id)
         return await self.get(record.id)
+
+    async def _finished_or_waiting(self, run_id: str) -> RunInfo:
+        """The run once it is finished or waits for a person, as ``run`` returns its own:
+        a retry must not wait days for a decision that the first call did not."""
+        while True:
+            info = await self.get(run_id)
+            if info.state.terminal or info.state in WAITING_STATES:
+                return info
+            # A settlement here wakes this at once; a park is seen at the next poll.
+            with suppress(WaitTimeout):
+                return await self.wait(run_id, timeout=WAIT_POLL_SECONDS)
 
     def stop_now(self) -> tuple[WriteInFlight, ...]:
         """Stop without waiting for writes: the second signal of a daemon.

@@ -390,6 +390,29 @@ async def test_interactive_run_returns_waiting_and_resumes_through_the_queue(
     assert len(executions(tmp_path)) == 1
 
 
+async def test_a_retried_run_with_its_key_returns_the_run_waiting_as_the_first_did(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Before, the retry waited for the person's decision, for days maybe, while the first
+    call had returned the run waiting at once."""
+    async with runtime(store_url, tmp_path) as rt:
+        first = await rt.run("payer", "now", idempotency_key="request-7")
+        assert first.state is WA
+        with anyio.fail_after(5):
+            again = await rt.run("payer", "now", idempotency_key="request-7")
+        assert (again.id, again.state) == (first.id, WA)
+        queued = await rt.submit("asker", "go", idempotency_key="request-8")
+        await until_state(rt.client, queued, WI)
+        with anyio.fail_after(5):
+            joined = await rt.run("asker", "go", idempotency_key="request-8")
+        assert (joined.id, joined.state) == (queued, WI)
+        await rt.approve(first.id)
+        with anyio.fail_after(WAIT_SECONDS):
+            done = await rt.run("payer", "now", idempotency_key="request-7")
+    assert (done.id, done.state) == (first.id, RunState.COMPLETED)
+    assert len(executions(tmp_path)) == 1
+
+
 async def test_a_request_outlives_a_restart_and_two_workers_execute_each_call_once(
     store_url: str, tmp_path: Path
 ) -> None:
