@@ -216,6 +216,23 @@ class Runtime:
             check_worker_id(worker_id)
         if recovery is not None and not isinstance(recovery, RecoveryPolicy):
             raise ConfigurationError(f"recovery must be a RecoveryPolicy, not {recovery!r}")
+        if metrics is not None and not isinstance(metrics, Metrics):
+            raise ConfigurationError(f"metrics must be a Metrics, not {metrics!r}")
+        if clock is not None and not all(
+            callable(getattr(clock, name, None)) for name in ("now", "monotonic")
+        ):
+            raise ConfigurationError(
+                f"clock must be a Clock (now() and monotonic()), such as SystemClock(), "
+                f"not {clock!r}"
+            )
+        for name, flag in (
+            ("group_commit", group_commit),
+            ("trace_content", trace_content),
+            ("tune_collector", tune_collector),
+        ):
+            if not isinstance(flag, bool):
+                # Taken for its truth, "no" would turn it on.
+                raise ConfigurationError(f"{name} must be True or False, not {flag!r}")
         margin = _margin(deadline_margin_seconds, lease_seconds)
         clock = clock or SystemClock()
         settings = SupervisorSettings(
