@@ -49,6 +49,14 @@ class ScriptedProvider:
         *,
         timeout_seconds: float = DEFAULT_PROVIDER_TIMEOUT_SECONDS,
     ) -> None:
+        if not callable(replies) and (
+            isinstance(replies, str | bytes) or not isinstance(replies, Sequence)
+        ):
+            # A string is a sequence too: each of its characters would be a turn's reply.
+            raise ConfigurationError(
+                f"a scripted provider's replies are a list, one reply per turn, or a "
+                f"function of the request, not {replies!r}"
+            )
         self._replies = replies
         self.timeout_seconds = timeout_seconds
         self.calls = 0
@@ -117,6 +125,11 @@ class Agent:
             raise ToolDefinitionError(
                 f"agent {name!r}: tools is a list, tools=[tool, ...], "
                 f"not one {type(tools).__name__}"
+            )
+        if not isinstance(instructions, str):
+            raise ConfigurationError(
+                f"agent {name!r}: instructions must be a string (the model reads them), "
+                f"not {instructions!r}"
             )
         self.name = name
         self.provider = provider

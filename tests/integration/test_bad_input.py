@@ -516,6 +516,21 @@ async def decorated(x: int) -> int:
             )
             for timeout in cast(list[float], [-1, 0, math.nan, "30", True])
         ),
+        (
+            lambda: Agent("x", ScriptedProvider([]), instructions=5),  # type: ignore[arg-type]
+            ConfigurationError,
+            "instructions must be a string",
+        ),
+        (
+            lambda: ScriptedProvider(None),  # type: ignore[arg-type]
+            ConfigurationError,
+            "replies",
+        ),
+        (
+            lambda: ScriptedProvider("done"),  # type: ignore[arg-type]
+            ConfigurationError,
+            "replies",
+        ),
     ],
     ids=[
         "app-of-one-agent",
@@ -524,6 +539,9 @@ async def decorated(x: int) -> int:
         "undecorated-function",
         "app-of-none",
         *(f"provider-timeout-{t}" for t in ("negative", "zero", "nan", "str", "bool")),
+        "instructions-int",
+        "scripted-replies-none",
+        "scripted-replies-str",
     ],
 )
 def test_an_app_built_wrong_is_refused_saying_how_to_build_it(
