@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ToolArguments",
+    "check_schema_fits",
     "schema_arguments",
     "signature_arguments",
     "strict_schema",
@@ -177,6 +178,49 @@ def signature_arguments(fn: Callable[..., Any]) -> ToolArguments:
     except (pydantic.PydanticUserError, TypeError, ValueError) as exc:
         raise ToolDefinitionError(_unusable(name, parameters, hints, exc)) from exc
     return _ModelArguments(schema, model, names)
+
+
+def check_schema_fits(fn: Callable[..., Any], schema: Mapping[str, Any]) -> None:
+    """Refuse a schema given for ``fn`` that lets the model send arguments ``fn`` cannot
+    take, or leave out one it needs. Its call would raise TypeError before its body ran,
+    yet a write that raised is taken for one that may have applied: its run would wait
+    for an operator over a definition error."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError) as exc:
+        raise ToolDefinitionError(
+            f"cannot read the signature of tool function {name!r}: {exc}"
+        ) from exc
+    if takes_context(fn):
+        parameters = parameters[1:]
+    by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    named = {p.name for p in parameters if p.kind in by_name}
+    required = set(schema.get("required", ()))
+    for parameter in parameters:
+        needed = parameter.default is inspect.Parameter.empty
+        if needed and parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
+            raise ToolDefinitionError(
+                f"tool function {name!r}: parameter {parameter.name!r} is positional-only, "
+                "but tool arguments are passed by name"
+            )
+        if needed and parameter.kind in by_name and parameter.name not in required:
+            raise ToolDefinitionError(
+                f"tool function {name!r} has no default for {parameter.name!r}: its schema "
+                f"requires {parameter.name!r}, or the function gives it a default"
+            )
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    for argument in sorted({*schema.get("properties", {}), *required} - named):
+        raise ToolDefinitionError(
+            f"tool function {name!r} takes no argument {argument!r}, which its schema names: "
+            "give it that parameter, or take **arguments"
+        )
+    if schema.get("additionalProperties", True) is not False or "patternProperties" in schema:
+        raise ToolDefinitionError(
+            f"tool function {name!r} takes only the arguments its schema names: set "
+            '"additionalProperties": false in the schema, or take **arguments'
+        )
 
 
 def _argument_parameters(

@@ -17,6 +17,7 @@ from leaseward.runtime.errors import ToolDefinitionError, ToolError
 from leaseward.runtime.results import EncodedResult, ResultEncoder, result_encoder
 from leaseward.runtime.schema import (
     ToolArguments,
+    check_schema_fits,
     schema_arguments,
     signature_arguments,
     takes_context,
@@ -138,6 +139,12 @@ def _check_description(description: Any, owner: str) -> None:
         )
 
 
+def _fitting_schema(function: ToolFunction, parameters: Mapping[str, Any]) -> ToolArguments:
+    arguments = schema_arguments(parameters)
+    check_schema_fits(function, arguments.schema)
+    return arguments
+
+
 def _approval(
     owner: str, requires: Any, timeout: Any
 ) -> tuple[bool | ApprovalPolicy, float | None]:
@@ -178,7 +185,9 @@ def _make_function_tool(
         effect=effect,
         timeout_seconds=_positive_timeout(tool_name, timeout_seconds),
         arguments=(
-            signature_arguments(function) if parameters is None else schema_arguments(parameters)
+            signature_arguments(function)
+            if parameters is None
+            else _fitting_schema(function, parameters)
         ),
         requires_approval=requires,
         approval_timeout_seconds=approval_timeout,

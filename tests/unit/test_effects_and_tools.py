@@ -159,6 +159,57 @@ def test_explicit_parameters_and_description() -> None:
     assert search.parameters["required"] == ["q"]
 
 
+QUERY = {"query": {"type": "string"}}
+
+
+@pytest.mark.parametrize(
+    ("schema", "fragment"),
+    [
+        # The model may send page; the call would raise TypeError, a write's run dead-lettered.
+        (
+            {
+                "type": "object",
+                "properties": {**QUERY, "page": {"type": "integer"}},
+                "required": ["query"],
+            },
+            "takes no argument 'page'",
+        ),
+        ({"type": "object", "properties": QUERY, "required": []}, "requires 'query'"),
+        (
+            {"type": "object", "properties": QUERY, "required": ["query"]},
+            "additionalProperties",
+        ),
+    ],
+    ids=["a-property-it-does-not-take", "its-parameter-not-required", "other-arguments-allowed"],
+)
+def test_a_schema_that_does_not_fit_the_function_is_refused(
+    schema: dict[str, Any], fragment: str
+) -> None:
+    async def search(ctx: ToolContext, query: str) -> None:
+        pass
+
+    with pytest.raises(ToolDefinitionError, match=fragment):
+        tool(parameters=schema)(search)
+
+
+def test_a_schema_that_fits_named_parameters_is_accepted() -> None:
+    async def search(ctx: ToolContext, query: str, page: int = 1) -> None:
+        pass
+
+    closed = {
+        "type": "object",
+        "properties": {**QUERY, "page": {"type": "integer"}},
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+    assert tool(parameters=closed)(search).parameters == closed
+
+    async def anything(ctx: ToolContext, query: str, **more: Any) -> None:
+        pass
+
+    tool(parameters={"type": "object", "properties": QUERY, "required": ["query"]})(anything)
+
+
 def test_a_sync_function_is_refused() -> None:
     def sync(ctx: ToolContext) -> None:
         pass
