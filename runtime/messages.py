@@ -121,7 +121,37 @@ def _shown(value: Any) -> str:
 
 
 def _tool_call_tuple(calls: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
-    return tuple(calls)
+    # A provider of one's own builds these: what it got wrong is said here, in its words,
+    # rather than by an AttributeError where the run first reads a call.
+    if isinstance(calls, str | bytes | Mapping) or not isinstance(calls, Iterable):
+        raise ProviderError(
+            f"the tool calls of a provider's reply are a list of ToolCall, not a "
+            f"{type(calls).__name__}: {_shown(calls)}"
+        )
+    given = tuple(calls)
+    for call in given:
+        if not isinstance(call, ToolCall):
+            raise ProviderError(
+                f"a tool call of a provider's reply is a {type(call).__name__}, not a "
+                f"ToolCall: {_shown(call)}"
+            )
+    return given
+
+
+def _reply_text(owner: Any, attribute: attrs.Attribute[str | None], value: Any) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ProviderError(
+            f"the text of a provider's reply is a {type(value).__name__}, not a string: "
+            f"{_shown(value)}"
+        )
+
+
+def _reply_usage(owner: Any, attribute: attrs.Attribute[Usage | None], value: Any) -> None:
+    if value is not None and not isinstance(value, Usage):
+        raise ProviderError(
+            f"the usage of a provider's reply is a {type(value).__name__}, not a Usage: "
+            f"{_shown(value)}"
+        )
 
 
 def _reasoning_tuple(blocks: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
@@ -253,9 +283,9 @@ class Usage:
 
 @attrs.frozen
 class ProviderReply:
-    text: str | None = None
+    text: str | None = attrs.field(default=None, validator=_reply_text)
     tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tool_call_tuple)
-    usage: Usage | None = None
+    usage: Usage | None = attrs.field(default=None, validator=_reply_usage)
     model: str | None = None
     """The model that answered, as the provider names it."""
     stop_reason: str | None = None

@@ -416,3 +416,24 @@ def test_reasoning_that_is_not_a_list_of_mappings_is_the_providers_error() -> No
     with pytest.raises(ProviderError) as raised:
         ProviderReply("x", reasoning=["thinking"])  # type: ignore[list-item]
     assert "a reasoning block from the provider is a str" in raised.value.message
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ({"tool_calls": [{"name": "lookup", "arguments": {}}]}, "a tool call .* is a dict"),
+        ({"tool_calls": "lookup"}, "tool calls .* a str"),
+        ({"tool_calls": None}, "tool calls .* a NoneType"),
+        ({"text": {"answer": 1}}, "text .* is a dict"),
+        ({"text": b"hi"}, "text .* is a bytes"),
+        ({"text": "d", "usage": {"input_tokens": 1}}, "usage .* is a dict"),
+    ],
+    ids=["call-dict", "calls-str", "calls-none", "text-dict", "text-bytes", "usage-dict"],
+)
+def test_a_reply_of_the_wrong_shape_is_a_provider_error_saying_what_is_wrong(
+    fields: dict[str, Any], fragment: str
+) -> None:
+    # Raised in the provider's complete(): the run ends not_retryable with these words,
+    # where before it ended over an AttributeError, or completed with a dict for its result.
+    with pytest.raises(ProviderError, match=fragment):
+        ProviderReply(**fields)
