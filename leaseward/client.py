@@ -131,6 +131,12 @@ def _check_text(name: str, value: Any) -> None:
         )
 
 
+def _check_flag(name: str, value: Any) -> None:
+    # Taken for its truth, "false" or "no" would do what it says not to.
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{name} must be True or False, not {value!r}")
+
+
 def default_operator() -> str:
     try:
         return getpass.getuser()
@@ -403,9 +409,7 @@ class Client:
         """
         if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
             raise InvalidInput(f"a step is a journal step number, not {step!r}")
-        if not isinstance(applied, bool):
-            # Taken for its truth, "no" or "false" would record a write as applied.
-            raise InvalidInput(f"applied must be True or False, not {applied!r}")
+        _check_flag("applied", applied)
         _check_text("operator", operator)
         _check_text("note", note)
         async with self._acting_on(run_id) as stored_id:
@@ -626,6 +630,8 @@ class Client:
         would be deleted. The idempotency key of a deleted run is kept, with how the
         run ended and when it was purged: only ``forget_keys`` deletes keys.
         """
+        _check_flag("include_dead_letters", include_dead_letters)
+        _check_flag("dry_run", dry_run)
         if not isinstance(finished_before, timedelta) or finished_before <= timedelta(0):
             raise InvalidInput(
                 f"finished_before must be a positive timedelta, not {finished_before!r}"
@@ -664,6 +670,7 @@ class Client:
         no client can still be retrying. The key of a run still stored is never
         forgotten. With ``dry_run`` nothing changes: the result counts the keys.
         """
+        _check_flag("dry_run", dry_run)
         if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
             raise InvalidInput(f"older_than must be a positive timedelta, not {older_than!r}")
         if isinstance(batch_keys, bool) or not isinstance(batch_keys, int) or batch_keys < 1:

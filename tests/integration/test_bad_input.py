@@ -788,6 +788,22 @@ WRONG_KIND: list[Any] = [
         "state",
         id="purge-state",
     ),
+    # Taken for its truth, "false" would delete the dead letters an operator waits on.
+    pytest.param(
+        lambda c: c.purge(finished_before=timedelta(days=1), include_dead_letters="false"),
+        "include_dead_letters",
+        id="purge-include-str",
+    ),
+    pytest.param(
+        lambda c: c.purge(finished_before=timedelta(days=1), dry_run=0),
+        "dry_run",
+        id="purge-dry-run-int",
+    ),
+    pytest.param(
+        lambda c: c.forget_keys(older_than=timedelta(days=1), dry_run="no"),
+        "dry_run",
+        id="forget-dry-run-str",
+    ),
 ]
 
 
