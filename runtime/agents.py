@@ -10,7 +10,7 @@ from leaseward.runtime.encoding import holdable
 from leaseward.runtime.errors import ConfigurationError, ToolDefinitionError, UnknownAgent
 from leaseward.runtime.messages import ModelSettings, ProviderReply, ProviderRequest, Role, ToolSpec
 from leaseward.runtime.tool_sources import ListedTool, ToolSource
-from leaseward.runtime.tools import Tool, ToolSet
+from leaseward.runtime.tools import Tool, ToolSet, is_approval_timeout
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
@@ -108,13 +108,12 @@ class Agent:
             raise ConfigurationError(f"agent {name!r}: the provider has no async complete()")
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ConfigurationError(f"agent {name!r}: max_steps must be a positive integer")
-        if approval_timeout_seconds is not None and (
-            isinstance(approval_timeout_seconds, bool)
-            or not isinstance(approval_timeout_seconds, int | float)
-            or not approval_timeout_seconds > 0
+        if approval_timeout_seconds is not None and not is_approval_timeout(
+            approval_timeout_seconds
         ):
             raise ConfigurationError(
-                f"agent {name!r}: approval_timeout_seconds must be a positive number or None"
+                f"agent {name!r}: approval_timeout_seconds must be a positive number of "
+                f"seconds, at most a year, or None, not {approval_timeout_seconds!r}"
             )
         if model_settings is not None and not isinstance(model_settings, ModelSettings):
             raise ConfigurationError(

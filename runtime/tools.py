@@ -11,6 +11,7 @@ import attrs
 import msgspec
 import structlog
 
+from leaseward.runtime.clock import MAX_DURATION_SECONDS
 from leaseward.runtime.effects import ToolEffect, declared_effect
 from leaseward.runtime.encoding import holdable
 from leaseward.runtime.errors import ToolDefinitionError, ToolError
@@ -34,6 +35,7 @@ __all__ = [
     "ToolSet",
     "ask_human",
     "bind_tool",
+    "is_approval_timeout",
     "tool",
 ]
 
@@ -145,6 +147,14 @@ def _fitting_schema(function: ToolFunction, parameters: Mapping[str, Any]) -> To
     return arguments
 
 
+def is_approval_timeout(value: Any) -> bool:
+    """Whether ``value`` can time a request for approval: a positive number of seconds, at
+    most a year. Its expiry is stored as a time, in JSON too: infinity could not be, and
+    a call that needed approval then could never park."""
+    number = not isinstance(value, bool) and isinstance(value, int | float)
+    return number and 0 < value <= MAX_DURATION_SECONDS
+
+
 def _approval(
     owner: str, requires: Any, timeout: Any
 ) -> tuple[bool | ApprovalPolicy, float | None]:
@@ -155,7 +165,12 @@ def _approval(
         )
     if timeout is None:
         return requires, None
-    return requires, _positive_timeout(owner, timeout, "approval_timeout_seconds")
+    if not is_approval_timeout(timeout):
+        raise ToolDefinitionError(
+            f"tool {owner!r}: approval_timeout_seconds must be a positive number of seconds, "
+            f"at most {MAX_DURATION_SECONDS:.0f} (a year), or None, not {timeout!r}"
+        )
+    return requires, float(timeout)
 
 
 def _make_function_tool(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -203,6 +204,15 @@ def test_class_tools_declare_approval_as_attributes() -> None:
         ({"requires_approval": "yes"}, "requires_approval must be"),
         ({"requires_approval": True, "approval_timeout_seconds": 0}, "approval_timeout_seconds"),
         ({"requires_approval": True, "approval_timeout_seconds": True}, "approval_timeout_seconds"),
+        # Its expiry is stored as JSON and a time: infinity parked no run, a year more is a slip.
+        (
+            {"requires_approval": True, "approval_timeout_seconds": math.inf},
+            "approval_timeout_seconds",
+        ),
+        (
+            {"requires_approval": True, "approval_timeout_seconds": 2 * 365 * 24 * 3600},
+            "approval_timeout_seconds",
+        ),
     ],
 )
 def test_a_bad_approval_declaration_is_refused_when_the_tool_is_made(
@@ -229,5 +239,6 @@ def test_an_agent_gives_its_tools_an_approval_timeout() -> None:
     provider = ScriptedProvider([])
     assert Agent("a", provider).approval_timeout_seconds is None
     assert Agent("a", provider, approval_timeout_seconds=30).approval_timeout_seconds == 30.0
-    with pytest.raises(ConfigurationError, match="approval_timeout_seconds"):
-        Agent("a", provider, approval_timeout_seconds=-1)
+    for wrong in (-1, math.inf, math.nan, 1e12):
+        with pytest.raises(ConfigurationError, match="approval_timeout_seconds"):
+            Agent("a", provider, approval_timeout_seconds=wrong)
