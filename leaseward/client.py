@@ -39,7 +39,13 @@ from leaseward.runtime.errors import (
 from leaseward.runtime.human_requests import Decision, HumanRequest
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
-from leaseward.runtime.listing import RunCursor, RunListing, check_limit, member_of
+from leaseward.runtime.listing import (
+    RunCursor,
+    RunListing,
+    check_count,
+    check_limit,
+    member_of,
+)
 from leaseward.runtime.messages import Usage
 from leaseward.runtime.retention import ForgetKeysResult, PurgeResult
 from leaseward.runtime.runs import NewRun, RunInfo, RunRecord, check_idempotency_key
@@ -407,8 +413,8 @@ class Client:
         with OtherCallInterrupted instead of landing on a call nobody checked; an
         operator who looked the call up should always give it.
         """
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-            raise InvalidInput(f"a step is a journal step number, not {step!r}")
+        if step is not None:
+            check_count("step, a journal step number,", step, least=0)
         _check_flag("applied", applied)
         _check_text("operator", operator)
         _check_text("note", note)
@@ -643,8 +649,7 @@ class Client:
             raise InvalidInput(
                 "dead-lettered runs wait for an operator: purging them needs include_dead_letters"
             )
-        if isinstance(batch_runs, bool) or not isinstance(batch_runs, int) or batch_runs < 1:
-            raise InvalidInput(f"batch_runs must be a positive integer, not {batch_runs!r}")
+        check_count("batch_runs", batch_runs)
         states = (
             [state]
             if state is not None
@@ -673,8 +678,7 @@ class Client:
         _check_flag("dry_run", dry_run)
         if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
             raise InvalidInput(f"older_than must be a positive timedelta, not {older_than!r}")
-        if isinstance(batch_keys, bool) or not isinstance(batch_keys, int) or batch_keys < 1:
-            raise InvalidInput(f"batch_keys must be a positive integer, not {batch_keys!r}")
+        check_count("batch_keys", batch_keys)
         return await self._store.forget_keys(
             older_than.total_seconds(), dry_run=dry_run, batch_keys=batch_keys
         )

@@ -21,9 +21,11 @@ from leaseward.runtime.runs import RunInfo
 __all__ = [
     "EARLIEST_MOMENT",
     "LATEST_MOMENT",
+    "MAX_COUNT",
     "MAX_CURSOR_CHARS",
     "RunCursor",
     "RunListing",
+    "check_count",
     "check_limit",
     "member_of",
 ]
@@ -121,16 +123,24 @@ def _mode(value: Any) -> RunMode | None:
     return member_of(RunMode, "mode", value)
 
 
+MAX_COUNT = 2**63 - 1
+"""The largest count a store takes (a 64-bit integer): past it, each driver refuses it."""
+
+
+def check_count(name: str, value: Any, *, least: int = 1) -> None:
+    """Refuse a count (a limit, a batch, a step) that is no integer from ``least`` to
+    MAX_COUNT: a store would return nothing for 0 or less, or fail on text or past it."""
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_COUNT:
+        kind = "a positive integer" if least == 1 else f"an integer, {least} or more,"
+        raise InvalidInput(f"{name} must be {kind} at most 2**63 - 1, not {value!r}")
+
+
 def check_limit(value: Any) -> None:
-    """Refuse a page size that is not a positive integer: a store would return nothing
-    for 0 or less, or fail on text."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInput(f"limit must be a positive integer, not {value!r}")
+    check_count("limit", value)
 
 
 def _positive(owner: Any, attribute: attrs.Attribute[int], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInput(f"{attribute.name} must be a positive integer, not {value!r}")
+    check_count(attribute.name, value)
 
 
 def _moment(owner: Any, attribute: attrs.Attribute[float | None], value: Any) -> None:

@@ -783,6 +783,22 @@ WRONG_KIND: list[Any] = [
     pytest.param(lambda c: c.approvals(limit=0), "limit", id="approvals-zero"),
     pytest.param(lambda c: c.approvals(limit="10"), "limit", id="approvals-str"),
     pytest.param(lambda c: c.approvals(limit=True), "limit", id="approvals-bool"),
+    # Past a 64-bit integer, each store's driver refused it in words of its own.
+    pytest.param(lambda c: c.approvals(limit=2**63), "limit", id="approvals-huge"),
+    pytest.param(lambda c: c.runs(limit=2**63), "limit", id="runs-huge"),
+    pytest.param(
+        lambda c: c.resolve("x", applied=True, step=2**63), "step", id="resolve-huge-step"
+    ),
+    pytest.param(
+        lambda c: c.purge(finished_before=timedelta(days=1), batch_runs=2**63),
+        "batch_runs",
+        id="purge-huge-batch",
+    ),
+    pytest.param(
+        lambda c: c.forget_keys(older_than=timedelta(days=1), batch_keys=2**63),
+        "batch_keys",
+        id="forget-huge-batch",
+    ),
     pytest.param(
         lambda c: c.purge(finished_before=timedelta(days=1), state="done"),
         "state",
