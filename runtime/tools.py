@@ -311,12 +311,28 @@ class BoundTool:
 
 async def _call_function(tool: FunctionTool, ctx: ToolContext, checked: Mapping[str, Any]) -> Any:
     if tool.takes_context:
-        return await tool.function(ctx, **checked)
-    return await tool.function(**checked)
+        return _awaited(tool.name, await tool.function(ctx, **checked))
+    return _awaited(tool.name, await tool.function(**checked))
 
 
 async def _call_tool(candidate: Tool, ctx: ToolContext, checked: Mapping[str, Any]) -> Any:
-    return await candidate(ctx, **checked)
+    return _awaited(candidate.name, await candidate(ctx, **checked))
+
+
+def _awaited(name: str, result: Any) -> Any:
+    """``result``, unless it is an awaitable the tool forgot to await: taken for a result
+    that is not JSON, a write's call would be journaled as succeeded, its effect never
+    made. Raised, the call failed; a write's, which may have done something before it
+    returned, waits for an operator as after any exception."""
+    if not inspect.isawaitable(result):
+        return result
+    if inspect.iscoroutine(result):
+        # It will never run: closed, it does not warn that it was never awaited.
+        result.close()
+    raise ToolDefinitionError(
+        f"tool {name!r} returned a {type(result).__name__} instead of its result: an await "
+        "is missing in it"
+    )
 
 
 def bind_tool(candidate: Any) -> BoundTool:

@@ -247,3 +247,33 @@ async def test_a_provider_that_raises_cancelled_error_itself_fails_its_run_not_t
             run = await rt.wait(await rt.submit("worker", "go"))
     assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.NOT_RETRYABLE)
     assert run.error is not None and "CancelledError" in run.error
+
+
+@pytest.mark.parametrize(
+    ("effect", "reason", "status"),
+    [
+        (ToolEffect.READ_ONLY, Reason.NOT_RETRYABLE, StepStatus.FAILED),
+        (ToolEffect.NON_IDEMPOTENT_WRITE, Reason.INTERRUPTED_WRITE, StepStatus.STARTED),
+    ],
+)
+async def test_a_tool_that_returns_a_coroutine_it_forgot_to_await_fails_its_call(
+    store_url: str, effect: ToolEffect, reason: Reason, status: StepStatus
+) -> None:
+    """Before, the coroutine was taken for a result that is not JSON: a write was journaled
+    succeeded and the model told the charge went through, though it never ran."""
+    charged: list[int] = []
+
+    async def psp_charge(amount: int) -> dict[str, str]:
+        charged.append(amount)
+        return {"id": "ch_1"}
+
+    @tool(name="charge", effect=effect)
+    async def charge(ctx: ToolContext, amount: int) -> Any:
+        return psp_charge(amount)
+
+    run, journal = await run_once(store_url, agent_calling(charge, {"amount": 5}))
+    words = "tool 'charge' returned a coroutine instead of its result: an await is missing in it"
+    assert (run.state, run.reason) == (RunState.DEAD_LETTERED, reason)
+    assert run.error is not None and words in run.error
+    assert the_call(journal).status is status
+    assert charged == []
