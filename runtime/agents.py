@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -106,6 +107,13 @@ class Agent:
             )
         if not isinstance(provider, Provider):
             raise ConfigurationError(f"agent {name!r}: the provider has no async complete()")
+        complete = provider.complete
+        if inspect.isroutine(complete) and not inspect.iscoroutinefunction(complete):
+            # Its reply could not be awaited: every run of the agent would fail on it.
+            raise ConfigurationError(
+                f"agent {name!r}: the provider's complete() must be async: "
+                "async def complete(self, request)"
+            )
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ConfigurationError(f"agent {name!r}: max_steps must be a positive integer")
         if approval_timeout_seconds is not None and not is_approval_timeout(

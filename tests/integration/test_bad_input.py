@@ -486,6 +486,13 @@ async def decorated(x: int) -> int:
     return x
 
 
+class SyncProvider:
+    """Every run of its agent would fail: its reply cannot be awaited."""
+
+    def complete(self, request: ProviderRequest) -> ProviderReply:
+        return ProviderReply(text="done")
+
+
 @pytest.mark.parametrize(
     ("build", "error", "fragment"),
     # mypy refuses the first three; code that is not type-checked reaches the runtime.
@@ -522,6 +529,11 @@ async def decorated(x: int) -> int:
             "instructions must be a string",
         ),
         (
+            lambda: Agent("x", SyncProvider()),  # type: ignore[arg-type]
+            ConfigurationError,
+            r"complete\(\) must be async",
+        ),
+        (
             lambda: ScriptedProvider(None),  # type: ignore[arg-type]
             ConfigurationError,
             "replies",
@@ -540,6 +552,7 @@ async def decorated(x: int) -> int:
         "app-of-none",
         *(f"provider-timeout-{t}" for t in ("negative", "zero", "nan", "str", "bool")),
         "instructions-int",
+        "sync-provider",
         "scripted-replies-none",
         "scripted-replies-str",
     ],
