@@ -479,11 +479,13 @@ class Runtime:
     async def wait(self, run_id: str, timeout: float | None = None) -> RunInfo:
         """Wait until the run is terminal (see ``Client.wait``); a run this runtime
         settles wakes its waiters at once."""
+        self._writer.check_loop()
         return await self.client.wait(run_id, timeout)
 
     async def wait_all(self, run_ids: Sequence[str], timeout: float | None = None) -> list[RunInfo]:
         """Wait until every one of the runs is terminal (see ``Client.wait_all``); their
         infos, in the order given."""
+        self._writer.check_loop()
         return await self.client.wait_all(run_ids, timeout)
 
     async def workers(self) -> list[WorkerInfo]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Protocol
 
 from leaseward.actors.supervisor import Supervisor
-from leaseward.runtime.errors import LeasewardError, RuntimeClosed
+from leaseward.runtime.errors import ConfigurationError, LeasewardError, RuntimeClosed
 from leaseward.runtime.runs import NewRun, RunRecord
 from leaseward.storage.protocol import CancelOutcome, Store, WriteBatch
 
@@ -46,11 +47,24 @@ class SupervisorWriter:
 
     def __init__(self, supervisor: Supervisor) -> None:
         self._supervisor = supervisor
+        self._loop = asyncio.get_running_loop()
         self.closed = False
+
+    def check_loop(self) -> None:
+        """Raise ConfigurationError when called from another event loop than the one the
+        Runtime runs on: its actors would answer there a future of this loop, which
+        asyncio does not allow, and its waiters would wait on that loop's events."""
+        if asyncio.get_running_loop() is not self._loop:
+            raise ConfigurationError(
+                "this Runtime runs on the event loop that opened it, not on this one: "
+                "from another thread, hand it the call with "
+                "asyncio.run_coroutine_threadsafe(rt.submit(...), its_loop)"
+            )
 
     def check_open(self) -> None:
         """Raise RuntimeClosed once the Runtime was left: its Persister stops, and a
         request sent to it then would wait for an answer forever."""
+        self.check_loop()
         if self.closed:
             raise RuntimeClosed(
                 "this Runtime is closed: its `async with Runtime.open(...)` block was left, "

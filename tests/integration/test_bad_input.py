@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import math
 import sqlite3
@@ -891,3 +892,36 @@ def test_a_client_made_from_a_url_or_a_wrong_app_says_how_to_open_one(tmp_path: 
         Client(f"sqlite:///{tmp_path / 'runs.db'}")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="app must be an App"):
         Client(cast(Any, object()), app="payer")  # type: ignore[arg-type]
+
+
+async def test_a_runtime_called_from_another_event_loop_says_where_to_call_it(
+    store_url: str,
+) -> None:
+    """Before, a submit from another thread's loop answered a future of that loop from
+    this one, which asyncio does not allow, and a wait failed on a foreign future."""
+    async with Runtime.open(store_url, plain_app(), **FAST) as rt:
+        run_id = await rt.submit("echo", 1)
+        raised: dict[str, BaseException] = {}
+
+        def elsewhere() -> None:
+            async def calls() -> None:
+                for name, call in (
+                    ("submit", lambda: rt.submit("echo", 2)),
+                    ("run", lambda: rt.run("echo", 3)),
+                    ("cancel", lambda: rt.cancel(run_id)),
+                    ("wait", lambda: rt.wait(run_id, timeout=1)),
+                    ("wait_all", lambda: rt.wait_all([run_id], timeout=1)),
+                ):
+                    try:
+                        await asyncio.wait_for(call(), 5)
+                    except BaseException as exc:
+                        raised[name] = exc
+
+            asyncio.run(calls())
+
+        await anyio.to_thread.run_sync(elsewhere)
+        assert [r.id for r in await rt.runs()] == [run_id]
+    assert set(raised) == {"submit", "run", "cancel", "wait", "wait_all"}
+    for exc in raised.values():
+        assert isinstance(exc, ConfigurationError), exc
+        assert "run_coroutine_threadsafe" in exc.message
