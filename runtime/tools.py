@@ -263,6 +263,12 @@ def tool(
             approval_timeout_seconds=approval_timeout_seconds,
         )
 
+    if isinstance(function, ToolEffect):
+        raise ToolDefinitionError(
+            f"a tool's effect is given by name: @tool(effect=ToolEffect.{function.name})"
+        )
+    if isinstance(function, str):
+        raise ToolDefinitionError(f"a tool's name is given by name: @tool(name={function!r})")
     return decorate(function) if function is not None else decorate
 
 

@@ -218,10 +218,24 @@ def test_a_sync_function_is_refused() -> None:
         tool(sync)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("not_a_function", [5, None.__class__, object(), "charge"])
+@pytest.mark.parametrize("not_a_function", [5, None.__class__, object()])
 def test_something_that_is_no_function_is_refused_as_no_tool(not_a_function: Any) -> None:
     with pytest.raises(ToolDefinitionError, match="must be an async function"):
         tool(not_a_function)
+
+
+@pytest.mark.parametrize(
+    ("first", "fragment"),
+    [
+        (ToolEffect.NON_IDEMPOTENT_WRITE, r"@tool\(effect=ToolEffect\.NON_IDEMPOTENT_WRITE\)"),
+        ("charge", r"@tool\(name='charge'\)"),
+    ],
+)
+def test_an_effect_or_a_name_given_first_says_to_name_it(first: Any, fragment: str) -> None:
+    # Before, the effect or the name was taken for the function: an AttributeError, or a
+    # tool "not an async function".
+    with pytest.raises(ToolDefinitionError, match=fragment):
+        tool(first)
 
 
 @pytest.mark.parametrize(
