@@ -233,6 +233,13 @@ def _argument_parameters(
             f"cannot read the signature of tool function {name!r}: {exc}"
         ) from exc
     parameters = list(signature.parameters.values())
+    if parameters and parameters[0].name == "self" and inspect.isfunction(fn):
+        # Decorated in its class body, a method is a plain function there: self would be
+        # taken for an argument the model sends.
+        raise ToolDefinitionError(
+            f"tool function {name!r} is a method: make the tool from the bound method, "
+            "tool(effect=...)(instance.method), once there is an instance"
+        )
     for parameter in parameters:
         if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             stars = "*" if parameter.kind is inspect.Parameter.VAR_POSITIONAL else "**"

@@ -224,6 +224,21 @@ def test_something_that_is_no_function_is_refused_as_no_tool(not_a_function: Any
         tool(not_a_function)
 
 
+def test_a_method_decorated_in_its_class_says_to_make_the_tool_from_the_bound_method() -> None:
+    with pytest.raises(ToolDefinitionError, match=r"a method: make the tool from the bound"):
+
+        class Payments:
+            @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+            async def charge(self, ctx: ToolContext, amount: int) -> None:
+                pass
+
+    class Service:
+        async def charge(self, ctx: ToolContext, amount: int) -> None:
+            pass
+
+    assert tool(Service().charge).parameters["required"] == ["amount"]
+
+
 @pytest.mark.parametrize(
     ("first", "fragment"),
     [
