@@ -123,14 +123,20 @@ def _shown(value: Any) -> str:
 def _tool_call_tuple(calls: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
     # A provider of one's own builds these: what it got wrong is said here, in its words,
     # rather than by an AttributeError where the run first reads a call.
-    if isinstance(calls, str | bytes | Mapping) or not isinstance(calls, Iterable):
+    kind = type(calls)
+    # A tuple or a list, nearly always: the ABCs' checks are for what else comes.
+    if (
+        kind is not tuple
+        and kind is not list
+        and (isinstance(calls, str | bytes | Mapping) or not isinstance(calls, Iterable))
+    ):
         raise ProviderError(
             f"the tool calls of a provider's reply are a list of ToolCall, not a "
             f"{type(calls).__name__}: {_shown(calls)}"
         )
     given = tuple(calls)
     for call in given:
-        if not isinstance(call, ToolCall):
+        if type(call) is not ToolCall and not isinstance(call, ToolCall):
             raise ProviderError(
                 f"a tool call of a provider's reply is a {type(call).__name__}, not a "
                 f"ToolCall: {_shown(call)}"
