@@ -255,29 +255,39 @@ class Client:
         except RunPurged as purged:
             return purged.run_id
         except CommitOutcomeUnknown as lost:
-            record = await self._stored_despite(lost, new)
+            record = await self._stored_despite(lost, [new])
         if record.id == new.id:
             self._writer.queued()
         return record.id
 
-    async def _stored_despite(self, lost: CommitOutcomeUnknown, new: NewRun) -> RunRecord:
-        """The run a submit whose answer was lost stored, read back by its id. A run not
+    async def _stored_despite(
+        self, lost: CommitOutcomeUnknown, runs: Sequence[NewRun]
+    ) -> RunRecord:
+        """The first of the runs a submit whose answer was lost stored, read back by its
+        id: they were written in one transaction, so it stands for all of them. A run not
         found may still be on its way in (its COMMIT may land after the read), so that
-        is no proof of nothing stored: the error names the run to look up."""
+        is no proof of nothing stored: the error names the runs to look up."""
+        first = runs[0]
         try:
-            record = await self._store.get_run(new.id)
+            record = await self._store.get_run(first.id)
         except LeasewardError:
             record = None
         if record is not None:
             return record
+        if len(runs) > 1:
+            raise CommitOutcomeUnknown(
+                f"the store's answer to submit_many was lost ({lost.message}): its "
+                f"{len(runs)} runs, {first.id} to {runs[-1].id}, may be queued, all or "
+                f"none; look {first.id} up before you submit them again"
+            ) from lost
         retry = (
             "submit again with the same idempotency key, which queues it at most once"
-            if new.idempotency_key is not None
+            if first.idempotency_key is not None
             else "look it up before you submit again"
         )
         raise CommitOutcomeUnknown(
             f"the store's answer to the submit was lost ({lost.message}): "
-            f"run {new.id} may be queued; {retry}"
+            f"run {first.id} may be queued; {retry}"
         ) from lost
 
     async def run_id_for_key(self, idempotency_key: str) -> str | None:
@@ -295,6 +305,10 @@ class Client:
         Every input is checked before anything is stored: one that is not JSON (or
         too large) raises InvalidInput and queues nothing, as does one input given
         in place of the collection (a string, bytes or a mapping).
+
+        A write whose commit went unanswered (CommitOutcomeUnknown) reads its first run
+        back and returns the ids if it was stored; otherwise the error names the runs
+        that may be queued.
         """
         if isinstance(inputs, str | bytes | bytearray | Mapping):
             # Iterated, it would queue a run per character, byte or key.
@@ -309,7 +323,11 @@ class Client:
         runs = [new_run(agent, input, RunMode.QUEUED, app=self._app) for input in inputs]
         if not runs:
             return []
-        ids = [unwrap(result).id for result in await self._writer.create_runs(runs)]
+        try:
+            ids = [unwrap(result).id for result in await self._writer.create_runs(runs)]
+        except CommitOutcomeUnknown as lost:
+            await self._stored_despite(lost, runs)
+            ids = [run.id for run in runs]
         self._writer.queued()
         return ids
 

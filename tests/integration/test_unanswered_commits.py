@@ -257,6 +257,40 @@ async def test_a_submit_whose_answer_was_lost_returns_the_run_it_stored(store_ur
         await store.aclose()
 
 
+async def test_a_submit_many_whose_answer_was_lost_returns_the_runs_it_stored(
+    store_url: str,
+) -> None:
+    store, executor = await faulty_store(store_url)
+    try:
+        executor.inject(query("insert_runs"), lose_answer(), times=1)
+        run_ids = await Client(store).submit_many("payer", ["a", "b", "c"])
+        stored = sorted(run.id for run in await Client(store).runs())
+    finally:
+        await store.aclose()
+    assert len(run_ids) == 3
+    assert stored == sorted(run_ids)
+
+
+async def test_a_submit_many_whose_answer_was_lost_and_that_stored_nothing_names_its_runs(
+    store_url: str,
+) -> None:
+    store, executor = await faulty_store(store_url)
+
+    async def lost_before_commit(statement: Statement) -> None:
+        raise CommitOutcomeUnknown("injected: the connection went before the COMMIT")
+
+    try:
+        executor.inject(query("insert_runs"), lost_before_commit, times=1)
+        with pytest.raises(CommitOutcomeUnknown) as raised:
+            await Client(store).submit_many("payer", ["a", "b"])
+        assert await Client(store).runs() == []
+    finally:
+        await store.aclose()
+    said = raised.value.message
+    assert "the connection went before the COMMIT" in said, said
+    assert re.search(r"its 2 runs, [0-9a-f-]{36} to [0-9a-f-]{36}, may be queued", said), said
+
+
 async def test_a_submit_whose_answer_was_lost_and_that_stored_nothing_names_its_run(
     store_url: str,
 ) -> None:
