@@ -12,7 +12,6 @@ from typing import Any, TextIO, cast
 import anyio
 import anyio.abc
 import attrs
-import httpx2
 import mcp.types as mcp_types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -253,7 +252,8 @@ class ServerConnection:
                     yield streams
             return
 
-        async def answered(response: httpx2.Response) -> None:
+        # The SDK's HTTP client (httpx2, the SDK's own dependency): only the status is read.
+        async def answered(response: Any) -> None:
             if response.status_code >= 400:
                 opening.http_error = f"{response.status_code} {response.reason_phrase}".strip()
 
