@@ -177,12 +177,12 @@ def _cursor(owner: Any, attribute: attrs.Attribute[RunCursor | None], value: Any
 @attrs.frozen
 class RunListing:
     """Which runs a page lists: newest first (by ``created_at``, then ``id``), up to
-        ``limit``, matching every filter given (None leaves a filter out).
+    ``limit``, matching every filter given (None leaves a filter out).
 
-        ``created_after`` and ``created_before`` (store clock seconds) bound a half-open
-        range: created at or after the one, before the other. ``search`` is a run id or an
-        idempotency key, matched exactly. ``after`` is ``RunCursor.of`` the last run of the
-        previous page. ``state``, ``reason`` and ``mode`` may be given by their values
+    ``created_after`` and ``created_before`` (store clock seconds) bound a half-open
+    range: created at or after the one, before the other. ``search`` is a run id or an
+    idempotency key, matched exactly. ``after`` is ``RunCursor.of`` the last run of the
+    previous page. ``state``, ``reason`` and ``mode`` may be given by their values
     ("queued"). A value of the wrong kind raises InvalidInput.
     """
 
