@@ -239,26 +239,31 @@ class RunActor:
             action = commands[-1]
             if len(commands) > 1:
                 self._observe(commands)
-            if isinstance(action, m.Stop):
-                self.settlement = action.settlement
-                return None
-            if isinstance(action, m.Settle) and not self._settling:
-                self._settling = True
-                with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS, shield=True):
-                    await self._drive((action,))
-                return None
-            event: m.MachineEvent
-            if isinstance(action, m.CheckAdmission):
+            if type(action) is m.CheckAdmission:
                 # A stop that came since the run's last await takes effect here, before
                 # the call starts: one that landed while the intent was on its way (its
                 # commit is shielded), or while the answer that woke the run was
                 # already there (a reap's cancel, which waits for the next await).
                 await anyio.lowlevel.checkpoint_if_cancelled()
-                event = m.AdmissionCheck(now=self._clock.monotonic(), wall=self._clock.now())
-            elif isinstance(action, m.Commit):
+                # Nothing else ran since the last event: no news to see, and a cancel
+                # of the guard would have been raised by the checkpoint.
+                commands = self._answered(
+                    m.AdmissionCheck(now=self._clock.monotonic(), wall=self._clock.now())
+                )
+                continue
+            event: m.MachineEvent
+            if isinstance(action, m.Commit):
+                if isinstance(action, m.Settle) and not self._settling:
+                    self._settling = True
+                    with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS, shield=True):
+                        await self._drive((action,))
+                    return None
                 event = await self._commit(action, guard)
                 if self._under_way is not None:
                     self._set_under_way()
+            elif isinstance(action, m.Stop):
+                self.settlement = action.settlement
+                return None
             else:
                 event = await self._carry_out(action, guard)
             commands = self._fed(event)
@@ -266,8 +271,12 @@ class RunActor:
                 return commands
 
     def _fed(self, event: m.MachineEvent) -> Sequence[m.Command]:
-        """The machine's answer to ``event``."""
+        """The machine's answer to ``event``, which came after other tasks had their turn."""
         self._see_news()
+        return self._answered(event)
+
+    def _answered(self, event: m.MachineEvent) -> Sequence[m.Command]:
+        """The machine's answer to ``event``, news already seen."""
         commands = self._machine.feed(event)
         # G13: a call with a durable intent is shielded; only cut_off() stops it.
         shielded = self._machine.protecting is not None and not self._cut_off
