@@ -337,24 +337,20 @@ class RunActor:
 
     async def _carry_out(self, action: m.Command, guard: anyio.CancelScope) -> m.MachineEvent:
         if isinstance(action, m.AskProvider):
-            request, began = action.request, self._clock.monotonic()
-            self._trace.asking(request)
+            if not self._recording:
+                # With no span of the attempt's recording, none of the call's would.
+                return await self._ask(action, guard)
+            self._trace.asking(action.request)
             entered = self._trace.entered()
             try:
-                replied = await self._guarded(
-                    lambda: self._agent.provider.complete(request),
-                    action.timeout_seconds,
-                    guard,
-                    lambda reply: m.ProviderReplied(
-                        reply, round((self._clock.monotonic() - began) * 1000, 1)
-                    ),
-                    m.ProviderFailed,
-                )
+                replied = await self._ask(action, guard)
             finally:
                 self._trace.left(entered)
             self._trace.answered(replied)
             return replied
         if isinstance(action, m.CallTool):
+            if not self._recording:
+                return await self._call(action, guard)
             self._trace.calling(action)
             entered = self._trace.entered()
             try:
@@ -408,7 +404,21 @@ class RunActor:
             keeper.release_commit(lease)
             self._see_renewals()
 
-    async def _call(self, action: m.CallTool, guard: anyio.CancelScope) -> m.MachineEvent:
+    def _ask(self, action: m.AskProvider, guard: anyio.CancelScope) -> Awaitable[m.MachineEvent]:
+        """The provider's answer to ``action``, as an event: not a coroutine, so that the
+        commonest action has no frame of its own."""
+        request, began = action.request, self._clock.monotonic()
+        return self._guarded(
+            lambda: self._agent.provider.complete(request),
+            action.timeout_seconds,
+            guard,
+            lambda reply: m.ProviderReplied(
+                reply, round((self._clock.monotonic() - began) * 1000, 1)
+            ),
+            m.ProviderFailed,
+        )
+
+    def _call(self, action: m.CallTool, guard: anyio.CancelScope) -> Awaitable[m.MachineEvent]:
         bound = self._agent.tools.get(action.tool)
         assert bound is not None, "the machine calls only known tools"
         ctx = ToolContext(
@@ -419,7 +429,7 @@ class RunActor:
             log=self._log.bind(tool=action.tool, call_id=action.call_id),
             lease_remaining=lambda: self._lease.remaining(self._clock.monotonic()),
         )
-        return await self._guarded(
+        return self._guarded(
             lambda: bound.implementation(ctx, action.arguments),
             action.timeout_seconds,
             guard,
