@@ -40,13 +40,31 @@ class Role(enum.StrEnum):
     TOOL = "tool"
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON has")
+
+
+def _finite(digits: str) -> float:
+    value = float(digits)
+    if not math.isfinite(value):
+        raise ValueError(f"{digits} is not a number JSON has: it is past a float's range")
+    return value
+
+
+# Python's reader takes NaN and Infinity, and 1e999 for an infinite float: arguments that
+# held one could not be journaled with the reply that asked for them, and the run would
+# end over what a model wrote, where any other text that is no JSON gets the model an
+# error result it can act on.
+_MODEL_JSON = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+
+
 def _read_arguments(text: str) -> tuple[dict[str, Any] | None, str | None]:
     """A model's argument text as a dict, or None and why it is not one."""
     if not text.strip():
         # Some endpoints send no text at all for a call without arguments.
         return {}, None
     try:
-        value = json.loads(text)
+        value = _MODEL_JSON.decode(text)
     except (ValueError, RecursionError) as exc:
         return None, f"they are not JSON ({exc})"
     if not isinstance(value, dict):

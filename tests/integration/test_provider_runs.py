@@ -252,6 +252,38 @@ async def test_arguments_that_are_not_json_get_an_error_result_not_a_crash(db_ur
     assert told[-1]["role"] == "tool" and "could not be read" in told[-1]["content"]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"sku": "E-5", "count": NaN}',
+        '{"sku": "E-5", "count": -Infinity}',
+        '{"sku": "E-5", "count": 1e999}',
+    ],
+)
+async def test_arguments_with_numbers_json_has_not_get_an_error_result(
+    db_url: str, text: str
+) -> None:
+    """Python's JSON reader takes NaN and Infinity, and 1e999 for an infinite float: taken
+    for the call's arguments, they could not be journaled with the reply that asked for
+    them, and the run was dead-lettered over what a model wrote."""
+    async with model_server() as server:
+        server.script(
+            Reply(body=openai_completion(None, [("c1", "order", text)])),
+            Reply(body=openai_completion("Sorry, I could not order.")),
+        )
+        async with Runtime.open(db_url, app_on(server.base_url), **FAST) as rt:
+            run = await rt.wait(await rt.submit("buyer", "Order E-5"), timeout=20)
+            steps = await rt.steps(run.id)
+
+    assert (run.state, run.result) == (RunState.COMPLETED, "Sorry, I could not order."), run.error
+    assert DONE == []
+    refused = steps[1]
+    assert (refused.tool, refused.status, refused.arguments) == ("order", StepStatus.FAILED, text)
+    assert refused.error is not None and "could not be read" in refused.error
+    told = server.requests[1].json["messages"]
+    assert told[-1]["role"] == "tool" and "not a number JSON has" in told[-1]["content"]
+
+
 async def test_the_key_is_nowhere_in_logs_journal_errors_or_the_store(db_url: str) -> None:
     echo = f"Incorrect API key provided: {KEY}"
     async with model_server() as server:

@@ -673,6 +673,14 @@ def test_a_tool_call_from_text_keeps_text_that_is_no_json_object() -> None:
     assert broken.arguments_problem is not None and "not JSON" in broken.arguments_problem
     listed = ToolCall.from_text("f", "[1]", "c")
     assert listed.arguments_problem == "they are a JSON list, not an object"
+    for text in ('{"a": NaN}', '{"a": [Infinity]}', '{"a": 1e999}', '{"a": -1E400}'):
+        unnumbered = ToolCall.from_text("f", text, "c")
+        assert (unnumbered.arguments, unnumbered.invalid_arguments) == ({}, text)
+        assert "not a number JSON has" in (unnumbered.arguments_problem or "")
+    assert ToolCall.from_text("f", '{"a": 1e308, "b": -2.5}', "c").arguments == {
+        "a": 1e308,
+        "b": -2.5,
+    }
     assert ToolCall("f", {"a": 1}).arguments_problem is None
 
 
