@@ -211,14 +211,16 @@ class LeaseKeeper:
         been at stake: nothing renews them meanwhile, and a lease that ran out is reaped
         though its worker lives. A tool that blocks the loop (``time.sleep``, a
         synchronous HTTP client in an ``async def``) is the usual cause, and nothing else
-        would name it."""
+        would name it; tens of thousands of runs woken at once (one event that all their
+        calls wait on) are the other: the loop steps each of them before its timers."""
         if late < max(self.margin_seconds, LOOP_LATE_SECONDS):
             return
         self.stats.loop_stalls += 1
         log.warning(
             "worker.loop_blocked",
             seconds=round(late, 2),
-            hint="a tool or callback that blocks the event loop holds up every lease renewal",
+            hint="a tool or callback that blocks the event loop, or more runs woken at once "
+            "than it steps through in a second, holds up every lease renewal",
         )
 
     async def _renew_all(self) -> None:
