@@ -259,6 +259,13 @@ class ServerConnection:
 
         http = create_mcp_http_client(headers=dict(transport.headers or {}))
         http.event_hooks["response"].append(answered)
+        # The SDK reads an answer for 300 s at most, and a call whose server allows it
+        # longer was cut off there, its answer lost though it may have run: the call's
+        # own timeout is its bound, and the client waits for the answer past it.
+        given, server = http.timeout, self.server
+        if given.read is not None:
+            read = max(given.read, server.timeout_seconds + server.connect_timeout_seconds)
+            http.timeout = (given.connect, read, given.write, given.pool)
         async with http, streamable_http_client(transport.url, http_client=http) as streams:
             yield streams
 

@@ -98,12 +98,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def http_process(ledger: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
+def http_process(
+    ledger: Path, port: int, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """The test server on 127.0.0.1:``port``, SIGKILLed when the block ends."""
     process = subprocess.Popen(
         [sys.executable, *SERVER_ARGS, "http", str(port)],
         cwd=ROOT,
-        env={**os.environ, "LEDGER": str(ledger)},
+        env={**os.environ, "LEDGER": str(ledger), **(env or {})},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -219,6 +221,37 @@ def contextlib_for(transport: str, ledger: Path) -> Iterator[MCPServer]:
     port = free_port()
     with http_process(ledger, port):
         yield MCPServer.http("billing", f"http://127.0.0.1:{port}/mcp", trusted=True)
+
+
+async def test_a_call_over_http_may_take_as_long_as_its_timeout_allows(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's HTTP client reads an answer for 300 s at most: a write allowed longer
+    by its server's timeout_seconds was cut off by it, its answer lost, and its run
+    dead-lettered though the write had completed. The SDK's bound is made a second
+    here, the call takes three, and its own timeout is ten."""
+    import mcp.shared._httpx_utils as sdk_http
+
+    monkeypatch.setattr(sdk_http, "MCP_DEFAULT_SSE_READ_TIMEOUT", 1.0)
+    ledger, release = tmp_path / "ledger", tmp_path / "release"
+    port = free_port()
+    call = ToolCall("hold_write", {"amount": 5}, "c-hold")
+    with http_process(ledger, port, {"RELEASE": str(release)}):
+        server = MCPServer.http(
+            "billing", f"http://127.0.0.1:{port}/mcp", trusted=True, timeout_seconds=10.0
+        )
+        agent = Agent("clerk", calling(call), tools=[server])
+        async with Runtime.open(store_url, App([agent]), **FAST) as rt:
+            run_id = await rt.submit("clerk", "bill them")
+            await until(lambda: len(ledger_lines(str(ledger))) == 1, WAIT_SECONDS)
+            await anyio.sleep(3.0)
+            release.touch()
+            run = await rt.wait(run_id, timeout=WAIT_SECONDS)
+            journal = await rt.steps(run_id)
+
+    assert (run.state, run.result) == (RunState.COMPLETED, "done"), run.error
+    assert tool_rows(journal)["hold_write"].output == {"result": "held 5"}
+    assert [line["tool"] for line in ledger_lines(str(ledger))] == ["hold_write"]
 
 
 async def test_a_server_killed_during_a_non_idempotent_call_dead_letters_the_run(
