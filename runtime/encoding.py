@@ -20,6 +20,7 @@ __all__ = [
     "MIN_DIGEST_PREFIX",
     "arguments_digest",
     "check_digest_prefix",
+    "check_shape",
     "dump_json",
     "holdable",
     "load_json",
@@ -43,7 +44,7 @@ _UNICODE_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators
 _ASCII_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 # The C encoder that _UNICODE_JSON.encode makes anew at every call, made once: a
 # third of the cost of encoding a step's small values. Without markers it does not
-# look for cycles; _check_shape refuses them first, as values nested too deep.
+# look for cycles; check_shape refuses them first, as values nested too deep.
 _make_c_encoder = getattr(json.encoder, "c_make_encoder", None)
 _unicode_chunks: Callable[[Any, int], Sequence[str]] | None = (
     None
@@ -62,20 +63,21 @@ _unicode_chunks: Callable[[Any, int], Sequence[str]] | None = (
 )
 
 
-def _check_shape(value: Any, what: str) -> None:
-    """Refuse what json.dumps would quietly change, or what a reader could not load back."""
+def check_shape(value: Any, what: str, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Refuse what json.dumps would quietly change, or what a reader could not load back:
+    keys that are not text, and containers nested more than ``max_depth`` levels deep."""
     if not isinstance(value, _CONTAINERS):
         return
     stack = [(value, 1)]
     while stack:
         # Only containers are pushed: a scalar has no keys and no depth to check.
         item, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
+        if depth > max_depth:
             # json.loads recurses: a value that deep could be written here, yet not be
             # read back by a worker whose stack is deeper than this one's.
             raise InvalidInput(
                 f"{what} is not a JSON value this store can hold: it is nested more than "
-                f"{MAX_JSON_DEPTH} levels deep, or contains itself"
+                f"{max_depth} levels deep, or contains itself"
             )
         if isinstance(item, dict):
             for key, inner in item.items():
@@ -100,7 +102,7 @@ def dump_json(value: Any, *, what: str = "value", limit: int | None = None) -> s
     ``json.loads('"\\ud83d"')`` makes) is written with JSON escapes, which load
     back to exactly the same string.
     """
-    _check_shape(value, what)
+    check_shape(value, what)
     try:
         if _unicode_chunks is None:
             text = _UNICODE_JSON.encode(value)

@@ -14,7 +14,7 @@ from typing import Any, TypeGuard
 import attrs
 import msgspec
 
-from leaseward.runtime.encoding import dump_json
+from leaseward.runtime.encoding import MAX_JSON_DEPTH, check_shape, dump_json
 from leaseward.runtime.errors import ConfigurationError, InvalidInput, ProviderError
 
 __all__ = [
@@ -47,7 +47,8 @@ def _no_constant(name: str) -> Any:
 def _finite(digits: str) -> float:
     value = float(digits)
     if not math.isfinite(value):
-        raise ValueError(f"{digits} is not a number JSON has: it is past a float's range")
+        shown = digits if len(digits) <= _SHOWN_CHARS else digits[: _SHOWN_CHARS - 3] + "..."
+        raise ValueError(f"{shown} is not a number JSON has: it is past a float's range")
     return value
 
 
@@ -57,6 +58,10 @@ def _finite(digits: str) -> float:
 # error result it can act on.
 _MODEL_JSON = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
+# How deep a call's arguments may nest: the reply journaled with them wraps them in three
+# more levels (the reply, its list of calls, the call), and must fit the store's bound.
+_ARGUMENTS_DEPTH = MAX_JSON_DEPTH - 3
+
 
 def _read_arguments(text: str) -> tuple[dict[str, Any] | None, str | None]:
     """A model's argument text as a dict, or None and why it is not one."""
@@ -65,7 +70,10 @@ def _read_arguments(text: str) -> tuple[dict[str, Any] | None, str | None]:
         return {}, None
     try:
         value = _MODEL_JSON.decode(text)
-    except (ValueError, RecursionError) as exc:
+        check_shape(value, "they", _ARGUMENTS_DEPTH)
+    except InvalidInput:
+        return None, f"they are nested more than {_ARGUMENTS_DEPTH} levels deep"
+    except (ValueError, RecursionError, TypeError) as exc:
         return None, f"they are not JSON ({exc})"
     if not isinstance(value, dict):
         return None, f"they are a JSON {type(value).__name__}, not an object"
@@ -90,6 +98,13 @@ class ToolCall:
         if arguments is None:
             return cls(name, {}, call_id, invalid_arguments=text)
         return cls(name, arguments, call_id)
+
+    @classmethod
+    def from_decoded(cls, name: str, value: Any, call_id: str = "") -> ToolCall:
+        """A call whose arguments came decoded, a value inside the provider's JSON answer:
+        held to what their text is held to, since the reader of the answer lets through
+        what no journal holds (NaN, Infinity, nesting too deep)."""
+        return cls.from_text(name, json.dumps(value), call_id)
 
     @property
     def arguments_problem(self) -> str | None:

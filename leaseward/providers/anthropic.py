@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -132,10 +131,7 @@ def _tool_call(block: Mapping[str, Any]) -> ToolCall:
         raise _malformed("a tool_use block has no name")
     if not isinstance(call_id, str):
         raise _malformed(f"tool_use block {name!r} has an id that is not a string")
-    arguments = block.get("input")
-    if isinstance(arguments, Mapping):
-        return ToolCall(name, dict(arguments), call_id)
-    return ToolCall(name, {}, call_id, invalid_arguments=json.dumps(arguments))
+    return ToolCall.from_decoded(name, block.get("input"), call_id)
 
 
 def _count(value: Any) -> int:

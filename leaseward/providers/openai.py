@@ -129,14 +129,12 @@ def _tool_call(data: Any) -> ToolCall:
     if not isinstance(call_id, str):
         raise _malformed(f"tool call {name!r} has an id that is not a string")
     arguments = function.get("arguments")
-    # Some servers decode the arguments for us.
-    if isinstance(arguments, Mapping):
-        return ToolCall(name, dict(arguments), call_id)
     if arguments is None:
         return ToolCall(name, {}, call_id)
-    if not isinstance(arguments, str):
-        return ToolCall(name, {}, call_id, invalid_arguments=json.dumps(arguments))
-    return ToolCall.from_text(name, arguments, call_id)
+    if isinstance(arguments, str):
+        return ToolCall.from_text(name, arguments, call_id)
+    # Some servers decode the arguments for us.
+    return ToolCall.from_decoded(name, arguments, call_id)
 
 
 def _usage(data: Any) -> Usage | None:

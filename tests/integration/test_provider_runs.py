@@ -6,6 +6,7 @@ and a Claude model's signed thinking goes back to it with its turn, from the jou
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -252,20 +253,29 @@ async def test_arguments_that_are_not_json_get_an_error_result_not_a_crash(db_ur
     assert told[-1]["role"] == "tool" and "could not be read" in told[-1]["content"]
 
 
+def nested(depth: int) -> str:
+    """Argument text whose object holds lists ``depth`` levels deep in all."""
+    return '{"sku": "E-5", "count": ' + "[" * (depth - 1) + "1" + "]" * (depth - 1) + "}"
+
+
 @pytest.mark.parametrize(
-    "text",
+    ("text", "told"),
     [
-        '{"sku": "E-5", "count": NaN}',
-        '{"sku": "E-5", "count": -Infinity}',
-        '{"sku": "E-5", "count": 1e999}',
+        ('{"sku": "E-5", "count": NaN}', "NaN is not a number JSON has"),
+        ('{"sku": "E-5", "count": -Infinity}', "-Infinity is not a number JSON has"),
+        ('{"sku": "E-5", "count": 1e999}', "1e999 is not a number JSON has"),
+        (nested(198), "nested more than 197 levels deep"),
+        # As deep as the reply that carries them can be journaled: refused by the schema.
+        (nested(197), "invalid arguments for order"),
     ],
 )
-async def test_arguments_with_numbers_json_has_not_get_an_error_result(
-    db_url: str, text: str
+async def test_arguments_the_journal_cannot_hold_get_an_error_result(
+    db_url: str, text: str, told: str
 ) -> None:
-    """Python's JSON reader takes NaN and Infinity, and 1e999 for an infinite float: taken
-    for the call's arguments, they could not be journaled with the reply that asked for
-    them, and the run was dead-lettered over what a model wrote."""
+    """Python's JSON reader takes NaN and Infinity, 1e999 for an infinite float, and
+    nesting as deep as its stack allows: taken for the call's arguments, they could not
+    be journaled with the reply that asked for them, and the run was dead-lettered over
+    what a model wrote."""
     async with model_server() as server:
         server.script(
             Reply(body=openai_completion(None, [("c1", "order", text)])),
@@ -278,10 +288,32 @@ async def test_arguments_with_numbers_json_has_not_get_an_error_result(
     assert (run.state, run.result) == (RunState.COMPLETED, "Sorry, I could not order."), run.error
     assert DONE == []
     refused = steps[1]
-    assert (refused.tool, refused.status, refused.arguments) == ("order", StepStatus.FAILED, text)
-    assert refused.error is not None and "could not be read" in refused.error
-    told = server.requests[1].json["messages"]
-    assert told[-1]["role"] == "tool" and "not a number JSON has" in told[-1]["content"]
+    assert (refused.tool, refused.status) == ("order", StepStatus.FAILED)
+    assert told in (refused.error or "")
+    sent = server.requests[1].json["messages"]
+    assert sent[-1]["role"] == "tool" and told in sent[-1]["content"]
+
+
+async def test_arguments_a_claude_answer_holds_as_nan_get_an_error_result(db_url: str) -> None:
+    """The answer's own JSON is read leniently: a tool_use input holding NaN (which a
+    server that writes JSON with Python's defaults sends) is held to what argument text
+    is held to, not taken to the journal, where it ended the run."""
+    async with model_server() as server:
+        server.script(
+            Reply(body=anthropic_message(None, [("toolu_1", "order", {"count": math.nan})])),
+            Reply(body=anthropic_message("Sorry, I could not order.")),
+        )
+        provider = AnthropicMessages(
+            "claude-loopback", base_url=server.base_url, api_key=KEY, max_tokens=256
+        )
+        app = App([Agent("buyer", provider, tools=[order])])
+        async with Runtime.open(db_url, app, **FAST) as rt:
+            run = await rt.wait(await rt.submit("buyer", "Order E-5"), timeout=20)
+            steps = await rt.steps(run.id)
+
+    assert (run.state, run.result) == (RunState.COMPLETED, "Sorry, I could not order."), run.error
+    assert DONE == []
+    assert "NaN is not a number JSON has" in (steps[1].error or "")
 
 
 async def test_the_key_is_nowhere_in_logs_journal_errors_or_the_store(db_url: str) -> None:

@@ -681,6 +681,24 @@ def test_a_tool_call_from_text_keeps_text_that_is_no_json_object() -> None:
         "a": 1e308,
         "b": -2.5,
     }
+    long_number = "9" * 400 + ".0"
+    problem = ToolCall.from_text("f", f'{{"a": {long_number}}}', "c").arguments_problem or ""
+    assert "not a number JSON has" in problem and len(problem) < 200
+    deepest = '{"a": ' + "[" * 196 + "]" * 196 + "}"
+    assert ToolCall.from_text("f", deepest, "c").arguments_problem is None
+    too_deep = ToolCall.from_text("f", '{"a": ' + "[" * 197 + "]" * 197 + "}", "c")
+    assert too_deep.arguments_problem == "they are nested more than 197 levels deep"
+
+
+def test_a_tool_call_from_decoded_arguments_is_held_to_their_text() -> None:
+    assert ToolCall.from_decoded("f", {"a": [1, {"b": None}]}, "c") == ToolCall(
+        "f", {"a": [1, {"b": None}]}, "c"
+    )
+    unnumbered = ToolCall.from_decoded("f", {"a": float("nan")}, "c")
+    assert (unnumbered.arguments, unnumbered.invalid_arguments) == ({}, '{"a": NaN}')
+    listed = ToolCall.from_decoded("f", [1], "c")
+    assert listed.arguments_problem == "they are a JSON list, not an object"
+    assert ToolCall.from_decoded("f", None, "c").invalid_arguments == "null"
     assert ToolCall("f", {"a": 1}).arguments_problem is None
 
 
