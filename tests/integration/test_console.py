@@ -328,13 +328,19 @@ async def test_a_queued_run_no_live_worker_serves_says_why_it_waits(url: str) ->
         assert "no live worker serves" not in (await page.http.get("/runs")).text
 
 
-async def test_a_running_run_whose_lease_expired_stands_out(url: str) -> None:
+async def expired_run(url: str) -> str:
+    """A run claimed by a worker that is gone, its lease already expired; its id."""
     store = await open_store(url)
     try:
         run_id = await ghost_claims(store, "payer", (provider_step(0, ProviderReply(text="hi")),))
     finally:
         await store.aclose()
     await anyio.sleep(0.05)
+    return run_id
+
+
+async def test_a_running_run_whose_lease_expired_stands_out(url: str) -> None:
+    run_id = await expired_run(url)
     async with console(url) as page:
         html = (await page.http.get("/runs")).text
         assert f'<tr class="lease-expired">\n  <td><a href="/runs/{run_id}" ' in html
@@ -342,12 +348,7 @@ async def test_a_running_run_whose_lease_expired_stands_out(url: str) -> None:
 
 
 async def test_an_expired_lease_no_live_worker_will_reap_says_how_to_reap_it(url: str) -> None:
-    store = await open_store(url)
-    try:
-        run_id = await ghost_claims(store, "payer", (provider_step(0, ProviderReply(text="hi")),))
-    finally:
-        await store.aclose()
-    await anyio.sleep(0.05)
+    run_id = await expired_run(url)
     note = "no live worker reaps expired leases now: start a daemon, or run"
     async with console(url) as page:
         assert note in (await page.http.get(f"/runs/{run_id}")).text

@@ -739,6 +739,18 @@ async def test_what_a_stdio_server_writes_to_stderr_is_logged_line_by_line_bound
 
 
 @contextmanager
+def served(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` serving on 127.0.0.1 in a thread of its own; yields its MCP URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
 def refusing(status: int) -> Iterator[str]:
     """An endpoint on 127.0.0.1 that answers every request with ``status``, as an
     authenticating proxy in front of an MCP server does; yields its URL."""
@@ -756,13 +768,8 @@ def refusing(status: int) -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:
             return None
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with served(Refuse) as url:
+        yield url
 
 
 @pytest.mark.parametrize(("status", "said"), [(401, "401 Unauthorized"), (403, "403 Forbidden")])
@@ -820,13 +827,8 @@ def accepting_calls(port: int) -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:
             return None
 
-    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{proxy.server_address[1]}/mcp"
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
+    with served(Proxy) as url:
+        yield url
 
 
 async def test_a_write_answered_with_202_accepted_is_interrupted_not_refused(

@@ -271,13 +271,15 @@ async def test_a_submit_many_whose_answer_was_lost_returns_the_runs_it_stored(
     assert stored == sorted(run_ids)
 
 
+async def lost_before_commit(statement: Statement) -> None:
+    """A connection gone before the COMMIT went out: nothing was stored."""
+    raise CommitOutcomeUnknown("injected: the connection went before the COMMIT")
+
+
 async def test_a_submit_many_whose_answer_was_lost_and_that_stored_nothing_names_its_runs(
     store_url: str,
 ) -> None:
     store, executor = await faulty_store(store_url)
-
-    async def lost_before_commit(statement: Statement) -> None:
-        raise CommitOutcomeUnknown("injected: the connection went before the COMMIT")
 
     try:
         executor.inject(query("insert_runs"), lost_before_commit, times=1)
@@ -295,9 +297,6 @@ async def test_a_submit_whose_answer_was_lost_and_that_stored_nothing_names_its_
     store_url: str,
 ) -> None:
     store, executor = await faulty_store(store_url)
-
-    async def lost_before_commit(statement: Statement) -> None:
-        raise CommitOutcomeUnknown("injected: the connection went before the COMMIT")
 
     try:
         executor.inject(query("insert_runs"), lost_before_commit, times=1)
