@@ -117,9 +117,9 @@ class FunctionTool:
         return await self.function(**given)
 
 
-def _positive_timeout(owner: str, value: Any, what: str = "timeout_seconds") -> float:
+def _positive_timeout(owner: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ToolDefinitionError(f"tool {owner!r}: {what} must be a positive number")
+        raise ToolDefinitionError(f"tool {owner!r}: timeout_seconds must be a positive number")
     return float(value)
 
 
