@@ -211,9 +211,10 @@ def check_schema_fits(fn: Callable[..., Any], schema: Mapping[str, Any]) -> None
             )
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return
-    for argument in sorted({*schema.get("properties", {}), *required} - named):
+    unknown = sorted({*schema.get("properties", {}), *required} - named)
+    if unknown:
         raise ToolDefinitionError(
-            f"tool function {name!r} takes no argument {argument!r}, which its schema names: "
+            f"tool function {name!r} takes no argument {unknown[0]!r}, which its schema names: "
             "give it that parameter, or take **arguments"
         )
     if schema.get("additionalProperties", True) is not False or "patternProperties" in schema:
