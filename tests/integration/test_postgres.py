@@ -60,7 +60,7 @@ from leaseward.storage import (
     unwrap,
 )
 from leaseward.storage.migrations import MIGRATIONS
-from leaseward.storage.postgres import translate_params
+from leaseward.storage.postgres import PostgresExecutor, translate_params
 from tests.integration.faults import Statement, faulty_store, lose_answer, query
 from tests.integration.pg_proxy import CommitDropper
 from tests.integration.support import Calls, capture_logs, events
@@ -406,6 +406,103 @@ async def test_a_statement_on_a_lost_connection_is_a_store_error_then_the_pool_r
         assert again is not None and again.id == record.id
     finally:
         await store.aclose()
+
+
+def pg_executor(store: SQLStore) -> PostgresExecutor:
+    executor = store._executor
+    assert isinstance(executor, PostgresExecutor)
+    return executor
+
+
+def session_ended(connection: Any) -> bool:
+    try:
+        return bool(connection.is_closed())
+    except asyncpg.InterfaceError:
+        # asyncpg gave it back to the pool as the session ended.
+        return True
+
+
+async def backend_pid(store: SQLStore) -> int:
+    row = await store._executor.fetch_one("SELECT pg_backend_pid() AS pid")
+    assert row is not None
+    return int(row["pid"])
+
+
+async def test_a_connection_given_back_cleanly_serves_the_next_block(pg_url: str) -> None:
+    """Without going back to the pool: asyncpg's acquire with a timeout and its release
+    each start a task, and the pool hands out a new proxy of a connection each time."""
+    store = await open_store(f"{pg_url}?pool_size=2")
+    executor = pg_executor(store)
+    try:
+        async with executor.reading():
+            first = executor._bound()
+        async with executor.transaction():
+            assert executor._bound() is first
+        await store.create_run(new_run())
+        async with executor.reading():
+            assert executor._bound() is first
+    finally:
+        await store.aclose()
+
+
+async def test_a_block_that_raised_gives_its_connection_back_to_the_pool(pg_url: str) -> None:
+    store = await open_store(f"{pg_url}?pool_size=1")
+    try:
+        with pytest.raises(StoreError, match="DivisionByZero"):
+            async with store._executor.transaction():
+                await store._executor.execute("SELECT 1 / 0")
+        assert pg_executor(store)._kept == []
+        # The pool rolled the failed transaction back: its one connection works.
+        record = await store.create_run(new_run())
+        assert await store.get_run(record.id) is not None
+    finally:
+        await store.aclose()
+
+
+async def test_a_task_waiting_for_the_pool_gets_the_connection_given_back(pg_url: str) -> None:
+    store = await open_store(f"{pg_url}?pool_size=1")
+    waited: list[float] = []
+
+    async def second_reader() -> None:
+        started = time.monotonic()
+        assert await backend_pid(store) > 0
+        waited.append(time.monotonic() - started)
+
+    try:
+        async with anyio.create_task_group() as tg, store._executor.reading():
+            tg.start_soon(second_reader)
+            # The reader is waiting for the pool's one connection, held here.
+            await eventually(lambda: pg_executor(store)._acquiring == 1, 5.0)
+        # Well within the pool's own wait (ACQUIRE_TIMEOUT_SECONDS, 30 s).
+        assert waited and waited[0] < 5.0
+    finally:
+        await store.aclose()
+
+
+async def test_a_kept_connection_whose_session_ended_is_replaced(pg_url: str) -> None:
+    store = await open_store(f"{pg_url}?application_name=lw_kept_test&pool_size=1")
+    try:
+        first = await backend_pid(store)
+        [kept] = pg_executor(store)._kept
+        assert await terminate(pg_url, "lw_kept_test") >= 1
+        # As soon as asyncpg reads the end of the session; a statement sent before that
+        # fails as one on any lost connection does (the test above).
+        await eventually(lambda: session_ended(kept), 5.0)
+        assert await backend_pid(store) != first
+    finally:
+        await store.aclose()
+
+
+async def test_closing_a_store_gives_back_its_kept_connections_at_once(pg_url: str) -> None:
+    store = await open_store(f"{pg_url}?pool_size=2")
+    async with anyio.create_task_group() as tg:
+        for _ in range(2):
+            tg.start_soon(backend_pid, store)
+    assert len(pg_executor(store)._kept) >= 1
+    started = time.monotonic()
+    await store.aclose()
+    # The pool's close waits for every connection out: a kept one would hold it 5 s.
+    assert time.monotonic() - started < 2.0
 
 
 # -- connection loss under a running runtime ----------------------------------------------
