@@ -11,6 +11,8 @@ instead of going back to the pool, unless a task waits for the pool: asyncpg's
 acquire with a timeout and its release each start a task of their own, which
 cost a one-row claim 40% of its CPU in the worker. A block that raised gives its
 connection back to the pool, which rolls back what is left and closes a broken one.
+A connection unused for IDLE_CLOSE_SECONDS is closed, kept or in the pool, all but
+one, as asyncpg closes its pool's.
 
 Every driver error (asyncpg's, and the OSError of a lost socket) becomes a
 ``StoreError`` here, or a ``ConfigurationError`` when the URL itself is wrong
@@ -53,6 +55,9 @@ __all__ = [
 
 ACQUIRE_TIMEOUT_SECONDS = 30.0
 CLOSE_TIMEOUT_SECONDS = 5.0
+IDLE_CLOSE_SECONDS = 300.0
+"""How long a connection may go unused before it is closed (a later block opens
+another): a worker that goes quiet holds no more than it needs on the server."""
 LISTEN_BACKOFF_MIN_SECONDS = 0.5
 LISTEN_BACKOFF_MAX_SECONDS = 30.0
 # Statements that do nothing, timed one after another as the store opens: the least of
@@ -206,9 +211,10 @@ class PostgresExecutor:
         self._closed = False
         self._rehearsal: Callable[[], Awaitable[None]] | None = None
         self.round_trip_seconds: float | None = None
-        # Connections given back cleanly, the last first; those of an older generation
-        # (before a lost session expired them all) go back to the pool instead.
-        self._kept: list[Connection] = []
+        # Connections given back cleanly, the last first, each with the timer that closes
+        # it unused; those of an older generation (before a lost session expired them
+        # all) go back to the pool instead.
+        self._kept: list[tuple[Connection, asyncio.TimerHandle]] = []
         self._generation = 0
         # Tasks waiting for the pool: a connection given back then goes to them.
         self._acquiring = 0
@@ -244,6 +250,7 @@ class PostgresExecutor:
                 server_settings=settings,
                 reset=_keep_session,
                 init=opened,
+                max_inactive_connection_lifetime=IDLE_CLOSE_SECONDS,
             )
         except _CONFIGURATION_ERRORS as exc:
             raise ConfigurationError(
@@ -327,14 +334,18 @@ class PostgresExecutor:
                 and not self._acquiring
                 and _open_and_idle(connection)
             ):
-                self._kept.append(connection)
+                unused = asyncio.get_running_loop().call_later(
+                    IDLE_CLOSE_SECONDS, self._close_unused, connection
+                )
+                self._kept.append((connection, unused))
             else:
                 await self._release(connection)
 
     async def _take(self) -> Connection:
         """A kept connection that is still open, else one the pool gives within its time."""
         while self._kept:
-            connection = self._kept.pop()
+            connection, unused = self._kept.pop()
+            unused.cancel()
             if _open_and_idle(connection):
                 return connection
             await self._release(connection)
@@ -354,8 +365,22 @@ class PostgresExecutor:
 
     async def _release_kept(self) -> None:
         kept, self._kept = self._kept, []
-        for connection in kept:
+        for connection, unused in kept:
+            unused.cancel()
             await self._release(connection)
+
+    def _close_unused(self, connection: Connection) -> None:
+        """Close a kept connection nobody took for IDLE_CLOSE_SECONDS, unless it is the
+        last one open: what asyncpg does with its pool's, ending the idle session at
+        once (terminate) and giving its place in the pool back."""
+        position = next(
+            (index for index, (kept, _) in enumerate(self._kept) if kept is connection), None
+        )
+        if position is None or self._pool.get_size() <= self._pool.get_min_size():
+            return
+        del self._kept[position]
+        with contextlib.suppress(asyncpg.InterfaceError):
+            connection.terminate()
 
     async def _expire_connections(self) -> None:
         """Every connection opened so far is replaced: those in use once they are given

@@ -483,12 +483,64 @@ async def test_a_kept_connection_whose_session_ended_is_replaced(pg_url: str) ->
     store = await open_store(f"{pg_url}?application_name=lw_kept_test&pool_size=1")
     try:
         first = await backend_pid(store)
-        [kept] = pg_executor(store)._kept
+        [(kept, _)] = pg_executor(store)._kept
         assert await terminate(pg_url, "lw_kept_test") >= 1
         # As soon as asyncpg reads the end of the session; a statement sent before that
         # fails as one on any lost connection does (the test above).
         await eventually(lambda: session_ended(kept), 5.0)
         assert await backend_pid(store) != first
+    finally:
+        await store.aclose()
+
+
+async def application_connections(pg_url: str, application_name: str) -> int:
+    database = pg_url.rpartition("/")[2].partition("?")[0]
+    connection = await asyncpg.connect(pg_url)
+    try:
+        count = await connection.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = $2",
+            database,
+            application_name,
+        )
+    finally:
+        await connection.close()
+    return int(count)
+
+
+async def test_kept_connections_left_unused_are_closed_but_one(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As asyncpg closes its pool's idle connections: a worker gone quiet holds one."""
+    monkeypatch.setattr("leaseward.storage.postgres.IDLE_CLOSE_SECONDS", 0.3)
+    store = await open_store(f"{pg_url}?application_name=lw_idle_test&pool_size=3")
+    executor = pg_executor(store)
+    inside = anyio.Event()
+    held: list[int] = []
+
+    async def read_while_others_do() -> None:
+        async with executor.reading():
+            held.append(await backend_pid(store))
+            if len(held) == 3:
+                inside.set()
+            await inside.wait()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(read_while_others_do)
+        assert len(set(held)) == 3 and len(executor._kept) == 3
+        assert await application_connections(pg_url, "lw_idle_test") == 3
+        await eventually(lambda: len(executor._kept) == 1, 5.0)
+        for _ in range(100):
+            if await application_connections(pg_url, "lw_idle_test") == 1:
+                break
+            await anyio.sleep(0.05)
+        assert await application_connections(pg_url, "lw_idle_test") == 1
+        # The one left, and the pool's places of the others, serve as before.
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(read_while_others_do)
+        assert len(held) == 6
     finally:
         await store.aclose()
 
