@@ -218,6 +218,10 @@ class PostgresExecutor:
         self._generation = 0
         # Tasks waiting for the pool: a connection given back then goes to them.
         self._acquiring = 0
+        # Connections held now whose BEGIN failed (by id): asyncpg keeps such a transaction
+        # as the connection's own, so that the next one on it would be a savepoint inside
+        # nothing and its commit would commit nothing. Only the pool's reset clears it.
+        self._spoiled: set[int] = set()
 
     @classmethod
     async def connect(
@@ -327,8 +331,11 @@ class PostgresExecutor:
                 yield connection
             given_back_cleanly = True
         finally:
+            spoiled = id(connection) in self._spoiled
+            self._spoiled.discard(id(connection))
             if (
                 given_back_cleanly
+                and not spoiled
                 and generation == self._generation
                 and not self._closed
                 and not self._acquiring
@@ -443,19 +450,38 @@ class PostgresExecutor:
         # As long as one statement may take, for all of them: a server that does not
         # answer must not hold a connection's first user for a timeout a statement.
         bound = self._options.command_timeout_seconds
+        failed: str | None = None
         try:
             with self._bound_to(connection), anyio.move_on_after(bound) as bounded:
-                transaction = await self._call(self._begin, connection)
+                # BEGIN as a statement, not asyncpg's transaction (see _spoiled): a
+                # rehearsal's failure is swallowed, and the connection goes on to serve.
+                await self._call(connection.execute, "BEGIN")
                 try:
                     await work()
                 finally:
                     with anyio.CancelScope(shield=True):
-                        await self._rollback(transaction)
+                        await self._call(connection.execute, "ROLLBACK")
             if bounded.cancelled_caught:
-                log.warning("store.rehearsal_failed", error=f"not done within {bound:g} s")
+                failed = f"not done within {bound:g} s"
         except StoreError as exc:
+            failed = exc.message
+        if failed is not None:
             # Only a head start is lost: the statements are planned at their first use.
-            log.warning("store.rehearsal_failed", error=exc.message)
+            log.warning("store.rehearsal_failed", error=failed)
+            await self._roll_back_or_close(connection)
+
+    async def _roll_back_or_close(self, connection: Session) -> None:
+        """End whatever a cut-off statement may have left open on ``connection`` (a BEGIN
+        whose answer came late), so that its next statement does not run inside it and
+        go uncommitted; a connection that cannot is closed, and replaced when next asked."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT_SECONDS):
+            try:
+                await connection.execute("ROLLBACK")
+                return
+            except _DRIVER_ERRORS:
+                pass
+        with contextlib.suppress(asyncpg.InterfaceError):
+            connection.terminate()
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -511,7 +537,11 @@ class PostgresExecutor:
 
     async def _begin(self, connection: Session) -> Transaction:
         transaction = connection.transaction()
-        await transaction.start()
+        try:
+            await transaction.start()
+        except BaseException:
+            self._spoiled.add(id(connection))
+            raise
         return transaction
 
     async def _rollback(self, transaction: Transaction) -> None:

@@ -10,7 +10,8 @@ Execute) counts as a COMMIT. Clients must not ask for TLS
 (``sslmode=disable``): the proxy has to read their messages.
 
 It can hold every answer for a while (``answer_delay_seconds``), as a server a
-network away answers. It can also partition its clients from the server: while
+network away answers, or the answer to one statement (``hold_answer``), as a
+server that answers it late. It can also partition its clients from the server: while
 partitioned nothing goes through in either direction and new connections get no
 server, so every statement hangs as on a dead network path; healing resets every
 connection that tried to carry anything, or was made, meanwhile, as a path that
@@ -48,6 +49,8 @@ def _ready_for_query(stream: bytes) -> bool:
 class _Link:
     def __init__(self) -> None:
         self.lose_answer = False
+        # Seconds to hold the server's next answer for, once a held statement was sent.
+        self.hold_answer_seconds = 0.0
         self.writers: list[asyncio.StreamWriter] = []
         # Prepared statements (by name) that commit alone, and whether one was bound
         # since the last Sync.
@@ -67,6 +70,7 @@ class CommitDropper:
         self._answer_delay = answer_delay_seconds
         self._armed = 0
         self._skip = 0
+        self._held_statement: tuple[bytes, float] | None = None
         self._partition_after_drop = False
         self._healed = asyncio.Event()
         self._healed.set()
@@ -83,6 +87,11 @@ class CommitDropper:
         self._armed = commits
         self._skip = skip
         self._partition_after_drop = then_partition
+
+    def hold_answer(self, statement: bytes, seconds: float) -> None:
+        """Hold the answer to the next simple query that starts with ``statement`` (as
+        asyncpg sends BEGIN and COMMIT), on whichever connection, for ``seconds``."""
+        self._held_statement = (statement.upper(), seconds)
 
     def partition(self) -> None:
         """From now on nothing goes through, until :meth:`heal`."""
@@ -168,6 +177,10 @@ class CommitDropper:
                 # commits alone is bound to its prepared name, and commits at the Sync.
                 if kind == b"Q" and body.lstrip().upper().startswith(b"COMMIT"):
                     self._commit_seen(link)
+                held = self._held_statement
+                if kind == b"Q" and held and body.lstrip().upper().startswith(held[0]):
+                    self._held_statement = None
+                    link.hold_answer_seconds = held[1]
                 elif kind == b"P":
                     name, _, rest = body.partition(b"\0")
                     if _COMMITS_ALONE in rest.partition(b"\0")[0]:
@@ -221,6 +234,10 @@ class CommitDropper:
                 return
             if self._answer_delay:
                 await asyncio.sleep(self._answer_delay)
+            if link.hold_answer_seconds:
+                # The client sends nothing after the statement until it is answered.
+                await asyncio.sleep(link.hold_answer_seconds)
+                link.hold_answer_seconds = 0.0
             writer.write(data)
             with contextlib.suppress(ConnectionError):
                 await writer.drain()

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from leaseward import Agent, App, ProviderReply, RunState, Runtime, ScriptedProvider, StoreError
+from leaseward.runtime.runs import RunRecord
 from leaseward.storage import (
     MOST_CONCURRENT_BATCHES,
     SIDE_BY_SIDE_ROUND_TRIP_SECONDS,
@@ -155,6 +156,73 @@ async def test_a_rehearsal_the_server_does_not_finish_is_given_up_within_one_tim
         assert (await store.get_run(created.id)) == created
     finally:
         await store.aclose()
+
+
+async def test_a_rehearsal_cut_off_at_its_begin_leaves_the_next_write_committed(
+    pg_server: Any, pg_database: str
+) -> None:
+    """The server answers the rehearsal's BEGIN after the rehearsal's bound: the
+    transaction it began stays open on the connection unless the rehearsal ends it, and
+    the next write on that connection would run inside it, reported committed, and be
+    rolled back with it."""
+    host, port, user = upstream(pg_server.admin_url)
+
+    async def nothing() -> None:
+        pass
+
+    async with CommitDropper(host, port) as proxy:
+        store = await open_store(
+            proxy.url(pg_database, user, pool_size="1", command_timeout_seconds="0.3")
+        )
+        try:
+            proxy.hold_answer(b"BEGIN", 0.45)
+            with capture_logs() as logs:
+                await store._executor.rehearse(nothing, connections=1)
+            assert "store.rehearsal_failed" in events(logs)
+            created = await store.create_run(new_run())
+        finally:
+            await store.aclose()
+    # Read through a connection of its own: the writer's would see its own transaction.
+    reader = await open_store(pg_server.url_for(pg_database))
+    try:
+        assert await reader.get_run(created.id) == created
+    finally:
+        await reader.aclose()
+
+
+async def test_a_connection_whose_rehearsal_is_cut_off_as_it_opens_commits_the_next_write(
+    pg_server: Any, pg_database: str
+) -> None:
+    """The same, for a connection the pool opens later, which rehearses as it opens and
+    goes straight to its first user."""
+    host, port, user = upstream(pg_server.admin_url)
+    created: list[RunRecord] = []
+
+    async def nothing() -> None:
+        pass
+
+    async def write() -> None:
+        created.append(await store.create_run(new_run()))
+
+    async with CommitDropper(host, port) as proxy:
+        store = await open_store(
+            proxy.url(pg_database, user, pool_size="2", command_timeout_seconds="0.3")
+        )
+        try:
+            await store._executor.rehearse(nothing, connections=1)
+            proxy.hold_answer(b"BEGIN", 0.45)
+            with capture_logs() as logs:
+                # The one connection open is this block's: the write opens the second.
+                async with store._executor.reading(), anyio.create_task_group() as tg:
+                    tg.start_soon(write)
+            assert "store.rehearsal_failed" in events(logs)
+        finally:
+            await store.aclose()
+    reader = await open_store(pg_server.url_for(pg_database))
+    try:
+        assert await reader.get_run(created[0].id) == created[0]
+    finally:
+        await reader.aclose()
 
 
 def batches_for(trip: float) -> int:
