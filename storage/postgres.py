@@ -391,10 +391,16 @@ class PostgresExecutor:
 
     async def _expire_connections(self) -> None:
         """Every connection opened so far is replaced: those in use once they are given
-        back, the pool's and the kept ones at once."""
+        back, the pool's when next asked for, the kept ones at once. A kept one is idle,
+        and ended without the goodbye a close waits for: the server that lost a session
+        may not answer it, and the statement that found the loss would wait to fail."""
         self._generation += 1
         await self._pool.expire_connections()
-        await self._release_kept()
+        kept, self._kept = self._kept, []
+        for connection, unused in kept:
+            unused.cancel()
+            with contextlib.suppress(asyncpg.InterfaceError):
+                connection.terminate()
 
     @contextmanager
     def _bound_to(self, connection: Session) -> Iterator[None]:

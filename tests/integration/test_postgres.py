@@ -516,11 +516,14 @@ async def test_kept_connections_left_unused_are_closed_but_one(
     executor = pg_executor(store)
     inside = anyio.Event()
     held: list[int] = []
+    open_while_held: list[int] = []
 
     async def read_while_others_do() -> None:
         async with executor.reading():
             held.append(await backend_pid(store))
             if len(held) == 3:
+                # Counted while all three are held: no idle timer runs yet.
+                open_while_held.append(await application_connections(pg_url, "lw_idle_test"))
                 inside.set()
             await inside.wait()
 
@@ -529,7 +532,7 @@ async def test_kept_connections_left_unused_are_closed_but_one(
             for _ in range(3):
                 tg.start_soon(read_while_others_do)
         assert len(set(held)) == 3 and len(executor._kept) == 3
-        assert await application_connections(pg_url, "lw_idle_test") == 3
+        assert open_while_held == [3]
         await eventually(lambda: len(executor._kept) == 1, 5.0)
         for _ in range(100):
             if await application_connections(pg_url, "lw_idle_test") == 1:
@@ -543,6 +546,42 @@ async def test_kept_connections_left_unused_are_closed_but_one(
         assert len(held) == 6
     finally:
         await store.aclose()
+
+
+async def test_kept_connections_end_at_once_when_a_lost_session_expires_them(
+    pg_server: Any, pg_database: str
+) -> None:
+    """A server that lost one session may answer nothing more: the statement that found
+    the loss fails without first waiting on the goodbye of every idle connection."""
+    host, port, user = upstream(pg_server.admin_url)
+    async with CommitDropper(host, port) as proxy:
+        store = await open_store(proxy.url(pg_database, user, pool_size="3"))
+        executor = pg_executor(store)
+        inside = anyio.Event()
+        held: list[int] = []
+
+        async def read_while_others_do() -> None:
+            async with executor.reading():
+                held.append(await backend_pid(store))
+                if len(held) == 3:
+                    inside.set()
+                await inside.wait()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+                    tg.start_soon(read_while_others_do)
+            assert len(executor._kept) == 3
+            proxy.partition()
+            started = time.monotonic()
+            await executor._expire_connections()
+            # A close waits up to 5 s (CLOSE_TIMEOUT_SECONDS) for each.
+            assert time.monotonic() - started < 1.0
+            assert executor._kept == []
+            proxy.heal()
+            assert await backend_pid(store) not in held
+        finally:
+            await store.aclose()
 
 
 async def test_closing_a_store_gives_back_its_kept_connections_at_once(pg_url: str) -> None:
