@@ -181,6 +181,13 @@ async def _keep_session(connection: asyncpg.Connection[asyncpg.Record]) -> None:
     one in five of a batch's. asyncpg still rolls back a transaction left open."""
 
 
+def _terminate(connection: Session) -> None:
+    """End ``connection``'s session at once, without the goodbye a close waits for; its
+    place in the pool goes back to the pool (nothing, where the pool took it already)."""
+    with contextlib.suppress(asyncpg.InterfaceError):
+        connection.terminate()
+
+
 def _open_and_idle(connection: Connection) -> bool:
     """Whether ``connection`` is open, with no transaction left on it, and still ours: the
     pool takes back one whose session ended on the server side."""
@@ -378,16 +385,14 @@ class PostgresExecutor:
 
     def _close_unused(self, connection: Connection) -> None:
         """Close a kept connection nobody took for IDLE_CLOSE_SECONDS, unless it is the
-        last one open: what asyncpg does with its pool's, ending the idle session at
-        once (terminate) and giving its place in the pool back."""
+        last one open: what asyncpg does with its pool's idle ones."""
         position = next(
             (index for index, (kept, _) in enumerate(self._kept) if kept is connection), None
         )
         if position is None or self._pool.get_size() <= self._pool.get_min_size():
             return
         del self._kept[position]
-        with contextlib.suppress(asyncpg.InterfaceError):
-            connection.terminate()
+        _terminate(connection)
 
     async def _expire_connections(self) -> None:
         """Every connection opened so far is replaced: those in use once they are given
@@ -399,8 +404,7 @@ class PostgresExecutor:
         kept, self._kept = self._kept, []
         for connection, unused in kept:
             unused.cancel()
-            with contextlib.suppress(asyncpg.InterfaceError):
-                connection.terminate()
+            _terminate(connection)
 
     @contextmanager
     def _bound_to(self, connection: Session) -> Iterator[None]:
@@ -486,8 +490,7 @@ class PostgresExecutor:
                 return
             except _DRIVER_ERRORS:
                 pass
-        with contextlib.suppress(asyncpg.InterfaceError):
-            connection.terminate()
+        _terminate(connection)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
