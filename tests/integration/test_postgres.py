@@ -16,7 +16,7 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -493,6 +493,30 @@ async def test_a_kept_connection_whose_session_ended_is_replaced(pg_url: str) ->
         await store.aclose()
 
 
+async def held_together(
+    store: SQLStore, count: int, all_held: Callable[[], Awaitable[None]] | None = None
+) -> list[int]:
+    """The backends of ``count`` reading blocks held at once and given back once all are
+    held (after ``all_held``): the executor then keeps every one of them."""
+    executor = pg_executor(store)
+    inside = anyio.Event()
+    held: list[int] = []
+
+    async def read_while_others_do() -> None:
+        async with executor.reading():
+            held.append(await backend_pid(store))
+            if len(held) == count:
+                if all_held is not None:
+                    await all_held()
+                inside.set()
+            await inside.wait()
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(count):
+            tg.start_soon(read_while_others_do)
+    return held
+
+
 async def application_connections(pg_url: str, application_name: str) -> int:
     database = pg_url.rpartition("/")[2].partition("?")[0]
     connection = await asyncpg.connect(pg_url)
@@ -514,23 +538,14 @@ async def test_kept_connections_left_unused_are_closed_but_one(
     monkeypatch.setattr("leaseward.storage.postgres.IDLE_CLOSE_SECONDS", 0.3)
     store = await open_store(f"{pg_url}?application_name=lw_idle_test&pool_size=3")
     executor = pg_executor(store)
-    inside = anyio.Event()
-    held: list[int] = []
     open_while_held: list[int] = []
 
-    async def read_while_others_do() -> None:
-        async with executor.reading():
-            held.append(await backend_pid(store))
-            if len(held) == 3:
-                # Counted while all three are held: no idle timer runs yet.
-                open_while_held.append(await application_connections(pg_url, "lw_idle_test"))
-                inside.set()
-            await inside.wait()
+    async def count_open() -> None:
+        # While all three are held: no idle timer runs yet.
+        open_while_held.append(await application_connections(pg_url, "lw_idle_test"))
 
     try:
-        async with anyio.create_task_group() as tg:
-            for _ in range(3):
-                tg.start_soon(read_while_others_do)
+        held = await held_together(store, 3, count_open)
         assert len(set(held)) == 3 and len(executor._kept) == 3
         assert open_while_held == [3]
         await eventually(lambda: len(executor._kept) == 1, 5.0)
@@ -540,10 +555,7 @@ async def test_kept_connections_left_unused_are_closed_but_one(
             await anyio.sleep(0.05)
         assert await application_connections(pg_url, "lw_idle_test") == 1
         # The one left, and the pool's places of the others, serve as before.
-        async with anyio.create_task_group() as tg:
-            for _ in range(3):
-                tg.start_soon(read_while_others_do)
-        assert len(held) == 6
+        assert len(await held_together(store, 3)) == 3
     finally:
         await store.aclose()
 
@@ -557,20 +569,8 @@ async def test_kept_connections_end_at_once_when_a_lost_session_expires_them(
     async with CommitDropper(host, port) as proxy:
         store = await open_store(proxy.url(pg_database, user, pool_size="3"))
         executor = pg_executor(store)
-        inside = anyio.Event()
-        held: list[int] = []
-
-        async def read_while_others_do() -> None:
-            async with executor.reading():
-                held.append(await backend_pid(store))
-                if len(held) == 3:
-                    inside.set()
-                await inside.wait()
-
         try:
-            async with anyio.create_task_group() as tg:
-                for _ in range(3):
-                    tg.start_soon(read_while_others_do)
+            held = await held_together(store, 3)
             assert len(executor._kept) == 3
             proxy.partition()
             started = time.monotonic()
