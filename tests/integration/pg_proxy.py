@@ -173,14 +173,14 @@ class CommitDropper:
                 head = await reader.readexactly(4)
                 body = await reader.readexactly(int.from_bytes(head, "big") - 4)
                 message = kind + head + body
-                # asyncpg commits with a simple query, "COMMIT;"; a statement that
-                # commits alone is bound to its prepared name, and commits at the Sync.
-                if kind == b"Q" and body.lstrip().upper().startswith(b"COMMIT"):
-                    self._commit_seen(link)
                 held = self._held_statement
                 if kind == b"Q" and held and body.lstrip().upper().startswith(held[0]):
                     self._held_statement = None
                     link.hold_answer_seconds = held[1]
+                # asyncpg commits with a simple query, "COMMIT;"; a statement that
+                # commits alone is bound to its prepared name, and commits at the Sync.
+                if kind == b"Q" and body.lstrip().upper().startswith(b"COMMIT"):
+                    self._commit_seen(link)
                 elif kind == b"P":
                     name, _, rest = body.partition(b"\0")
                     if _COMMITS_ALONE in rest.partition(b"\0")[0]:

@@ -452,7 +452,7 @@ async def test_a_block_that_raised_gives_its_connection_back_to_the_pool(pg_url:
             async with store._executor.transaction():
                 await store._executor.execute("SELECT 1 / 0")
         assert pg_executor(store)._kept == []
-        # The pool rolled the failed transaction back: its one connection works.
+        # Given back to the pool, which resets what it is given: its one connection works.
         record = await store.create_run(new_run())
         assert await store.get_run(record.id) is not None
     finally:
@@ -486,7 +486,7 @@ async def test_a_kept_connection_whose_session_ended_is_replaced(pg_url: str) ->
         [(kept, _)] = pg_executor(store)._kept
         assert await terminate(pg_url, "lw_kept_test") >= 1
         # As soon as asyncpg reads the end of the session; a statement sent before that
-        # fails as one on any lost connection does (the test above).
+        # fails as one on any lost connection does (the lost-connection test above).
         await eventually(lambda: session_ended(kept), 5.0)
         assert await backend_pid(store) != first
     finally:
