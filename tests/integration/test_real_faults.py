@@ -347,6 +347,9 @@ async def until_the_outcome_waits(
         for _ in itertools.count():
             returned_at = workload.first_returned_at
             if returned_at is not None:
+                # Inside a transaction the server shows every session's activity as it
+                # was at the first look: one taken before the batch began never shows it.
+                await admin.execute("SELECT pg_stat_clear_snapshot()")
                 waiting = await admin.fetchval(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = $1"
                     " AND wait_event_type = 'Lock' AND application_name = 'leaseward'"
