@@ -36,6 +36,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 import asyncpg
+import attrs
 from asyncpg.pool import PoolConnectionProxy
 from asyncpg.transaction import Transaction
 
@@ -58,6 +59,12 @@ CLOSE_TIMEOUT_SECONDS = 5.0
 IDLE_CLOSE_SECONDS = 300.0
 """How long a connection may go unused before it is closed (a later block opens
 another): a worker that goes quiet holds no more than it needs on the server."""
+MAX_QUERIES = 50_000
+"""Statements a connection runs before the pool closes it and opens another (asyncpg's
+own default): what a long-lived session gathers on the server is let go now and then."""
+BLOCKS_BETWEEN_POOL_CHECKS = 1_000
+"""Blocks a kept connection serves before it goes back to the pool once, which closes
+it there if it ran MAX_QUERIES statements: kept, it would never meet that check."""
 LISTEN_BACKOFF_MIN_SECONDS = 0.5
 LISTEN_BACKOFF_MAX_SECONDS = 30.0
 # Statements that do nothing, timed one after another as the store opens: the least of
@@ -197,6 +204,17 @@ def _open_and_idle(connection: Connection) -> bool:
         return False
 
 
+@attrs.define(slots=True)
+class _Kept:
+    """A connection given back cleanly, waiting for the next block."""
+
+    connection: Connection
+    unused: asyncio.TimerHandle
+    """Closes it if nobody takes it for IDLE_CLOSE_SECONDS."""
+    blocks: int
+    """Blocks it served since it last left the pool."""
+
+
 class PostgresExecutor:
     dialect = "postgresql"
     writes_alone = True
@@ -221,7 +239,7 @@ class PostgresExecutor:
         # Connections given back cleanly, the last first, each with the timer that closes
         # it unused; those of an older generation (before a lost session expired them
         # all) go back to the pool instead.
-        self._kept: list[tuple[Connection, asyncio.TimerHandle]] = []
+        self._kept: list[_Kept] = []
         self._generation = 0
         # Tasks waiting for the pool: a connection given back then goes to them.
         self._acquiring = 0
@@ -261,6 +279,7 @@ class PostgresExecutor:
                 server_settings=settings,
                 reset=_keep_session,
                 init=opened,
+                max_queries=MAX_QUERIES,
                 max_inactive_connection_lifetime=IDLE_CLOSE_SECONDS,
             )
         except _CONFIGURATION_ERRORS as exc:
@@ -330,7 +349,7 @@ class PostgresExecutor:
         """A connection, kept or the pool's, bound to this task for the block."""
         if self._closed:
             raise StoreError(f"postgresql: the store {self._options.display} is closed")
-        connection = await self._take()
+        connection, blocks = await self._take()
         generation = self._generation
         given_back_cleanly = False
         try:
@@ -346,31 +365,34 @@ class PostgresExecutor:
                 and generation == self._generation
                 and not self._closed
                 and not self._acquiring
+                and blocks < BLOCKS_BETWEEN_POOL_CHECKS
                 and _open_and_idle(connection)
             ):
                 unused = asyncio.get_running_loop().call_later(
                     IDLE_CLOSE_SECONDS, self._close_unused, connection
                 )
-                self._kept.append((connection, unused))
+                self._kept.append(_Kept(connection, unused, blocks + 1))
             else:
                 await self._release(connection)
 
-    async def _take(self) -> Connection:
-        """A kept connection that is still open, else one the pool gives within its time."""
+    async def _take(self) -> tuple[Connection, int]:
+        """A kept connection that is still open, else one the pool gives within its time;
+        with the blocks it served since it last left the pool."""
         while self._kept:
-            connection, unused = self._kept.pop()
-            unused.cancel()
-            if _open_and_idle(connection):
-                return connection
-            await self._release(connection)
+            kept = self._kept.pop()
+            kept.unused.cancel()
+            if _open_and_idle(kept.connection):
+                return kept.connection, kept.blocks
+            await self._release(kept.connection)
         self._acquiring += 1
         try:
-            return await self._call(
+            connection = await self._call(
                 lambda: self._pool.acquire(timeout=ACQUIRE_TIMEOUT_SECONDS),
                 waited=self._acquire_waited,
             )
         finally:
             self._acquiring -= 1
+        return connection, 0
 
     async def _release(self, connection: Connection) -> None:
         with anyio.CancelScope(shield=True), contextlib.suppress(*_DRIVER_ERRORS):
@@ -379,15 +401,16 @@ class PostgresExecutor:
 
     async def _release_kept(self) -> None:
         kept, self._kept = self._kept, []
-        for connection, unused in kept:
-            unused.cancel()
-            await self._release(connection)
+        for each in kept:
+            each.unused.cancel()
+            await self._release(each.connection)
 
     def _close_unused(self, connection: Connection) -> None:
         """Close a kept connection nobody took for IDLE_CLOSE_SECONDS, unless it is the
         last one open: what asyncpg does with its pool's idle ones."""
         position = next(
-            (index for index, (kept, _) in enumerate(self._kept) if kept is connection), None
+            (index for index, kept in enumerate(self._kept) if kept.connection is connection),
+            None,
         )
         if position is None or self._pool.get_size() <= self._pool.get_min_size():
             return
@@ -402,9 +425,9 @@ class PostgresExecutor:
         self._generation += 1
         await self._pool.expire_connections()
         kept, self._kept = self._kept, []
-        for connection, unused in kept:
-            unused.cancel()
-            _terminate(connection)
+        for each in kept:
+            each.unused.cancel()
+            _terminate(each.connection)
 
     @contextmanager
     def _bound_to(self, connection: Session) -> Iterator[None]:

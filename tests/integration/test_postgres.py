@@ -7,6 +7,7 @@ runtime tests that take ``store_url``; these need a server (they skip without on
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -483,14 +484,33 @@ async def test_a_kept_connection_whose_session_ended_is_replaced(pg_url: str) ->
     store = await open_store(f"{pg_url}?application_name=lw_kept_test&pool_size=1")
     try:
         first = await backend_pid(store)
-        [(kept, _)] = pg_executor(store)._kept
+        [kept] = pg_executor(store)._kept
         assert await terminate(pg_url, "lw_kept_test") >= 1
         # As soon as asyncpg reads the end of the session; a statement sent before that
         # fails as one on any lost connection does (the lost-connection test above).
-        await eventually(lambda: session_ended(kept), 5.0)
+        await eventually(lambda: session_ended(kept.connection), 5.0)
         assert await backend_pid(store) != first
     finally:
         await store.aclose()
+
+
+async def test_a_kept_connection_goes_back_to_the_pool_to_be_recycled(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool closes a connection that ran its max_queries only as it is given back,
+    which a kept one never was: a worker's sessions would have lived as long as it."""
+    monkeypatch.setattr("leaseward.storage.postgres.MAX_QUERIES", 3)
+    monkeypatch.setattr("leaseward.storage.postgres.BLOCKS_BETWEEN_POOL_CHECKS", 2)
+    store = await open_store(f"{pg_url}?pool_size=1")
+    try:
+        pids = [await backend_pid(store) for _ in range(6)]
+    finally:
+        await store.aclose()
+    # A rehearsal alone runs more than three statements: a session serves a block
+    # taken from the pool and two kept, gives itself back, and the pool closes it.
+    sessions = [len(list(blocks)) for _, blocks in itertools.groupby(pids)]
+    assert len(sessions) >= 2 and max(sessions) <= 3, pids
+    assert sessions[1:-1] == [3] * (len(sessions) - 2), pids
 
 
 async def held_together(
