@@ -580,6 +580,27 @@ async def test_kept_connections_left_unused_are_closed_but_one(
         await store.aclose()
 
 
+async def test_a_kept_connection_in_use_is_not_closed_as_unused(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its idle time runs from its last block: two connections used every tenth of a
+    second stay open past two idle times, while the third, left unused, is closed."""
+    monkeypatch.setattr("leaseward.storage.postgres.IDLE_CLOSE_SECONDS", 2.0)
+    store = await open_store(f"{pg_url}?pool_size=3")
+    executor = pg_executor(store)
+    try:
+        opened = set(await held_together(store, 3))
+        busy = set(await held_together(store, 2))
+        started = time.monotonic()
+        while time.monotonic() - started < 4.5:
+            await anyio.sleep(0.1)
+            assert set(await held_together(store, 2)) == busy
+        await eventually(lambda: len(executor._kept) == 2, 5.0)
+        assert set(await held_together(store, 2)) == busy < opened
+    finally:
+        await store.aclose()
+
+
 async def test_kept_connections_end_at_once_when_a_lost_session_expires_them(
     pg_server: Any, pg_database: str
 ) -> None:
