@@ -165,7 +165,7 @@ $(PEERS_STAMP): bench/peers/requirements.txt
 # leaseward side by side with DBOS, LangGraph, procrastinate and raw SQLite, in one
 # run (bench/peers/compare.py, standard library only): the SQLite matrix at
 # N=1,10,100,1000 with ratios and targets, durable-write latency, a submit loop,
-# PostgreSQL at N=100, bench/claims.py and bench/memory.py. About 8 minutes on
+# PostgreSQL at N=100, bench/claims.py and bench/memory.py. About 9 minutes on
 # 2 cores. A peer that failed to install, or a PostgreSQL that cannot be reached,
 # is reported as not run; the rest is still measured. PEERS_FLAGS passes flags:
 # PEERS_FLAGS=--quick for a smoke test, PEERS_FLAGS="--no-pg --no-scaling --levels 100".

@@ -7,10 +7,14 @@ each connect and then, at one agreed instant, claim in a loop (``claim_runs`` wi
 until the queue is empty. It reports runs claimed per second and claim transactions
 per second over the wall time from that instant until the last worker found the queue
 empty, and checks afterwards that every run was claimed exactly once (epoch 1).
+With ``--repeat R`` every measurement is made R times, one round of them after
+another, and each row gives the round whose runs/s is the median, with the least and
+the most: two workers and four on two shared cores differ by a few percent, less than
+what the rest of the machine moves one measurement.
 
     .venv/bin/python bench/claims.py
     .venv/bin/python bench/claims.py --store postgresql://postgres@127.0.0.1/postgres \\
-        --workers 1,2,4 --runs 20000 --batch 1,32
+        --workers 1,2,4 --runs 20000 --batch 1,32 --repeat 3
 
 The URL names a server and a maintenance database to create the fresh databases
 from; each is dropped afterwards. This is a benchmark, not a test: it asserts
@@ -83,6 +87,26 @@ class Result:
     def worker_cpu_per_run(self) -> float | None:
         """Seconds of the workers' CPU a run claimed."""
         return self.worker_cpu_seconds / self.claimed if self.claimed else None
+
+
+RunsPerSecondRange = dict[tuple[int, int], tuple[float, float]]
+"""By (workers, batch): the least and the most runs/s of its rounds."""
+
+
+def medians(results: Sequence[Result]) -> tuple[list[Result], RunsPerSecondRange]:
+    """Of each (workers, batch)'s rounds, the one whose runs/s is the median (the lower
+    of the two middle ones, for an even count), in the order they were first measured;
+    and the range of each."""
+    rounds: dict[tuple[int, int], list[Result]] = {}
+    for result in results:
+        rounds.setdefault((result.workers, result.batch), []).append(result)
+    chosen: list[Result] = []
+    ranges: RunsPerSecondRange = {}
+    for key, same in rounds.items():
+        ordered = sorted(same, key=lambda r: r.runs_per_second)
+        chosen.append(ordered[(len(ordered) - 1) // 2])
+        ranges[key] = (ordered[0].runs_per_second, ordered[-1].runs_per_second)
+    return chosen, ranges
 
 
 # -- one worker process -------------------------------------------------------------------
@@ -262,6 +286,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"at most {MOST_DEFAULT_RUNS:,})",
     )
     parser.add_argument(
+        "--repeat",
+        type=positive_int,
+        default=1,
+        metavar="R",
+        help="rounds of every measurement, one after another; each row gives the median "
+        "round (default: %(default)s)",
+    )
+    parser.add_argument(
         "--json",
         type=Path,
         default=None,
@@ -272,34 +304,48 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def write_json(path: Path, args: argparse.Namespace, results: Sequence[Result]) -> None:
-    base = {r.batch: r.runs_per_second for r in results if r.workers == 1}
+    """Every round under ``rounds``; under ``measurements`` the median round of each
+    (workers, batch), with the least and the most runs/s of its rounds."""
+    chosen, ranges = medians(results)
+    base = {r.batch: r.runs_per_second for r in chosen if r.workers == 1}
+
+    def described(r: Result) -> dict[str, object]:
+        return {
+            **attrs.asdict(r),
+            "runs_per_second": r.runs_per_second,
+            "claims_per_second": r.claims_per_second,
+            "worker_cpu_per_run": r.worker_cpu_per_run,
+        }
+
     document = {
         "benchmark": "claims",
         "settings": {
             "workers": args.workers,
             "batch": args.batch,
             "runs": {batch: runs_for(args, batch) for batch in args.batch},
+            "repeat": args.repeat,
         },
         "cpus": os.cpu_count(),
         "measurements": [
             {
-                **attrs.asdict(r),
-                "runs_per_second": r.runs_per_second,
-                "claims_per_second": r.claims_per_second,
-                "worker_cpu_per_run": r.worker_cpu_per_run,
+                **described(r),
+                "runs_per_second_min": ranges[(r.workers, r.batch)][0],
+                "runs_per_second_max": ranges[(r.workers, r.batch)][1],
                 "vs_one_worker": r.runs_per_second / base[r.batch] if base.get(r.batch) else None,
             }
-            for r in results
+            for r in chosen
         ],
+        "rounds": [described(r) for r in results],
     }
     path.write_text(json.dumps(document, indent=2) + "\n")
 
 
-def print_results(results: Sequence[Result]) -> None:
+def print_results(results: Sequence[Result], ranges: RunsPerSecondRange | None = None) -> None:
+    """A row a result; with ``ranges``, each row's least and most runs/s of its rounds."""
     header = (
         f"{'P':>3} {'batch':>5} {'runs':>7} {'claimed':>7} {'claims':>7} {'wall s':>7} "
         f"{'runs/s':>8} {'claims/s':>8} {'vs P=1':>7} {'double':>6} {'busy':>5} "
-        f"{'worker µs':>9}  per worker"
+        f"{'worker µs':>9}  " + ("runs/s of its rounds (min-max)" if ranges else "per worker")
     )
     print(header)
     print("-" * len(header))
@@ -311,11 +357,15 @@ def print_results(results: Sequence[Result]) -> None:
         busy = "-" if r.busy is None else f"{r.busy:.0%}"
         per_run = r.worker_cpu_per_run
         worker_cpu = "-" if per_run is None else f"{per_run * 1e6:.1f}"
+        if ranges:
+            least, most = ranges[(r.workers, r.batch)]
+            last = f"{least:.0f}-{most:.0f}"
+        else:
+            last = ",".join(map(str, r.per_worker))
         print(
             f"{r.workers:>3} {r.batch:>5} {r.runs:>7} {r.claimed:>7} {r.claims:>7} "
             f"{r.seconds:>7.3f} {r.runs_per_second:>8.0f} {r.claims_per_second:>8.0f} "
-            f"{ratio:>6.2f}x {r.double_claims:>6} {busy:>5} {worker_cpu:>9}  "
-            f"{','.join(map(str, r.per_worker))}"
+            f"{ratio:>6.2f}x {r.double_claims:>6} {busy:>5} {worker_cpu:>9}  {last}"
         )
 
 
@@ -327,9 +377,10 @@ def runs_for(args: argparse.Namespace, batch: int) -> int:
 
 async def run_all(args: argparse.Namespace) -> list[Result]:
     results = []
-    for batch in args.batch:
-        for workers in args.workers:
-            results.append(await measure(args.store, workers, batch, runs_for(args, batch)))
+    for _ in range(args.repeat):
+        for batch in args.batch:
+            for workers in args.workers:
+                results.append(await measure(args.store, workers, batch, runs_for(args, batch)))
     return results
 
 
@@ -349,7 +400,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"empty; {os.cpu_count()} CPUs shared with the server"
     )
     print()
-    print_results(results)
+    if args.repeat > 1:
+        chosen, ranges = medians(results)
+        print(f"the median of {args.repeat} rounds, measured one round after another:")
+        print_results(chosen, ranges)
+    else:
+        print_results(results)
     print()
     print(
         "P = worker processes; batch = runs a claim asks for; claims = claim statements "

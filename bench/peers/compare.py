@@ -19,8 +19,9 @@ One command (``make bench-peers``) that measures, in one invocation:
 6. PostgreSQL at N=100: leaseward read and write (one worker process), DBOS, and
    procrastinate (N jobs, one worker), each in a fresh database; leaseward's
    PG/SQLite ratios marked against their target (at least 1).
-7. ``bench/claims.py --workers 1,2,4`` and ``bench/memory.py --quick``, run as they are;
-   whether claims grow from each worker count to the next is marked.
+7. ``bench/claims.py --workers 1,2,4 --repeat 3`` and ``bench/memory.py --quick``, run
+   as they are; whether claims grow from each worker count to the next (the medians
+   of three rounds) is marked.
 8. How fast the machine ran plain Python meanwhile (``python_speed.py``, with
    leaseward's interpreter, before each repetition and after the last): leaseward's
    figures move with it and the raw limits do not, so it is what tells two runs of
@@ -37,7 +38,7 @@ the plot to ``bench/results/peers.png`` (``plot.py``, with the peers' venv); a
 
 Standard library only, so any Python 3.11 runs it:
 
-    .venv/bin/python bench/peers/compare.py                  # everything, about 8 min on 2 cores
+    .venv/bin/python bench/peers/compare.py                  # everything, about 9 min on 2 cores
     .venv/bin/python bench/peers/compare.py --quick          # N=10 once, SQLite only
     .venv/bin/python bench/peers/compare.py --levels 100 --no-pg --no-scaling
     .venv/bin/python bench/peers/compare.py --systems leaseward-read,dbos,raw

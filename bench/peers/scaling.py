@@ -1,12 +1,12 @@
 """Scaling with worker processes and memory per parked run, from the benchmarks that measure them.
 
-``bench/claims.py --workers 1,2,4`` (claim throughput on PostgreSQL with 1, 2
-and 4 worker processes) and ``bench/memory.py --quick`` (RSS per run parked in
-a long tool call) are run as they are, as subprocesses with leaseward's
-interpreter; compare.py prints their summary figures beside its own. claims.py
-writes JSON to ``--json`` and memory.py to ``--results-dir``, both in a temporary
-directory here. A call that fails yields why, and the report goes on. Standard
-library only.
+``bench/claims.py --workers 1,2,4 --repeat 3`` (claim throughput on PostgreSQL with
+1, 2 and 4 worker processes, the median of three rounds) and ``bench/memory.py
+--quick`` (RSS per run parked in a long tool call) are run as they are, as
+subprocesses with leaseward's interpreter; compare.py prints their summary figures
+beside its own. claims.py writes JSON to ``--json`` and memory.py to
+``--results-dir``, both in a temporary directory here. A call that fails yields why,
+and the report goes on. Standard library only.
 """
 
 from __future__ import annotations
@@ -22,7 +22,11 @@ from typing import Any
 
 from systems import REPO, last_line
 
-__all__ = ["claim_growth", "claim_rows", "claims", "memory", "print_scaling"]
+__all__ = ["CLAIM_ROUNDS", "claim_growth", "claim_rows", "claims", "memory", "print_scaling"]
+
+CLAIM_ROUNDS = 3
+"""Rounds of claims.py's measurements, each row the median: as the matrix's repetitions,
+since two worker counts on two shared cores differ by less than one measurement moves."""
 
 
 def run(
@@ -44,7 +48,16 @@ def run(
 def claims(python: Path, pg_url: str, timeout: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="leaseward-peers-claims-") as tmp:
         results = Path(tmp) / "claims.json"
-        argv = [str(python), "bench/claims.py", "--workers", "1,2,4", "--store", pg_url]
+        argv = [
+            str(python),
+            "bench/claims.py",
+            "--workers",
+            "1,2,4",
+            "--repeat",
+            str(CLAIM_ROUNDS),
+            "--store",
+            pg_url,
+        ]
         _, error, seconds = run([*argv, "--json", str(results)], timeout)
         measurements: list[dict[str, Any]] = []
         if error is None:
@@ -59,7 +72,8 @@ def claims(python: Path, pg_url: str, timeout: float) -> dict[str, Any]:
 
 
 def claim_rows(measurements: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """claims.py's measurements (its ``--json``) as the report shows them."""
+    """claims.py's measurements (its ``--json``: each the median of its rounds) as the
+    report shows them."""
     return [
         {
             "workers": m["workers"],
@@ -69,6 +83,8 @@ def claim_rows(measurements: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "claims": m["claims"],
             "seconds": round(m["seconds"], 3),
             "runs_per_second": round(m["runs_per_second"]),
+            "runs_per_second_min": round(m["runs_per_second_min"]),
+            "runs_per_second_max": round(m["runs_per_second_max"]),
             "claims_per_second": round(m["claims_per_second"]),
             "vs_one_worker": round(m["vs_one_worker"], 2),
             "double": m["double_claims"],
@@ -140,7 +156,9 @@ def print_scaling(found: dict[str, Any]) -> None:
         for row in result["rows"]:
             print(
                 f"  claims, {row['workers']} worker(s), batch {row['batch']:>2}: "
-                f"{row['runs_per_second']:>7} runs/s, {row['claims_per_second']:>6} claims/s, "
+                f"{row['runs_per_second']:>7} runs/s "
+                f"({row['runs_per_second_min']}-{row['runs_per_second_max']}), "
+                f"{row['claims_per_second']:>6} claims/s, "
                 f"{row['vs_one_worker']:.2f}x one worker, double claims {row['double']}"
                 + ("" if row.get("busy") is None else f", machine {row['busy']:.0%} busy")
                 + (

@@ -246,21 +246,48 @@ def test_claims_results_are_read_with_the_machines_busy_share_and_the_workers_cp
     assert "worker µs" in table
     assert "   71%      20.0  19000" in table
 
-    written = tmp_path / "claims.json"
-    args = claims.build_parser().parse_args(["--batch", "32", "--json", str(written)])
-    claims.write_json(written, args, measured)
-    rows = scaling.claim_rows(json.loads(written.read_text())["measurements"])
-    assert [(r["workers"], r["runs_per_second"], r["busy"]) for r in rows] == [
-        (1, 19000, 0.71),
-        (2, 32000, 0.97),
-        (4, 31000, None),
+    # Three rounds, one after another: each row is its median round, with the range.
+    rounds = [
+        *measured,
+        *[result(1, 18000, 0.70), result(2, 30000, 0.96), result(4, 33000, 0.98)],
+        *[result(1, 20000, 0.72), result(2, 31000, 0.95), result(4, 34000, 0.99)],
     ]
+    written = tmp_path / "claims.json"
+    args = claims.build_parser().parse_args(
+        ["--batch", "32", "--repeat", "3", "--json", str(written)]
+    )
+    claims.write_json(written, args, rounds)
+    document = json.loads(written.read_text())
+    assert len(document["rounds"]) == 9
+    rows = scaling.claim_rows(document["measurements"])
+    assert [
+        (r["workers"], r["runs_per_second"], r["runs_per_second_min"], r["runs_per_second_max"])
+        for r in rows
+    ] == [(1, 19000, 18000, 20000), (2, 31000, 30000, 32000), (4, 33000, 31000, 34000)]
+    assert [(r["busy"], r["vs_one_worker"]) for r in rows] == [
+        (0.71, 1.0),
+        (0.95, 1.63),
+        (0.98, 1.74),
+    ]
+
+    chosen, ranges = claims.medians(rounds)
+    claims.print_results(chosen, ranges)
+    assert "   95%      20.0  30000-32000" in capsys.readouterr().out
 
     scaling.print_scaling({"claims": {"error": None, "rows": rows}})
     printed = capsys.readouterr().out
-    assert "2 worker(s), batch 32:   32000 runs/s,   1002 claims/s" in printed
-    assert "machine 97% busy, workers' CPU 20.0 µs a run" in printed
-    assert "batch 32: 1 to 2: ok, 2 to 4: MISS (machine 97% busy with 2)" in printed
+    assert "2 worker(s), batch 32:   31000 runs/s (30000-32000),    970 claims/s" in printed
+    assert "machine 95% busy, workers' CPU 20.0 µs a run" in printed
+    assert "batch 32: 1 to 2: ok, 2 to 4: ok" in printed
+
+    one_round = tmp_path / "one.json"
+    args = claims.build_parser().parse_args(["--batch", "32", "--json", str(one_round)])
+    claims.write_json(one_round, args, measured)
+    rows = scaling.claim_rows(json.loads(one_round.read_text())["measurements"])
+    scaling.print_scaling({"claims": {"error": None, "rows": rows}})
+    assert "batch 32: 1 to 2: ok, 2 to 4: MISS (machine 97% busy with 2)" in (
+        capsys.readouterr().out
+    )
 
 
 def test_python_speed_summarizes_the_samples_that_were_taken(
