@@ -95,8 +95,8 @@ RunsPerSecondRange = dict[tuple[int, int], tuple[float, float]]
 
 def medians(results: Sequence[Result]) -> tuple[list[Result], RunsPerSecondRange]:
     """Of each (workers, batch)'s rounds, the one whose runs/s is the median (the lower
-    of the two middle ones, for an even count), in the order they were first measured;
-    and the range of each."""
+    of the two middle ones, for an even count), in the order they were first measured,
+    with the double claims of all its rounds; and the range of each."""
     rounds: dict[tuple[int, int], list[Result]] = {}
     for result in results:
         rounds.setdefault((result.workers, result.batch), []).append(result)
@@ -104,7 +104,9 @@ def medians(results: Sequence[Result]) -> tuple[list[Result], RunsPerSecondRange
     ranges: RunsPerSecondRange = {}
     for key, same in rounds.items():
         ordered = sorted(same, key=lambda r: r.runs_per_second)
-        chosen.append(ordered[(len(ordered) - 1) // 2])
+        median = ordered[(len(ordered) - 1) // 2]
+        # A run claimed twice in any round is a fault the median must not hide.
+        chosen.append(attrs.evolve(median, double_claims=sum(r.double_claims for r in same)))
         ranges[key] = (ordered[0].runs_per_second, ordered[-1].runs_per_second)
     return chosen, ranges
 

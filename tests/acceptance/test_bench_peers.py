@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -273,6 +274,9 @@ def test_claims_results_are_read_with_the_machines_busy_share_and_the_workers_cp
     chosen, ranges = claims.medians(rounds)
     claims.print_results(chosen, ranges)
     assert "   95%      20.0  30000-32000" in capsys.readouterr().out
+    # A double claim in a round that is not the median still shows.
+    doubled = [*rounds[:8], attrs.evolve(rounds[8], double_claims=2)]
+    assert [r.double_claims for r in claims.medians(doubled)[0]] == [0, 0, 2]
 
     scaling.print_scaling({"claims": {"error": None, "rows": rows}})
     printed = capsys.readouterr().out
