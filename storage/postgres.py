@@ -399,11 +399,16 @@ class PostgresExecutor:
             # A broken connection is closed by the pool and replaced on a later acquire.
             await self._pool.release(connection, timeout=CLOSE_TIMEOUT_SECONDS)
 
-    async def _release_kept(self) -> None:
+    def _drop_kept(self) -> list[Connection]:
+        """The kept connections, none kept any more and their idle timers cancelled."""
         kept, self._kept = self._kept, []
         for each in kept:
             each.unused.cancel()
-            await self._release(each.connection)
+        return [each.connection for each in kept]
+
+    async def _release_kept(self) -> None:
+        for connection in self._drop_kept():
+            await self._release(connection)
 
     def _close_unused(self, connection: Connection) -> None:
         """Close a kept connection nobody took for IDLE_CLOSE_SECONDS, unless it is the
@@ -424,10 +429,8 @@ class PostgresExecutor:
         may not answer it, and the statement that found the loss would wait to fail."""
         self._generation += 1
         await self._pool.expire_connections()
-        kept, self._kept = self._kept, []
-        for each in kept:
-            each.unused.cancel()
-            _terminate(each.connection)
+        for connection in self._drop_kept():
+            _terminate(connection)
 
     @contextmanager
     def _bound_to(self, connection: Session) -> Iterator[None]:

@@ -182,12 +182,7 @@ async def test_a_rehearsal_cut_off_at_its_begin_leaves_the_next_write_committed(
             created = await store.create_run(new_run())
         finally:
             await store.aclose()
-    # Read through a connection of its own: the writer's would see its own transaction.
-    reader = await open_store(pg_server.url_for(pg_database))
-    try:
-        assert await reader.get_run(created.id) == created
-    finally:
-        await reader.aclose()
+    assert await read_back(pg_server.url_for(pg_database), created) == created
 
 
 async def test_a_connection_whose_rehearsal_is_cut_off_as_it_opens_commits_the_next_write(
@@ -218,9 +213,15 @@ async def test_a_connection_whose_rehearsal_is_cut_off_as_it_opens_commits_the_n
             assert "store.rehearsal_failed" in events(logs)
         finally:
             await store.aclose()
-    reader = await open_store(pg_server.url_for(pg_database))
+    assert await read_back(pg_server.url_for(pg_database), created[0]) == created[0]
+
+
+async def read_back(url: str, written: RunRecord) -> RunRecord | None:
+    """``written`` as a store of its own reads it: the writer's connection would see its
+    own open transaction."""
+    reader = await open_store(url)
     try:
-        assert await reader.get_run(created[0].id) == created[0]
+        return await reader.get_run(written.id)
     finally:
         await reader.aclose()
 
