@@ -3,8 +3,6 @@ whose writes go through them."""
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager, nullcontext, suppress
 from datetime import timedelta
@@ -24,7 +22,6 @@ from leaseward.collector import collector_tuned
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import MAX_DURATION_SECONDS, Clock, SystemClock
 from leaseward.runtime.decisions import WAITING_STATES
-from leaseward.runtime.encoding import holdable
 from leaseward.runtime.errors import ConfigurationError, WaitTimeout
 from leaseward.runtime.human_requests import HumanRequest
 from leaseward.runtime.journal import StepInfo
@@ -40,6 +37,7 @@ from leaseward.storage.protocol import Store, unwrap
 from leaseward.storage.store import PURGE_BATCH_RUNS
 from leaseward.storage.url import pool_size_for
 from leaseward.wakeups import SettleWakeups
+from leaseward.worker_ids import check_worker_id, default_worker_id, worker_id_held
 from leaseward.writer import SupervisorWriter
 
 __all__ = [
@@ -58,26 +56,6 @@ LEASE_SECONDS = 10.0
 REAP_INTERVAL_SECONDS = 2.0
 POLL_INTERVAL_SECONDS = 1.0
 DRAIN_SECONDS = 10.0
-
-
-def default_worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def check_worker_id(worker_id: Any) -> None:
-    # Leases, logs and the workers table name a worker by it: an empty or blank one
-    # would show as nothing there, and an id with spaces around it looks like another's.
-    # It is stored with each lease: one no store can hold would fail every claim.
-    if (
-        not isinstance(worker_id, str)
-        or not worker_id.strip()
-        or worker_id != worker_id.strip()
-        or not holdable(worker_id)
-    ):
-        raise ConfigurationError(
-            f"worker_id must be a name without spaces around it, NUL characters or lone "
-            f"surrogates, such as the default host:pid, not {worker_id!r}"
-        )
 
 
 def _positive(name: str, value: Any, *, integer: bool = False) -> None:
@@ -179,6 +157,10 @@ class Runtime:
         An interactive run still going then (``run`` called from another task) is
         waited for as long, and then fails as interrupted, its write finished first.
 
+        ``worker_id`` names the worker in leases, logs and ``workers()``; by default
+        host:pid, or host:pid/2 (/3, and so on) while another Runtime of this process
+        is open under that.
+
         ``trace_content`` puts tool arguments and results (bounded) on the tool spans
         of a configured OpenTelemetry SDK; they may hold personal data, so it is off.
 
@@ -235,44 +217,45 @@ class Runtime:
                 raise ConfigurationError(f"{name} must be True or False, not {flag!r}")
         margin = _margin(deadline_margin_seconds, lease_seconds)
         clock = clock or SystemClock()
-        settings = SupervisorSettings(
-            worker_id=default_worker_id() if worker_id is None else worker_id,
-            concurrency=concurrency,
-            lease_seconds=float(lease_seconds),
-            reap_interval_seconds=float(reap_interval_seconds),
-            poll_interval_seconds=float(poll_interval_seconds),
-            drain_seconds=float(drain_seconds),
-            run=RunSettings(
+        with worker_id_held(worker_id) as held_id:
+            settings = SupervisorSettings(
+                worker_id=held_id,
+                concurrency=concurrency,
                 lease_seconds=float(lease_seconds),
-                deadline_margin_seconds=margin,
-                policy=recovery or RecoveryPolicy(),
-                tracing=TraceSettings(capture_content=trace_content),
-            ),
-            group_commit=group_commit,
-            max_batch=max_batch,
-        )
-        owned = isinstance(store, str)
-        opened = (
-            await open_store(store, clock=clock, pool_size=pool_size_for(concurrency))
-            if isinstance(store, str)
-            else store
-        )
-        try:
-            with collector_tuned() if tune_collector else nullcontext():
-                async with _tool_sources(app):
-                    supervisor = Supervisor(opened, app, settings, clock, metrics=metrics)
-                    async with supervisor.running():
-                        runtime = cls(opened, app, supervisor, clock)
-                        try:
-                            yield runtime
-                        finally:
-                            # Before the drain, while the Persister still answers what
-                            # was sent to it: nothing sent after could be answered.
-                            runtime._writer.closed = True
-        finally:
-            if owned:
-                with anyio.CancelScope(shield=True):
-                    await opened.aclose()
+                reap_interval_seconds=float(reap_interval_seconds),
+                poll_interval_seconds=float(poll_interval_seconds),
+                drain_seconds=float(drain_seconds),
+                run=RunSettings(
+                    lease_seconds=float(lease_seconds),
+                    deadline_margin_seconds=margin,
+                    policy=recovery or RecoveryPolicy(),
+                    tracing=TraceSettings(capture_content=trace_content),
+                ),
+                group_commit=group_commit,
+                max_batch=max_batch,
+            )
+            owned = isinstance(store, str)
+            opened = (
+                await open_store(store, clock=clock, pool_size=pool_size_for(concurrency))
+                if isinstance(store, str)
+                else store
+            )
+            try:
+                with collector_tuned() if tune_collector else nullcontext():
+                    async with _tool_sources(app):
+                        supervisor = Supervisor(opened, app, settings, clock, metrics=metrics)
+                        async with supervisor.running():
+                            runtime = cls(opened, app, supervisor, clock)
+                            try:
+                                yield runtime
+                            finally:
+                                # Before the drain, while the Persister still answers what
+                                # was sent to it: nothing sent after could be answered.
+                                runtime._writer.closed = True
+            finally:
+                if owned:
+                    with anyio.CancelScope(shield=True):
+                        await opened.aclose()
 
     def _ended(self, run_id: str, settlement: Settlement | None) -> None:
         if settlement is not None and settlement.target.terminal:

@@ -103,6 +103,30 @@ async def test_a_worker_given_the_id_of_a_live_one_elsewhere_says_so(store_url: 
     assert (warned["worker_id"], warned["host"], warned["pid"]) == ("w-test", "elsewhere", 4242)
 
 
+async def test_two_runtimes_of_one_process_are_two_workers(store_url: str) -> None:
+    """Without a worker_id each is named by the process: the second open one is told
+    apart, and the first closing leaves the second's row and agents as they were."""
+    base = f"{socket.gethostname()}:{os.getpid()}"
+    async with Client.open(store_url) as client:
+        async with Runtime.open(store_url, app_of("payer"), **FAST) as first:
+            async with Runtime.open(store_url, app_of("greeter"), **FAST) as second:
+                assert (first.worker_id, second.worker_id) == (base, f"{base}/2")
+                listed = {w.id: w.agents for w in await client.workers()}
+                assert listed == {base: ("payer",), f"{base}/2": ("greeter",)}
+                async with Runtime.open(store_url, app_of("payer"), **FAST) as third:
+                    assert third.worker_id == f"{base}/3"
+                named = Runtime.open(store_url, app_of("payer"), worker_id="named", **FAST)
+                async with named as own:
+                    assert own.worker_id == "named"
+            after = await beaten(client, max(w.heartbeat_at for w in await client.workers()))
+            assert (after.id, after.agents) == (base, ("payer",))
+            assert [w.id for w in await client.workers()] == [base]
+            async with Runtime.open(store_url, app_of("greeter"), **FAST) as again:
+                # The id the closed one had is free again.
+                assert again.worker_id == f"{base}/2"
+        assert await client.workers() == []
+
+
 async def test_runtime_submit_refuses_an_agent_of_no_app_and_queues_nothing(
     store_url: str,
 ) -> None:
