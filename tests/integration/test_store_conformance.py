@@ -38,6 +38,7 @@ from leaseward.runtime.settlements import Settlement
 from leaseward.runtime.workers import WorkerRegistration
 from leaseward.storage import BatchItem, CancelOutcome, LeaseMark, SQLStore, open_store
 from leaseward.storage.migrations import MIGRATIONS
+from leaseward.storage.workers import GONE_WORKERS_KEPT_SECONDS
 from tests.integration.support import provider_step
 
 pytestmark = pytest.mark.anyio
@@ -795,6 +796,28 @@ async def test_a_beat_re_registers_a_forgotten_worker_and_remove_forgets_it(
     assert await store.list_workers() == []
     await store.remove_worker("w1")
     assert await store.list_workers() == []
+
+
+async def test_a_worker_gone_longer_than_kept_is_forgotten_at_another_ones_beat(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    await store.register_worker(worker("killed", stale_after=15.0))
+    await clock.advance(60)
+    await store.register_worker(worker("killed-later", stale_after=15.0))
+    # "killed" has been gone (heartbeat older than its promise) for exactly the time kept.
+    await clock.advance(GONE_WORKERS_KEPT_SECONDS - 60 + 15)
+    await store.register_worker(worker("beating"))
+    assert [(w.id, w.live) for w in await store.list_workers()] == [
+        ("beating", True),
+        ("killed-later", False),
+        ("killed", False),
+    ]
+    await clock.advance(1)
+    await store.heartbeat_worker(worker("beating"))
+    assert [w.id for w in await store.list_workers()] == ["beating", "killed-later"]
+    await clock.advance(60)
+    await store.heartbeat_worker(worker("beating"))
+    assert [w.id for w in await store.list_workers()] == ["beating"]
 
 
 async def test_a_migration_numbered_below_the_newest_applied_still_runs(store_url: str) -> None:

@@ -307,6 +307,10 @@ ON CONFLICT (id) DO UPDATE SET
 -- name: remove_worker
 DELETE FROM workers WHERE id = :id;
 
+-- name: forget_gone_workers
+-- A worker killed without a word stays listed as gone, for a while: then its row goes.
+DELETE FROM workers WHERE heartbeat_at + stale_after_seconds < leaseward_now() - :kept_seconds::double precision;
+
 -- name: list_workers
 -- The database clock comes back with the rows: liveness is judged on one clock.
 SELECT *, leaseward_now() AS now FROM workers ORDER BY heartbeat_at DESC, id;

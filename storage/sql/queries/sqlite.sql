@@ -286,6 +286,10 @@ ON CONFLICT (id) DO UPDATE SET
 -- name: remove_worker
 DELETE FROM workers WHERE id = :id;
 
+-- name: forget_gone_workers
+-- A worker killed without a word stays listed as gone, for a while: then its row goes.
+DELETE FROM workers WHERE heartbeat_at + stale_after_seconds < :now - :kept_seconds;
+
 -- name: list_workers
 -- The store's "now" comes back with the rows: liveness is judged on one clock.
 SELECT *, :now AS now FROM workers ORDER BY heartbeat_at DESC, id;
