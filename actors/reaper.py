@@ -121,7 +121,8 @@ class LeaseReaper:
         self._policy = policy
         self._on_reaped = on_reaped
         self._batch = batch
-        self._worker = worker
+        self.worker = worker
+        """What each heartbeat registers, if anything: the worker as it is now."""
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Reap on every tick, and as soon as a lease it watches comes due between
@@ -155,10 +156,10 @@ class LeaseReaper:
         return min(ahead, default=now + self._interval)
 
     async def _beat(self) -> None:
-        if self._worker is None:
+        if self.worker is None:
             return
         try:
-            await self._store.heartbeat_worker(self._worker)
+            await self._store.heartbeat_worker(self.worker)
         except LeasewardError as exc:
             # A missed beat costs nothing but a while shown as gone; reaping goes on.
             log.warning("worker.heartbeat_failed", error=exc.message)

@@ -435,6 +435,10 @@ class Supervisor:
         if not self._local:
             return
         self._log.info("worker.draining", runs=len(self._local))
+        # The reaper's next beat says so: the registry then shows this worker draining,
+        # and no longer counts it as serving its agents.
+        self.registration = attrs.evolve(self.registration, draining=True)
+        self.reaper.worker = self.registration
         drain_seconds = 0.0 if self._stop_now else self.settings.drain_seconds
         with anyio.move_on_after(drain_seconds) as self._drain_scope:
             await self._until_idle()

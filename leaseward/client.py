@@ -629,12 +629,13 @@ class Client:
         return False
 
     async def workers(self) -> list[WorkerInfo]:
-        """The registered workers, live and gone, most recently heard from first."""
+        """The registered workers, live, draining and gone, most recently heard from first."""
         return await self._store.list_workers()
 
     async def served_agents(self) -> frozenset[str]:
-        """The agents some live worker serves: a queued run of any other waits for one."""
-        return frozenset(agent for w in await self.workers() if w.live for agent in w.agents)
+        """The agents some live worker serves, not draining: a queued run of any other
+        waits for one."""
+        return frozenset(agent for w in await self.workers() if w.serving for agent in w.agents)
 
     async def purge(
         self,

@@ -68,4 +68,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(15, "journal_checks"),
     Migration(16, "fences_and_settlements"),
     Migration(17, "claims_planned_once"),
+    Migration(18, "worker_drains"),
 )

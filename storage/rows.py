@@ -195,6 +195,7 @@ def worker_from_row(row: Row) -> WorkerInfo:
         heartbeat_at=row["heartbeat_at"],
         heartbeat_age_seconds=max(0.0, row["now"] - row["heartbeat_at"]),
         stale_after_seconds=row["stale_after_seconds"],
+        draining_since=row["draining_since"],
     )
 
 

@@ -39,6 +39,7 @@ class WorkerRegistry(StoreConcern):
                     "agents_json": json.dumps(list(worker.agents)),
                     "stale_after_seconds": worker.stale_after_seconds,
                     "starting": starting,
+                    "draining": worker.draining,
                     "now": now,
                 },
             )

@@ -378,7 +378,7 @@ def migrate(store_url: str) -> int:
     return anyio.run(actions.migrate, store_url)
 
 
-@leaseward.command(help="list the workers serving this store, live and gone")
+@leaseward.command(help="list the workers serving this store: live, draining and gone")
 @_store
 @_json
 def workers(store_url: str, as_json: bool) -> int:

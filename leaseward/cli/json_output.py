@@ -78,7 +78,7 @@ def request_json(request: HumanRequest) -> dict[str, Any]:
 
 
 def worker_json(worker: WorkerInfo) -> dict[str, Any]:
-    return {**_fields(worker), "live": worker.live}
+    return {**_fields(worker), "live": worker.live, "status": worker.status}
 
 
 def total_usage(steps: Sequence[StepInfo]) -> tuple[Usage, int] | None:

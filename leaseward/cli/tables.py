@@ -169,7 +169,7 @@ def print_workers(workers: Sequence[WorkerInfo]) -> None:
             ",".join(w.agents) or "-",
             timestamp(w.started_at),
             age(w.heartbeat_age_seconds),
-            "live" if w.live else "gone",
+            w.status,
         )
         for w in workers
     ]

@@ -219,15 +219,19 @@ async def test_a_workers_heartbeat_reads_as_the_cli_prints_it(
 ) -> None:
     gone = WorkerInfo("w-old", "h", 1, ("chat",), 0.0, 0.0, 2 * 86400 + 3 * 3600 + 5.0, 30.0)
     live = WorkerInfo("w-new", "h", 2, ("chat",), 0.0, 0.0, 0.25, 30.0)
+    draining = WorkerInfo("w-leaving", "h", 3, ("chat",), 0.0, 0.0, 0.5, 30.0, 0.0)
 
     async def workers(self: Client) -> list[WorkerInfo]:
-        return [live, gone]
+        return [live, draining, gone]
 
     monkeypatch.setattr(Client, "workers", workers)
     async with console(url) as page:
         html = (await page.http.get("/workers")).text
     # Two days gone read as two days, as `leaseward workers` says, not 183605.0 s.
     assert "<td>2d3h ago</td>" in html and "<td>0.2s ago</td>" in html
+    # A worker that stopped claiming to let its runs finish says so.
+    for status in ("live", "draining", "gone"):
+        assert f'<tr class="{status}">' in html and f"<td>{status}</td>" in html
 
 
 async def test_the_json_twins_print_what_the_cli_prints(url: str) -> None:

@@ -798,6 +798,29 @@ async def test_a_beat_re_registers_a_forgotten_worker_and_remove_forgets_it(
     assert await store.list_workers() == []
 
 
+async def test_a_draining_worker_is_dated_from_its_first_draining_beat_and_serves_nothing(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    await store.register_worker(worker())
+    (serving,) = await store.list_workers()
+    assert (serving.draining_since, serving.status, serving.serving) == (None, "live", True)
+    await clock.advance(5)
+    began = clock.now()
+    await store.heartbeat_worker(attrs.evolve(worker(), draining=True))
+    await clock.advance(5)
+    await store.heartbeat_worker(attrs.evolve(worker(), draining=True))
+    (draining,) = await store.list_workers()
+    assert (draining.draining_since, draining.status, draining.live) == (began, "draining", True)
+    assert not draining.serving
+    await clock.advance(20)
+    (gone,) = await store.list_workers()
+    assert (gone.status, gone.serving) == ("gone", False)
+    # A restart under the same id serves again.
+    await store.register_worker(worker())
+    (restarted,) = await store.list_workers()
+    assert (restarted.draining_since, restarted.status) == (None, "live")
+
+
 async def test_a_worker_gone_longer_than_kept_is_forgotten_at_another_ones_beat(
     store: SQLStore, clock: StoreClock
 ) -> None:
@@ -823,12 +846,13 @@ async def test_a_worker_gone_longer_than_kept_is_forgotten_at_another_ones_beat(
 async def test_a_migration_numbered_below_the_newest_applied_still_runs(store_url: str) -> None:
     store = await open_store(store_url)
     try:
-        # A database migrated by a leaseward that had migration 4 but not yet 3.
+        # A database migrated by a leaseward that had migration 4 but not yet 3 (nor 18,
+        # which changes the table 3 creates).
         async with store._executor.transaction():
             for statement in (
                 "DROP INDEX runs_finished",
                 "DROP TABLE workers",
-                "DELETE FROM schema_migrations WHERE version = 3",
+                "DELETE FROM schema_migrations WHERE version IN (3, 18)",
             ):
                 await store._executor.execute(statement)
         assert await store.schema_version() == 2

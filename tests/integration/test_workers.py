@@ -24,8 +24,11 @@ from leaseward import (
     RunState,
     Runtime,
     ScriptedProvider,
+    ToolCall,
+    ToolContext,
     UnknownAgent,
     WorkerInfo,
+    tool,
 )
 from leaseward.actors import WORKER_GONE_AFTER_BEATS, WORKER_GONE_AFTER_MIN_SECONDS
 from leaseward.runtime.commits import Stored
@@ -124,6 +127,47 @@ async def test_two_runtimes_of_one_process_are_two_workers(store_url: str) -> No
             async with Runtime.open(store_url, app_of("greeter"), **FAST) as again:
                 # The id the closed one had is free again.
                 assert again.worker_id == f"{base}/2"
+        assert await client.workers() == []
+
+
+async def test_a_draining_worker_is_listed_draining_and_serves_no_agent(store_url: str) -> None:
+    released = anyio.Event()
+    entered = anyio.Event()
+
+    @tool
+    async def wait(ctx: ToolContext) -> str:
+        entered.set()
+        await released.wait()
+        return "waited"
+
+    calling = Agent(
+        "caller",
+        ScriptedProvider([ProviderReply(tool_calls=[ToolCall("wait", {}, "c")])]),
+        tools=[wait],
+    )
+    seen: list[tuple[str, frozenset[str]]] = []
+
+    async def watch(client: Client) -> None:
+        with anyio.fail_after(10):
+            while not seen:
+                (listed,) = await client.workers()
+                if listed.status == "draining":
+                    seen.append((listed.status, await client.served_agents()))
+                await anyio.sleep(0.02)
+        released.set()
+
+    async with Client.open(store_url) as client, anyio.create_task_group() as watching:
+        async with Runtime.open(store_url, App([calling]), drain_seconds=30, **FAST) as rt:
+            run_id = await rt.submit("caller", None)
+            await entered.wait()
+            assert [(w.status, w.draining_since) for w in await client.workers()] == [
+                ("live", None)
+            ]
+            assert await client.served_agents() == {"caller"}
+            watching.start_soon(watch, client)
+        # The drain waited for the call, which the watcher let end once it saw the drain.
+        assert seen == [("draining", frozenset())]
+        assert (await client.get(run_id)).state is RunState.QUEUED
         assert await client.workers() == []
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import attrs
+
 from leaseward.cli.json_output import request_json, run_json, step_json, worker_json
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.failures import FailureClass
@@ -66,3 +68,9 @@ def test_a_request_names_its_turn_and_a_worker_says_whether_it_is_live() -> None
     )  # fmt: skip
     assert json.loads(json.dumps(worker_json(worker)))["agents"] == ["a", "b"]
     assert worker_json(worker)["live"] is worker.live
+    assert (worker_json(worker)["status"], worker_json(worker)["draining_since"]) == ("live", None)
+    draining = attrs.evolve(worker, draining_since=1.5)
+    assert (worker_json(draining)["status"], worker_json(draining)["draining_since"]) == (
+        "draining",
+        1.5,
+    )

@@ -295,14 +295,20 @@ RETURNING seq;
 
 -- name: beat_worker
 -- A beat re-registers a worker whose row went missing; only a start resets started_at.
-INSERT INTO workers (id, host, pid, agents_json, started_at, heartbeat_at, stale_after_seconds)
+-- A draining worker's first beat as such dates its drain; a serving one has none.
+INSERT INTO workers (
+    id, host, pid, agents_json, started_at, heartbeat_at, stale_after_seconds, draining_since
+)
 VALUES (:id, :host, :pid, :agents_json, leaseward_now(), leaseward_now(),
-        :stale_after_seconds::double precision)
+        :stale_after_seconds::double precision,
+        CASE WHEN :draining::boolean THEN leaseward_now() END)
 ON CONFLICT (id) DO UPDATE SET
     host = excluded.host, pid = excluded.pid, agents_json = excluded.agents_json,
     started_at = CASE WHEN :starting::boolean THEN excluded.started_at
                       ELSE workers.started_at END,
-    heartbeat_at = excluded.heartbeat_at, stale_after_seconds = excluded.stale_after_seconds;
+    heartbeat_at = excluded.heartbeat_at, stale_after_seconds = excluded.stale_after_seconds,
+    draining_since = CASE WHEN :draining::boolean
+                          THEN coalesce(workers.draining_since, excluded.draining_since) END;
 
 -- name: remove_worker
 DELETE FROM workers WHERE id = :id;

@@ -276,12 +276,20 @@ RETURNING seq;
 
 -- name: beat_worker
 -- A beat re-registers a worker whose row went missing; only a start resets started_at.
-INSERT INTO workers (id, host, pid, agents_json, started_at, heartbeat_at, stale_after_seconds)
-VALUES (:id, :host, :pid, :agents_json, :now, :now, :stale_after_seconds)
+-- A draining worker's first beat as such dates its drain; a serving one has none.
+INSERT INTO workers (
+    id, host, pid, agents_json, started_at, heartbeat_at, stale_after_seconds, draining_since
+)
+VALUES (
+    :id, :host, :pid, :agents_json, :now, :now, :stale_after_seconds,
+    CASE WHEN :draining THEN :now END
+)
 ON CONFLICT (id) DO UPDATE SET
     host = excluded.host, pid = excluded.pid, agents_json = excluded.agents_json,
     started_at = CASE WHEN :starting THEN excluded.started_at ELSE workers.started_at END,
-    heartbeat_at = excluded.heartbeat_at, stale_after_seconds = excluded.stale_after_seconds;
+    heartbeat_at = excluded.heartbeat_at, stale_after_seconds = excluded.stale_after_seconds,
+    draining_since = CASE WHEN :draining
+                          THEN coalesce(workers.draining_since, excluded.draining_since) END;
 
 -- name: remove_worker
 DELETE FROM workers WHERE id = :id;
