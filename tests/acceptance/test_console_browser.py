@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from playwright.sync_api import Browser, Page, expect
 from tests.acceptance.acceptance_support import Daemon, DaemonPool, ok, read_lines, show
 from tests.acceptance.browser_support import (
     TOKEN,
+    WAIT_MILLISECONDS,
     Tab,
     chromium,
     console_address,
@@ -175,7 +177,7 @@ def test_an_interrupted_write_is_resolved_once(
     page = tab.page
     log_in(page, "alice")
     # A second tab of the same operator, drawn before the resolution: its form is stale.
-    other_tab = watched(page.context.new_page())
+    other_tab = frozen_tab_of(tab, address)
     stale = other_tab.page
     stale.goto("/dead-letters")
 
@@ -214,6 +216,19 @@ def test_an_interrupted_write_is_resolved_once(
     expect(page.locator("dl.header dd.state-completed")).to_be_visible()
     tab.assert_quiet()
     other_tab.assert_quiet(refusals=1)
+
+
+def frozen_tab_of(tab: Tab, address: str) -> Tab:
+    """Another tab of ``tab``'s operator (its cookies) whose timers stand still: the
+    dead letters page refreshes itself every few seconds, and on a slow machine it would
+    redraw without the run resolved meanwhile before the test used its stale form."""
+    browser = tab.page.context.browser
+    assert browser is not None
+    context = browser.new_context(base_url=address, storage_state=tab.page.context.storage_state())
+    context.set_default_timeout(WAIT_MILLISECONDS)
+    context.clock.install()
+    context.clock.pause_at(time.time() + 1)
+    return watched(context.new_page())
 
 
 def cancel(page: Page) -> None:
