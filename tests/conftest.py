@@ -29,6 +29,15 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import attrs
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests run on machines shared with other work: an example that took longer
+# than Hypothesis's deadline (200 ms) there, or examples generated slowly, are the
+# machine's pause, not the code's, and failed the suite as flaky.
+settings.register_profile(
+    "shared-machines", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("shared-machines")
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 PG_CONNECT_TIMEOUT_SECONDS = 3.0
