@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Page, Route, expect
 
 from tests.acceptance.acceptance_support import Daemon, DaemonPool, ok, read_lines, show
 from tests.acceptance.browser_support import (
@@ -384,6 +384,34 @@ def test_a_refreshing_page_holds_while_text_on_it_is_selected(browser: Browser, 
         page.evaluate("() => window.getSelection().removeAllRanges()")
         with page.expect_navigation():
             page.clock.run_for(6000)
+        tab.assert_quiet()
+
+
+def test_a_refresh_never_cuts_off_a_page_being_left(browser: Browser, store: str) -> None:
+    """A link followed while the server is slow to answer: the page's refresh, coming
+    due meanwhile, must not reload the page under it and abort the navigation."""
+    run_id = submit(store, "greeter", '"hello"')
+    with served_console(store) as address:
+        tab = open_tab(browser, address)
+        page = tab.page
+        page.clock.install()
+        page.goto("/runs")
+        held: list[Route] = []
+
+        def hold(route: Route) -> None:
+            held.append(route)
+
+        page.route(f"**/runs/{run_id}", hold)
+        # Its refresh half a second away, the operator follows the link to a run.
+        page.clock.run_for(4_500)
+        page.locator(f"a[href='/runs/{run_id}']").first.click(no_wait_after=True)
+        while not held:
+            page.wait_for_timeout(50)
+        # The answer is held while the refresh comes due (the page's clock runs on).
+        page.wait_for_timeout(1_500)
+        held[0].continue_()
+        page.wait_for_url(f"**/runs/{run_id}")
+        expect(page.locator("h1")).to_contain_text(run_id)
         tab.assert_quiet()
 
 

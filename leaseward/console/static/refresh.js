@@ -31,8 +31,17 @@
     }
     return document.querySelector("details[open]:not([data-static])") !== null;
   }
+  // A navigation under way (a link followed, a form sent) while the server is slow to
+  // answer: a reload now would abort it, and the operator would stay where they were.
+  var leaving = false;
+  window.addEventListener("beforeunload", function () {
+    leaving = true;
+  });
+  window.addEventListener("pageshow", function () {
+    leaving = false;
+  });
   window.setInterval(function () {
-    if (!busy() && document.visibilityState === "visible") {
+    if (!leaving && !busy() && document.visibilityState === "visible") {
       window.location.reload();
     }
   }, seconds * 1000);
