@@ -405,8 +405,11 @@ def test_a_refresh_never_cuts_off_a_page_being_left(browser: Browser, store: str
         # Its refresh half a second away, the operator follows the link to a run.
         page.clock.run_for(4_500)
         page.locator(f"a[href='/runs/{run_id}']").first.click(no_wait_after=True)
-        while not held:
+        for _ in range(200):
+            if held:
+                break
             page.wait_for_timeout(50)
+        assert held, "the link was followed, and its request not held"
         # The answer is held while the refresh comes due (the page's clock runs on).
         page.wait_for_timeout(1_500)
         held[0].continue_()
