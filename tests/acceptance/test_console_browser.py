@@ -418,6 +418,38 @@ def test_a_refresh_never_cuts_off_a_page_being_left(browser: Browser, store: str
         tab.assert_quiet()
 
 
+def test_a_page_left_in_vain_refreshes_again(browser: Browser, store: str) -> None:
+    """A navigation the browser gives up (here its answer has no page, a 204) leaves the
+    page where it was: its refresh holds for a while, then goes on."""
+    run_id = submit(store, "greeter", '"hello"')
+    with served_console(store) as address:
+        tab = open_tab(browser, address)
+        page = tab.page
+        page.clock.install()
+        page.goto("/runs")
+        answered: list[str] = []
+
+        def no_page(route: Route) -> None:
+            answered.append(route.request.url)
+            route.fulfill(status=204)
+
+        page.route(f"**/runs/{run_id}", no_page)
+        page.locator(f"a[href='/runs/{run_id}']").first.click(no_wait_after=True)
+        for _ in range(200):
+            if answered:
+                break
+            page.wait_for_timeout(50)
+        assert answered, "the link was followed, and its request not answered"
+        page.evaluate("() => { window.drawnBefore = true; }")
+        page.clock.run_for(10_000)
+        page.wait_for_timeout(300)
+        assert page.evaluate("() => window.drawnBefore === true"), "reloaded while being left"
+        with page.expect_navigation():
+            page.clock.run_for(25_000)
+        expect(page).to_have_url(re.compile(r"/runs$"))
+        tab.assert_quiet()
+
+
 def _assert_inert(tab: Tab) -> None:
     """Nothing of the payloads became markup: no element, no handler, no script link."""
     page = tab.page

@@ -33,15 +33,21 @@
   }
   // A navigation under way (a link followed, a form sent) while the server is slow to
   // answer: a reload now would abort it, and the operator would stay where they were.
-  var leaving = false;
+  // One the browser gave up (Esc pressed, an answer with no page) says so nowhere, so
+  // the page counts as being left only for a while; past it, it refreshes again.
+  var LEAVING_AT_MOST_MS = 30000;
+  var leavingSince = null;
   window.addEventListener("beforeunload", function () {
-    leaving = true;
+    leavingSince = Date.now();
   });
   window.addEventListener("pageshow", function () {
-    leaving = false;
+    leavingSince = null;
   });
+  function leaving() {
+    return leavingSince !== null && Date.now() - leavingSince < LEAVING_AT_MOST_MS;
+  }
   window.setInterval(function () {
-    if (!leaving && !busy() && document.visibilityState === "visible") {
+    if (!leaving() && !busy() && document.visibilityState === "visible") {
       window.location.reload();
     }
   }, seconds * 1000);
