@@ -51,6 +51,8 @@ class DaemonSettings:
     console_port: int | None = None
     """Serve the operator console beside the worker on this port (off if None)."""
     console_host: str = CONSOLE_HOST
+    console_allowed_hosts: tuple[str, ...] = ()
+    """The names the console answers to beside localhost and IP addresses."""
 
 
 def load_app(path: str) -> App:
@@ -231,6 +233,7 @@ async def _serve(
                                 runtime.client,
                                 host=settings.console_host,
                                 token=configured_token(),
+                                allowed_hosts=settings.console_allowed_hosts,
                                 sock=console_socket,
                             )
                         )

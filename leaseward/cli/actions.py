@@ -477,7 +477,7 @@ async def daemon(app_path: str | None, settings: DaemonSettings) -> int:
     return await serve(settings, load_app(app_path))
 
 
-async def console(store_url: str, host: str, port: int) -> int:
+async def console(store_url: str, host: str, port: int, allowed_hosts: tuple[str, ...]) -> int:
     # Here, not at the top: the other commands start without the web stack.
     from leaseward.console.serve import serve_console
 
@@ -489,7 +489,12 @@ async def console(store_url: str, host: str, port: int) -> int:
             async with anyio.create_task_group() as serving:
                 bound = await serving.start(
                     functools.partial(
-                        serve_console, Client(store), host=host, port=port, token=token
+                        serve_console,
+                        Client(store),
+                        host=host,
+                        port=port,
+                        token=token,
+                        allowed_hosts=allowed_hosts,
                     )
                 )
                 reads = "" if token else "; read only: LEASEWARD_CONSOLE_TOKEN is not set"

@@ -41,7 +41,12 @@ from leaseward.cli.types import (
     POSITIVE_INT,
     RUN_STATE,
 )
-from leaseward.console.listen import CONSOLE_HOST, CONSOLE_PORT
+from leaseward.console.listen import (
+    ALLOWED_HOSTS_VARIABLE,
+    CONSOLE_HOST,
+    CONSOLE_PORT,
+    check_allowed_hosts,
+)
 from leaseward.daemon import DaemonSettings
 from leaseward.runtime.lifecycle import Reason, RunState
 from leaseward.runtime.logs import LOG_LEVELS, configure_logging, default_log_format
@@ -167,6 +172,14 @@ def leaseward(context: click.Context) -> None:
     help="address the console binds (beyond this machine only with LEASEWARD_CONSOLE_TOKEN)",
 )
 @configuration(
+    "--console-allowed-host",
+    "console_allowed_hosts",
+    multiple=True,
+    variable=ALLOWED_HOSTS_VARIABLE,
+    help="a name the console answers to beside localhost and IP addresses (a proxy's, "
+    "the machine's DNS name; *.example.com for all under it); repeat for more",
+)
+@configuration(
     "--log-format",
     default=default_log_format,
     type=LOG_FORMAT,
@@ -183,6 +196,12 @@ def daemon(
 ) -> int:
     _needs("--console-port", "console_port", "--console", console)
     _needs("--console-host", "console_host", "--console", console)
+    _needs("--console-allowed-host", "console_allowed_hosts", "--console", console)
+    settings["console_allowed_hosts"] = (
+        check_allowed_hosts(settings["console_allowed_hosts"], flag="--console-allowed-host")
+        if console
+        else ()
+    )
     _needs("--metrics-host", "metrics_host", "--metrics-port", settings["metrics_port"] is not None)
     served_port = console_port if console else None
     return anyio.run(
@@ -218,8 +237,17 @@ def _needs(flag: str, name: str, needed: str, given: bool) -> None:
     variable="LEASEWARD_CONSOLE_PORT",
     help="port to listen on",
 )
-def console(store_url: str, host: str, port: int) -> int:
-    return anyio.run(actions.console, store_url, host, port)
+@configuration(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    variable=ALLOWED_HOSTS_VARIABLE,
+    help="a name the console answers to beside localhost and IP addresses (a proxy's, "
+    "the machine's DNS name; *.example.com for all under it); repeat for more",
+)
+def console(store_url: str, host: str, port: int, allowed_hosts: tuple[str, ...]) -> int:
+    names = check_allowed_hosts(allowed_hosts, flag="--allowed-host")
+    return anyio.run(actions.console, store_url, host, port, names)
 
 
 @leaseward.command(help="queue a run and print its id")

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from leaseward.client import Client
-from leaseward.console.context import Console, console_of
+from leaseward.console.context import Console, console_of, returnable
 from leaseward.console.security import Session, check_operator_name, token_matches
 from leaseward.runtime.encoding import MAX_JSON_DEPTH
 from leaseward.runtime.errors import (
@@ -57,11 +57,20 @@ SESSION_ENDED = (
 """Why a form is refused when its post carries no live session at all: the CSRF token is
 not wrong then, it belongs to a session that is gone."""
 
+STALE_SESSION = (
+    "the form's CSRF token is not this session's: the page was drawn before you logged in "
+    "or out, or before the console restarted; nothing changed; reload the page and act again"
+)
+"""Why a form is refused whose token is another session's: most often a tab drawn before
+a login, a logout or a restart in another tab, whose refresh took the new session."""
 
-def _csrf_refusal(console: Console, request: Request, session: Session) -> Response:
+
+def _csrf_refusal(console: Console, request: Request, session: Session, sent: Any) -> Response:
     if session.fresh:
         return console.refuse(request, 403, SESSION_ENDED)
-    return console.refuse(request, 403, "the form's CSRF token is missing or wrong")
+    if not isinstance(sent, str) or not sent:
+        return console.refuse(request, 403, "the form carries no CSRF token: nothing changed")
+    return console.refuse(request, 403, STALE_SESSION)
 
 
 def _redirect(console: Console, request: Request, session: Session, to: str) -> Response:
@@ -70,26 +79,39 @@ def _redirect(console: Console, request: Request, session: Session, to: str) -> 
     return response
 
 
+def _login_page(
+    request: Request, next_page: str | None, *, failed: bool = False, ended: bool = False
+) -> Response:
+    return console_of(request).render(
+        request,
+        "login.html",
+        {"failed": failed, "ended": ended, "next": next_page},
+        403 if failed or ended else 200,
+    )
+
+
 async def login_form(request: Request) -> Response:
-    console = console_of(request)
-    return console.render(request, "login.html", {"failed": False, "ended": False})
+    return _login_page(request, returnable(request.query_params.get("next")))
 
 
 async def login(request: Request) -> Response:
     console = console_of(request)
     form = await request.form()
     session = console.sessions.load(request)
-    if session.fresh and form.get("csrf"):
-        # A login form drawn before the console restarted: drawn again, for this one.
-        return console.render(request, "login.html", {"failed": False, "ended": True}, 403)
-    if not session.csrf_matches(form.get("csrf")):
-        return _csrf_refusal(console, request, session)
+    sent = form.get("csrf")
+    next_page = returnable(form.get("next"))
+    if not session.csrf_matches(sent):
+        if isinstance(sent, str) and sent:
+            # A login form drawn for an earlier session (before the console restarted,
+            # or a login or logout in another tab): drawn again, for this one.
+            return _login_page(request, next_page, ended=True)
+        return _csrf_refusal(console, request, session, sent)
     if not token_matches(console.token, form.get("token")):
-        return console.render(request, "login.html", {"failed": True, "ended": False}, 403)
+        return _login_page(request, next_page, failed=True)
     operator = check_operator_name(form.get("operator"))
     # A new session at login: a token planted before it cannot ride along.
     fresh = Session(operator=operator, flash=f"logged in as {operator}")
-    return _redirect(console, request, fresh, "/runs")
+    return _redirect(console, request, fresh, next_page or "/runs")
 
 
 async def logout(request: Request) -> Response:
@@ -97,7 +119,7 @@ async def logout(request: Request) -> Response:
     form = await request.form()
     session = console.sessions.load(request)
     if not session.csrf_matches(form.get("csrf")):
-        return _csrf_refusal(console, request, session)
+        return _csrf_refusal(console, request, session, form.get("csrf"))
     console.sessions.end(session)
     return _redirect(console, request, Session(flash="logged out"), "/runs")
 
@@ -252,7 +274,7 @@ async def act(request: Request) -> Response:
     form = await request.form()
     session = console.sessions.load(request)
     if not session.csrf_matches(form.get("csrf")):
-        return _csrf_refusal(console, request, session)
+        return _csrf_refusal(console, request, session, form.get("csrf"))
     if session.operator is None:
         return console.refuse(request, 403, "log in to act: every decision records who made it")
     run_id = request.path_params["run_id"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from urllib.parse import quote
 
 from starlette.applications import Starlette
@@ -15,6 +16,7 @@ from starlette.staticfiles import StaticFiles
 from leaseward.client import Client
 from leaseward.console import actions, pages
 from leaseward.console.context import Console, console_of
+from leaseward.console.hosts import HostCheck
 from leaseward.console.security import SecurityHeaders
 from leaseward.runtime.errors import InvalidInput, LeasewardError, RunNotFound, StoreError
 
@@ -57,9 +59,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return console_of(request).refuse(request, exc.status_code, exc.detail)
 
 
-def create_app(client: Client, *, token: str | None = None) -> Starlette:
+def create_app(
+    client: Client, *, token: str | None = None, allowed_hosts: Sequence[str] = ()
+) -> Starlette:
     """The console over ``client``'s store; ``token`` is the operators' login token
-    (without one, the console only reads)."""
+    (without one, the console only reads); ``allowed_hosts``, the names it answers to
+    beside localhost and IP addresses (checked by ``hosts.allowed_hosts``)."""
     routes = [
         Route("/", _root),
         Route("/healthz", pages.healthz),
@@ -82,7 +87,7 @@ def create_app(client: Client, *, token: str | None = None) -> Starlette:
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(SecurityHeaders)],
+        middleware=[Middleware(SecurityHeaders), Middleware(HostCheck, names=allowed_hosts)],
         exception_handlers={
             RunNotFound: _not_found,
             InvalidInput: _bad_request,

@@ -3,6 +3,7 @@ how a page or a refusal is drawn."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote
 
@@ -17,7 +18,7 @@ from leaseward.client import Client
 from leaseward.console.listing import date_input
 from leaseward.console.security import Sessions
 
-__all__ = ["Console", "DocumentResponse", "console_of"]
+__all__ = ["Console", "DocumentResponse", "console_of", "login_path", "returnable"]
 
 
 class DocumentResponse(JSONResponse):
@@ -80,6 +81,7 @@ class Console:
                 "operator": session.operator,
                 "flash": session.flash,
                 "can_log_in": self.token is not None,
+                "login_path": login_path(request),
             },
             status_code=status,
         )
@@ -106,6 +108,24 @@ class Console:
             {"message": message, "heading": _HEADINGS.get(status, "Refused"), "back": back},
             status,
         )
+
+
+_RETURNABLE = re.compile(r"^/(runs(/[^/?#\\]+)?(\?[^#]*)?|dead-letters|approvals|workers)$")
+"""The console's own pages, the only places a login sends the browser back to."""
+
+
+def returnable(path: Any) -> str | None:
+    """``path`` if it is one of the console's pages, else None: never another site."""
+    if isinstance(path, str) and len(path) <= 2000 and _RETURNABLE.match(path):
+        return path
+    return None
+
+
+def login_path(request: Request) -> str:
+    """The login page, sending the browser back to the page it was on after the login."""
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    back = returnable(here) if request.method == "GET" else None
+    return "/login" if back is None else f"/login?next={quote(back, safe='')}"
 
 
 def console_of(request: Request) -> Console:

@@ -11,11 +11,11 @@ import attrs
 
 from leaseward.client import Client
 from leaseward.runtime.errors import InvalidInput
-from leaseward.runtime.lifecycle import RunMode, RunState
+from leaseward.runtime.lifecycle import Reason, RunMode, RunState
 from leaseward.runtime.listing import RunCursor
 from leaseward.runtime.runs import RunInfo
 
-__all__ = ["PAGE_SIZE", "RunQuery", "date_input", "fetch_runs"]
+__all__ = ["PAGE_SIZE", "RunQuery", "date_input", "fetch_runs", "reason_of"]
 
 PAGE_SIZE = 50
 
@@ -29,6 +29,12 @@ def _choice(params: Mapping[str, str], name: str, kind: Any) -> Any:
     except ValueError:
         known = ", ".join(member.value for member in kind)
         raise InvalidInput(f"{name} {value!r} is not one of {known}") from None
+
+
+def reason_of(params: Mapping[str, str]) -> Reason | None:
+    """The ``reason`` filter of an address, None where it gives none."""
+    reason: Reason | None = _choice(params, "reason", Reason)
+    return reason
 
 
 def _moment(params: Mapping[str, str], name: str) -> float | None:
@@ -67,6 +73,8 @@ class RunQuery:
 
     state: RunState | None = None
     agent: str | None = None
+    reason: Reason | None = None
+    """Why a run ended, or was dead-lettered."""
     mode: RunMode | None = None
     created_after: float | None = None
     created_before: float | None = None
@@ -81,6 +89,7 @@ class RunQuery:
         return cls(
             state=_choice(params, "state", RunState),
             agent=_text(params, "agent"),
+            reason=_choice(params, "reason", Reason),
             mode=_choice(params, "mode", RunMode),
             created_after=_moment(params, "created_after"),
             created_before=_moment(params, "created_before"),
@@ -93,6 +102,7 @@ class RunQuery:
         values: dict[str, Any] = {
             "state": self.state,
             "agent": self.agent,
+            "reason": self.reason,
             "mode": self.mode,
             "created_after": self.created_after,
             "created_before": self.created_before,

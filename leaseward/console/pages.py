@@ -13,7 +13,7 @@ from leaseward.cli.json_output import request_json, run_document, run_json, work
 from leaseward.cli.timeline import nobody_reaps
 from leaseward.client import Client
 from leaseward.console.context import DocumentResponse, console_of
-from leaseward.console.listing import PAGE_SIZE, RunQuery, fetch_runs
+from leaseward.console.listing import PAGE_SIZE, RunQuery, fetch_runs, reason_of
 from leaseward.console.present import (
     cancel_line,
     interrupted_call,
@@ -24,7 +24,7 @@ from leaseward.console.present import (
     time_to_expiry,
     usage_line,
 )
-from leaseward.runtime.errors import LeasewardError
+from leaseward.runtime.errors import InvalidInput, LeasewardError
 from leaseward.runtime.human_requests import HumanRequest, RequestKind
 from leaseward.runtime.lifecycle import Reason, RunMode, RunState
 from leaseward.runtime.listing import RunCursor
@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 LIST_LIMIT = 100
+MAX_LIST_LIMIT = 10_000
+"""The most a list's JSON twin gives in one answer; /api/runs pages through any number."""
 
 
 async def healthz(request: Request) -> Response:
@@ -87,6 +89,7 @@ async def runs(request: Request) -> Response:
             "counts": list(counts.items()),
             "next_params": None if after is None else query.params(after),
             "states": list(RunState),
+            "reasons": list(Reason),
             "modes": list(RunMode),
         },
     )
@@ -155,10 +158,16 @@ async def api_run(request: Request) -> Response:
 
 async def dead_letters(request: Request) -> Response:
     console = console_of(request)
-    found = await console.client.dead_letters(limit=LIST_LIMIT)
-    # The newest of them when there are more: the runs page pages through them all.
-    total = (await console.client.run_counts())[RunState.DEAD_LETTERED]
-    found.sort(key=lambda r: "" if r.reason is None else r.reason.value)
+    client = console.client
+    # The writes that wait for a verdict come first, however many newer letters of other
+    # reasons there are: a hundred newer refusals once hid them from the page.
+    waiting = await client.dead_letters(reason=Reason.INTERRUPTED_WRITE, limit=LIST_LIMIT + 1)
+    newest = await client.dead_letters(limit=LIST_LIMIT + len(waiting))
+    others = [r for r in newest if not _needs_verdict(r)][:LIST_LIMIT]
+    found = waiting[:LIST_LIMIT] + sorted(
+        others, key=lambda r: "" if r.reason is None else r.reason.value
+    )
+    total = (await client.run_counts())[RunState.DEAD_LETTERED]
     letters = []
     for letter in found:
         steps = await console.client.steps(letter.id) if _needs_verdict(letter) else []
@@ -172,7 +181,13 @@ async def dead_letters(request: Request) -> Response:
             }
         )
     return console.render(
-        request, "dead_letters.html", {"letters": letters, "total": max(total, len(letters))}
+        request,
+        "dead_letters.html",
+        {
+            "letters": letters,
+            "total": max(total, len(letters)),
+            "verdicts_cut": len(waiting) > LIST_LIMIT,
+        },
     )
 
 
@@ -180,8 +195,20 @@ def _needs_verdict(run: RunInfo) -> bool:
     return run.reason is Reason.INTERRUPTED_WRITE
 
 
+def _limit(request: Request) -> int:
+    """The ``limit`` parameter of a list's JSON twin, as the CLI's ``--limit``."""
+    given = request.query_params.get("limit", "").strip()
+    if not given:
+        return LIST_LIMIT
+    if not given.isdecimal() or not 1 <= int(given) <= MAX_LIST_LIMIT:
+        raise InvalidInput(f"limit {given[:40]!r} is not a number from 1 to {MAX_LIST_LIMIT}")
+    return int(given)
+
+
 async def api_dead_letters(request: Request) -> Response:
-    found = await console_of(request).client.dead_letters(limit=LIST_LIMIT)
+    found = await console_of(request).client.dead_letters(
+        reason=reason_of(request.query_params), limit=_limit(request)
+    )
     return DocumentResponse([run_json(r) for r in found])
 
 
@@ -200,7 +227,7 @@ async def approvals(request: Request) -> Response:
 
 
 async def api_approvals(request: Request) -> Response:
-    pending = await console_of(request).client.approvals(limit=LIST_LIMIT)
+    pending = await console_of(request).client.approvals(limit=_limit(request))
     return DocumentResponse([request_json(r) for r in pending])
 
 

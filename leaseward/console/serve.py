@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 
 import anyio
 import uvicorn
@@ -58,17 +58,19 @@ async def serve_console(
     host: str = CONSOLE_HOST,
     port: int = CONSOLE_PORT,
     token: str | None = None,
+    allowed_hosts: Sequence[str] = (),
     sock: socket.socket | None = None,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the console until cancelled; started, with the port it listens on (``port``
     0 picks a free one), once it listens. ``sock``, from ``bound_socket``, is the one to
-    listen on instead, closed when the console stops."""
+    listen on instead, closed when the console stops. ``allowed_hosts`` are the names
+    it answers to beside localhost and IP addresses (``listen.check_allowed_hosts``)."""
     check_listen_address(host, token)
     if sock is None:
         sock = bound_socket(host, port)
     config = uvicorn.Config(
-        create_app(client, token=token),
+        create_app(client, token=token, allowed_hosts=allowed_hosts),
         log_config=None,
         log_level=logging.WARNING,
         access_log=False,

@@ -309,9 +309,12 @@ def test_an_action_without_login_or_without_its_csrf_token_is_refused(
         assert show(store, run_id) == queued
 
         log_in(page, "mallory")
-        for tampering in (
-            "form.querySelector('input[name=csrf]').remove()",
-            "form.querySelector('input[name=csrf]').value = 'forged'",
+        for tampering, why in (
+            ("form.querySelector('input[name=csrf]').remove()", "carries no CSRF token"),
+            (
+                "form.querySelector('input[name=csrf]').value = 'forged'",
+                "CSRF token is not this session's",
+            ),
         ):
             page.goto(f"/runs/{run_id}")
             page.evaluate(
@@ -321,7 +324,7 @@ def test_an_action_without_login_or_without_its_csrf_token_is_refused(
             with page.expect_response(f"**/runs/{run_id}/cancel") as answer:
                 cancel(page)
             assert answer.value.status == 403
-            expect(page.locator("p.refused")).to_contain_text("CSRF token is missing or wrong")
+            expect(page.locator("p.refused")).to_contain_text(why)
             assert show(store, run_id) == queued
 
         # The same form, untouched, is what works.
@@ -330,6 +333,22 @@ def test_an_action_without_login_or_without_its_csrf_token_is_refused(
         expect(page.locator(".flash")).to_contain_text(f"run {run_id}: cancelled")
         assert show(store, run_id)["state"] == "cancelled"
         tab.assert_quiet(refusals=3)
+
+
+def test_logging_in_from_a_run_comes_back_to_it(browser: Browser, store: str) -> None:
+    run_id = submit(store, "greeter", '"hello"')
+    with served_console(store) as address:
+        tab = open_tab(browser, address)
+        page = tab.page
+        page.goto(f"/runs/{run_id}")
+        page.locator("p.hint").get_by_role("link", name="Log in").click()
+        page.get_by_label("Token").fill(TOKEN)
+        page.get_by_label("Your name").fill("alice")
+        page.get_by_role("button", name="Log in").click()
+        expect(page.locator(".flash")).to_have_text("logged in as alice")
+        expect(page).to_have_url(re.compile(f"/runs/{run_id}$"))
+        expect(page.get_by_text("Cancel this run…")).to_be_visible()
+        tab.assert_quiet()
 
 
 def test_the_runs_page_refreshes_itself_but_not_under_a_filter_being_typed(

@@ -65,6 +65,8 @@ def served(store: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
         (("--host", "0.0.0.0"), {}, "LEASEWARD_CONSOLE_TOKEN"),
         (("--host", "192.0.2.7"), {"LEASEWARD_CONSOLE_TOKEN": "short"}, "at least 16"),
         (("--port", "70000"), {}, "not a port number"),
+        (("--allowed-host", "console.example.com,bad_name"), {}, "'bad_name' is not a host"),
+        ((), {"LEASEWARD_CONSOLE_ALLOWED_HOST": "http://x.example"}, "is not a host name"),
     ],
 )
 def test_a_console_beyond_loopback_without_a_token_or_bad_flags_is_refused(
@@ -116,7 +118,13 @@ def test_the_daemon_serves_the_console_beside_its_worker_until_drained(
     daemons: DaemonPool, store: str
 ) -> None:
     port = free_port()
-    daemon = daemons.start(store, worker_id="w1", flags=("--console", "--console-port", str(port)))
+    daemon = daemons.start(
+        store,
+        worker_id="w1",
+        flags=(
+            "--console", "--console-port", str(port), "--console-allowed-host", "console.example"
+        ),
+    )  # fmt: skip
     address = f"http://127.0.0.1:{port}/"
     # Started without LEASEWARD_CONSOLE_TOKEN, its log says the console only reads.
     serving = daemon.wait_for("console.serving", timeout=20)
@@ -127,6 +135,11 @@ def test_the_daemon_serves_the_console_beside_its_worker_until_drained(
         timeout=10,
     )
     assert [w["id"] for w in workers] == ["w1"]
+    # Under a name it was given, and no other.
+    named = httpx.get(address + "api/workers", headers={"host": f"console.example:{port}"})
+    assert named.status_code == 200
+    rebound = httpx.get(address + "api/workers", headers={"host": f"evil.example:{port}"})
+    assert rebound.status_code == 400 and "evil.example" in rebound.json()["error"]
     assert daemon.stop() == 0
     with pytest.raises(httpx.ConnectError):
         httpx.get(address + "healthz")
@@ -146,6 +159,14 @@ def test_the_daemon_refuses_a_console_beyond_loopback_without_a_token(store: str
     assert_one_line_error(
         result, 2, "--console-host 0.0.0.0 is reachable", "LEASEWARD_CONSOLE_TOKEN"
     )
+
+
+def test_the_daemon_refuses_a_console_name_without_its_console(store: str) -> None:
+    result = leaseward(
+        "daemon", "--app", "demo_app:app", "--store", store,
+        "--console-allowed-host", "console.example",
+    )  # fmt: skip
+    assert_one_line_error(result, 2, "--console-allowed-host tunes --console")
 
 
 def test_a_daemon_whose_console_port_is_in_use_refuses_before_it_claims_a_run(

@@ -77,12 +77,18 @@ class Console:
 
 @asynccontextmanager
 async def console(
-    store_url: str, *, token: str | None = TOKEN, store: SQLStore | None = None
+    store_url: str,
+    *,
+    token: str | None = TOKEN,
+    store: SQLStore | None = None,
+    allowed_hosts: tuple[str, ...] = (),
 ) -> AsyncIterator[Console]:
     """The console over the store at ``store_url``, or over ``store`` (which it closes)."""
     store = store or await open_existing_store(store_url)
     client = Client(store)
-    transport = httpx.ASGITransport(app=create_app(client, token=token))
+    transport = httpx.ASGITransport(
+        app=create_app(client, token=token, allowed_hosts=allowed_hosts)
+    )
     try:
         async with AsyncExitStack() as browsers:
             http = await browsers.enter_async_context(_browser(transport))

@@ -203,15 +203,37 @@ async def test_the_dead_letters_page_says_when_it_shows_only_the_newest(
     monkeypatch.setattr(pages, "LIST_LIMIT", 2)
     store = await open_store(url)
     try:
-        for _ in range(3):
+        waiting = await dead_letter(store, Reason.INTERRUPTED_WRITE, outcome=None)
+        newer = [
             await dead_letter(store, Reason.NOT_RETRYABLE, outcome=StepStatus.SUCCEEDED)
+            for _ in range(3)
+        ]
     finally:
         await store.aclose()
     async with console(url) as page:
         html = (await page.http.get("/dead-letters")).text
-        assert "The newest 2 of 3 dead letters" in html
+        # The write that waits for a verdict stays on the page under newer letters.
+        assert "3 of 4 dead letters" in html and "every interrupted write" in html
+        assert html.index(waiting) < html.index(newer[-1])
+        assert newer[0] not in html
         assert 'href="/runs?state=dead_lettered"' in html
+        assert 'href="/runs?state=dead_lettered&amp;reason=interrupted_write"' in html
         assert 'data-refresh="5"' in html
+        listed = (await page.http.get("/runs?state=dead_lettered&reason=interrupted_write")).text
+        assert waiting in listed and not any(run_id in listed for run_id in newer)
+        api = await page.http.get("/api/runs", params={"reason": "not_retryable"})
+        assert {run["id"] for run in api.json()["runs"]} == set(newer)
+        # The JSON twin takes the CLI's --reason and --limit.
+        twin = await page.http.get("/api/dead-letters", params={"limit": "10"})
+        assert len(twin.json()) == 4
+        twin = await page.http.get(
+            "/api/dead-letters", params={"reason": "interrupted_write", "limit": "1"}
+        )
+        assert [run["id"] for run in twin.json()] == [waiting]
+        for bad in [{"limit": "0"}, {"limit": "x"}, {"limit": "10001"}, {"reason": "nope"}]:
+            refused = await page.http.get("/api/dead-letters", params=bad)
+            assert refused.status_code == 400 and refused.json()["error"]
+        assert (await page.http.get("/api/approvals", params={"limit": "-1"})).status_code == 400
 
 
 async def test_a_workers_heartbeat_reads_as_the_cli_prints_it(
@@ -482,9 +504,12 @@ async def test_a_session_ends_twelve_hours_after_its_login_however_often_it_acts
 
 
 async def test_over_https_the_session_cookie_is_secure(url: str) -> None:
-    async with console(url) as page:
+    # Behind a proxy that ends TLS, under the proxy's name.
+    async with console(url, allowed_hosts=("console.example",)) as page:
         transport = page.http._transport
-        async with httpx.AsyncClient(transport=transport, base_url="https://console") as tls:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="https://console.example"
+        ) as tls:
             answer = await tls.get("/login")
             assert "secure" in answer.headers["set-cookie"].lower()
 
@@ -503,12 +528,12 @@ async def test_an_action_needs_a_login_and_a_csrf_token_and_changes_nothing_with
         assert anonymous.status_code == 403 and "log in" in anonymous.text
         alice = await logged_in(page)
         form = forms_of((await alice.http.get(f"/runs/{run_id}")).text, path)[0]
-        for forged in [
-            {**form.fields, "csrf": "forged"},
-            {k: v for k, v in form.fields.items() if k != "csrf"},
+        for forged, why in [
+            ({**form.fields, "csrf": "forged"}, "CSRF token is not this session"),
+            ({k: v for k, v in form.fields.items() if k != "csrf"}, "carries no CSRF token"),
         ]:
             refused = await alice.http.post(path, data=forged)
-            assert refused.status_code == 403 and "CSRF" in refused.text
+            assert refused.status_code == 403 and why in refused.text
         # A login form posted from elsewhere is refused too.
         assert (
             await alice.http.post("/login", data={"token": TOKEN, "operator": "x"})
@@ -550,6 +575,89 @@ async def test_a_form_from_before_a_restart_says_the_session_ended(url: str) -> 
                 "/login", data={**fresh.fields, "token": TOKEN, "operator": "bob"}
             )
             assert done.status_code == 303
+
+
+async def test_a_tab_drawn_before_a_logout_elsewhere_is_told_to_reload(url: str) -> None:
+    async with console(url) as page:
+        run_id = await page.client.submit("chat", "hi")
+        path = f"/runs/{run_id}/cancel"
+        alice = await logged_in(page)
+        stale = forms_of((await alice.http.get(f"/runs/{run_id}")).text, path)[0]
+        stale_login = forms_of((await page.http.get("/login")).text, "/login")[0]
+        # Another tab of the same browser logs out, and then in again.
+        logout = forms_of((await alice.http.get("/runs")).text, "/logout")[0]
+        assert (await alice.http.post("/logout", data=logout.fields)).status_code == 303
+        login = forms_of((await alice.http.get("/login")).text, "/login")[0]
+        await alice.http.post("/login", data={**login.fields, "token": TOKEN, "operator": "al"})
+        refused = await alice.http.post(path, data=stale.fields)
+        assert refused.status_code == 403
+        assert "drawn before you logged in or out" in refused.text and "reload" in refused.text
+        assert (await page.client.get(run_id)).state is RunState.QUEUED
+        # A login form drawn before the browser's session changed is drawn again.
+        again = await alice.http.post(
+            "/login", data={**stale_login.fields, "token": TOKEN, "operator": "bob"}
+        )
+        assert again.status_code == 403 and "before a login or logout" in again.text
+        assert forms_of(again.text, "/login")
+
+
+async def test_a_login_returns_to_the_page_it_was_asked_from(url: str) -> None:
+    async with console(url) as page:
+        run_id = await page.client.submit("chat", "hi")
+        html = (await page.http.get(f"/runs/{run_id}")).text
+        link = re.search(r'href="(/login\?next=[^"]+)"', html)
+        assert link is not None, "the run's page links to a login that comes back to it"
+        login = forms_of((await page.http.get(link.group(1).replace("&amp;", "&"))).text)[0]
+        assert login.fields["next"] == f"/runs/{run_id}"
+        wrong = await page.http.post(
+            "/login", data={**login.fields, "token": "not-it", "operator": "alice"}
+        )
+        # A mistyped token keeps where the login goes back to.
+        retry = forms_of(wrong.text, "/login")[0]
+        assert retry.fields["next"] == f"/runs/{run_id}"
+        done = await page.http.post(
+            "/login", data={**retry.fields, "token": TOKEN, "operator": "alice"}
+        )
+        assert (done.status_code, done.headers["location"]) == (303, f"/runs/{run_id}")
+        # Only the console's own pages: anything else goes to the runs.
+        for elsewhere in ["//evil.example/runs", "https://evil.example", "/runs/a/b", "/\\evil"]:
+            form = forms_of((await page.http.get("/login", params={"next": elsewhere})).text)
+            assert "next" not in form[0].fields
+            sent = await page.http.post(
+                "/login",
+                data={**form[0].fields, "next": elsewhere, "token": TOKEN, "operator": "x"},
+            )
+            assert (sent.status_code, sent.headers["location"]) == (303, "/runs")
+
+
+async def test_a_name_the_console_was_not_given_is_refused(url: str) -> None:
+    """DNS rebinding: a site whose name now points at 127.0.0.1 must not read the console."""
+    async with console(url, allowed_hosts=("console.example", "*.corp.example")) as page:
+        run_id = await page.client.submit("chat", "a secret input")
+        transport = page.http._transport
+        for host in ["evil.example", "evil.example:8787", "corp.example", "localhost.evil"]:
+            async with httpx.AsyncClient(transport=transport, base_url=f"http://{host}") as rebound:
+                for path in ["/runs", f"/runs/{run_id}", "/api/runs", f"/api/runs/{run_id}"]:
+                    answer = await rebound.get(path)
+                    assert answer.status_code == 400, (host, path)
+                    assert "a secret input" not in answer.text and run_id not in answer.text
+                    assert "does not answer to the name" in answer.text
+                assert (await rebound.get("/api/runs")).json()["error"]
+                refused = await rebound.post(f"/runs/{run_id}/cancel", data={})
+                assert refused.status_code == 400
+        for host in [
+            "localhost:8787",
+            "127.0.0.1",
+            "[::1]:8787",
+            "10.1.2.3:80",
+            "app.localhost",
+            "console.example",
+            "CONSOLE.EXAMPLE.:443",
+            "a.corp.example",
+        ]:
+            async with httpx.AsyncClient(transport=transport, base_url=f"http://{host}") as ok:
+                assert (await ok.get(f"/api/runs/{run_id}")).status_code == 200, host
+        assert (await page.client.get(run_id)).state is RunState.QUEUED
 
 
 async def test_without_a_token_the_console_only_reads(url: str) -> None:

@@ -115,6 +115,7 @@ ONE_OFF = {
 SHARED_VARIABLES = {
     ("console", "--host"): "LEASEWARD_CONSOLE_HOST",
     ("console", "--port"): "LEASEWARD_CONSOLE_PORT",
+    ("console", "--allowed-host"): "LEASEWARD_CONSOLE_ALLOWED_HOST",
 }
 
 
