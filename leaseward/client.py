@@ -48,7 +48,13 @@ from leaseward.runtime.listing import (
 )
 from leaseward.runtime.messages import Usage
 from leaseward.runtime.retention import ForgetKeysResult, PurgeResult
-from leaseward.runtime.runs import NewRun, RunInfo, RunRecord, check_idempotency_key
+from leaseward.runtime.runs import (
+    NewRun,
+    RunInfo,
+    RunRecord,
+    check_idempotency_key,
+    stored_run_id,
+)
 from leaseward.runtime.workers import WorkerInfo
 from leaseward.storage.connect import open_store
 from leaseward.storage.protocol import CancelOutcome, Store, unwrap
@@ -104,7 +110,7 @@ def _storable_id(run_id: str) -> str:
         raise InvalidInput(f"a run id is a string, not {run_id!r}")
     if not holdable(run_id):
         raise RunNotFound(run_id=run_id)
-    return run_id
+    return stored_run_id(run_id)
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -499,7 +505,7 @@ class Client:
     ) -> RunInfo:
         """Answer a run waiting for input (``ask_human``): ``value`` (any JSON value)
         becomes the result of that call, and the run resumes."""
-        value_json = dump_json(value, what="the input", limit=MAX_RESULT_BYTES)
+        value_json = dump_json(value, what="the answer", limit=MAX_RESULT_BYTES)
         return await self._decide(
             run_id, call_id, Decision.ANSWERED, operator, None, value_json=value_json
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import attrs
@@ -17,9 +18,19 @@ __all__ = [
     "RunInfo",
     "RunRecord",
     "check_idempotency_key",
+    "stored_run_id",
 ]
 
 MAX_IDEMPOTENCY_KEY_CHARS = 200
+
+_RUN_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def stored_run_id(text: str) -> str:
+    """``text`` as the store holds run ids: each is a UUID in lower case, so one copied in
+    upper case (as some tools and spreadsheets show them) names the same run."""
+    lowered = text.lower()
+    return lowered if lowered != text and _RUN_ID.match(lowered) else text
 
 
 def check_idempotency_key(key: Any) -> str:

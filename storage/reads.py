@@ -9,7 +9,7 @@ from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import TERMINAL_STATES, RunState, StepStatus
 from leaseward.runtime.listing import RunListing
-from leaseward.runtime.runs import RunRecord
+from leaseward.runtime.runs import RunRecord, stored_run_id
 from leaseward.storage.concern import StoreConcern
 from leaseward.storage.protocol import ExpiredRun, LeaseMark
 from leaseward.storage.queries import Queries
@@ -38,6 +38,8 @@ def run_listing(queries: Queries, listing: RunListing, now: float) -> tuple[str,
     conditions = [
         queries[f"run_where_{name}"] for name, value in params.items() if value is not None
     ]
+    if listing.search is not None:
+        params["search_id"] = stored_run_id(listing.search)
     after = listing.after
     if after is not None:
         conditions.append(queries["run_where_after_cursor"])

@@ -131,7 +131,8 @@ def _reply_value(text: str | None) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidInput(
-            f'the reply is not JSON ({exc.msg}); a text is written in quotes: "yes"'
+            f"the reply is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
+            'a text is written in quotes: "yes"'
         ) from None
     except RecursionError:
         raise InvalidInput(
@@ -237,6 +238,21 @@ _NOUNS = {
 }
 
 
+_WRITTEN = {"value": "Your reply", "note": "Your note", "reason": "Your reason"}
+"""The fields of the actions' forms an operator writes in, by what a refusal calls them."""
+
+MAX_KEPT_CHARS = 100_000
+"""A text longer than this is not drawn again: nobody wrote it by hand."""
+
+
+def _written(form: FormData) -> list[tuple[str, str]]:
+    return [
+        (label, text)
+        for name, label in _WRITTEN.items()
+        if (text := _text(form, name)) and len(text) <= MAX_KEPT_CHARS
+    ]
+
+
 async def _stale(client: Client, run: RunInfo, form: FormData) -> str | None:
     """Why the form no longer fits the run, if the run moved on since it was drawn:
     its state now, and who decided the form's call when someone did."""
@@ -284,6 +300,9 @@ async def act(request: Request) -> Response:
         return console.refuse(request, 409, f"{stale}; nothing changed")
     try:
         done = await perform(console.client, run_id, form, session.operator)
+    except InvalidInput as exc:
+        # What the operator wrote is drawn again, to copy back into the form once fixed.
+        return console.refuse(request, 400, exc.message, kept=_written(form))
     except (IllegalTransition, RequestNotFound) as exc:
         return console.refuse(request, 409, exc.message)
     except CommitOutcomeUnknown as exc:

@@ -4,6 +4,7 @@ how a page or a refusal is drawn."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -90,8 +91,16 @@ class Console:
             self.sessions.save(response, request, session)
         return response
 
-    def refuse(self, request: Request, status: int, message: str) -> Response:
-        """An action or a page refused: the reason, and nothing changed."""
+    def refuse(
+        self,
+        request: Request,
+        status: int,
+        message: str,
+        *,
+        kept: Sequence[tuple[str, str]] = (),
+    ) -> Response:
+        """An action or a page refused: the reason, and nothing changed; ``kept``, what the
+        operator wrote in the refused form, by what it was (its label)."""
         if request.url.path.startswith("/api/"):
             return DocumentResponse({"error": message}, status_code=status)
         run_id = request.path_params.get("run_id")
@@ -105,7 +114,12 @@ class Console:
         return self.render(
             request,
             "refused.html",
-            {"message": message, "heading": _HEADINGS.get(status, "Refused"), "back": back},
+            {
+                "message": message,
+                "heading": _HEADINGS.get(status, "Refused"),
+                "back": back,
+                "kept": kept,
+            },
             status,
         )
 

@@ -302,6 +302,12 @@ async def test_filters_narrow_the_runs_and_the_search_finds_an_id_or_a_key(url: 
         assert await ids("mode=interactive") == {interactive}
         assert await ids("search=order-9") == {keyed}
         assert await ids(f"search={first}") == {first}
+        # A run id copied in upper case is the same run; a key keeps its case.
+        assert await ids(f"search={first.upper()}") == {first}
+        assert await ids("search=ORDER-9") == set()
+        assert first in (await page.http.get(f"/runs/{first.upper()}")).text
+        assert (await page.http.get(f"/api/runs/{first.upper()}")).json()["id"] == first
+        assert await ids("reason=cancelled") == {first}
         created_at = (await page.client.get(keyed)).created_at
         assert keyed in await ids(f"created_after={created_at!r}")
         assert await ids(f"created_before={created_at!r}") == await ids("") - await ids(

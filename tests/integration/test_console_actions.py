@@ -4,6 +4,7 @@ the run's state and who decided, and changes nothing."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -153,6 +154,13 @@ async def test_reply_answers_an_input_request_with_json(store_url: str, tmp_path
         assert "Which colour?" in (await carol.http.get(f"/runs/{run_id}")).text
         bare = await carol.submit(f"/runs/{run_id}", f"/runs/{run_id}/reply", value="blue")
         assert bare.status_code == 400 and "not JSON" in bare.text
+        assert "line 1, column 1" in bare.text
+        # What was typed is drawn again, to copy back once fixed.
+        assert re.search(r"Your reply, as you sent it <textarea[^>]*>blue</textarea>", bare.text)
+        big = await carol.submit(
+            f"/runs/{run_id}", f"/runs/{run_id}/reply", value=json.dumps("x" * 300_000)
+        )
+        assert big.status_code == 400 and "the answer is" in big.text and "limit" in big.text
         # Deeper than the JSON reader recurses: refused as too deep, not a server error.
         deep = await carol.submit(f"/runs/{run_id}", f"/runs/{run_id}/reply", value="[" * 200_000)
         assert deep.status_code == 400 and "nested too deep" in deep.text

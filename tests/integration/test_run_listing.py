@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import uuid
 
 import attrs
 import pytest
@@ -279,6 +280,23 @@ async def test_a_search_matching_one_run_by_id_and_another_by_key_lists_both(
     await clock.advance(1)
     await created(store, "other", key="shared-name")
     assert ids(await Client(store).runs(search="shared-name")) == ["other", "shared-name"]
+
+
+async def test_a_run_id_copied_in_upper_case_names_its_run_and_a_key_keeps_its_case(
+    store: SQLStore,  # noqa: F811
+    clock: StoreClock,  # noqa: F811
+) -> None:
+    run_id, shouted_key = str(uuid.uuid4()), str(uuid.uuid4()).upper()
+    await created(store, run_id)
+    await clock.advance(1)
+    await created(store, "keyed", key=shouted_key)
+    client = Client(store)
+    assert ids(await client.runs(search=run_id.upper())) == [run_id]
+    assert (await client.get(run_id.upper())).id == run_id
+    assert (await client.get(run_id.title())).id == run_id
+    # A key is the caller's text: only its own case finds it.
+    assert ids(await client.runs(search=shouted_key)) == ["keyed"]
+    assert await client.runs(search=shouted_key.lower()) == []
 
 
 async def test_listed_runs_carry_the_store_clock_their_lease_compares_with(

@@ -237,7 +237,7 @@ created_at < :created_before;
 
 -- name: run_where_search
 -- A run id or an idempotency key, each found through its primary key.
-id IN (:search, (SELECT run_id FROM idempotency_keys WHERE idempotency_key = :search));
+id IN (:search_id, (SELECT run_id FROM idempotency_keys WHERE idempotency_key = :search));
 
 -- name: run_where_after_cursor
 -- Strictly after the previous page's last run, in the order of the page.
