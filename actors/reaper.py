@@ -111,8 +111,12 @@ class LeaseReaper:
         worker: WorkerRegistration | None = None,
         reap: ReapWriter | None = None,
         clock: Clock | None = None,
+        logs_settled: bool = True,
     ) -> None:
         self._store = store
+        # A worker's log tells of every run it reaped; a command that prints each one
+        # itself would say it twice, once as a log record.
+        self._logs_settled = logs_settled
         self._clock = clock or SystemClock()
         self._seen: dict[str, _Seen] = {}
         self._reap = reap or self._reap_alone
@@ -230,11 +234,13 @@ class LeaseReaper:
                 "lease_owner": run.lease_owner,
                 "state": settlement.target.value,
             }
-            log.warning("lease.reaped", **fields)
+            if self._logs_settled:
+                log.warning("lease.reaped", **fields)
             self._metrics.lease_reaped()
             self._metrics.run_settled(settlement.target)
             if settlement.event is Event.DEAD_LETTER and settlement.reason is not None:
-                log.error("run.dead_lettered", reason=settlement.reason.value, **fields)
+                if self._logs_settled:
+                    log.error("run.dead_lettered", reason=settlement.reason.value, **fields)
                 self._metrics.dead_lettered(settlement.reason)
             done.append(Reaped(run.id, run.epoch, settlement))
         return tuple(done)

@@ -30,7 +30,17 @@ from pathlib import Path
 
 import anyio
 
-from leaseward import Agent, App, RunState, Runtime, ToolContext, ToolEffect, ToolError, tool
+from leaseward import (
+    Agent,
+    App,
+    LeasewardError,
+    RunState,
+    Runtime,
+    ToolContext,
+    ToolEffect,
+    ToolError,
+    tool,
+)
 from leaseward.providers import OpenAIChat
 
 NOTE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -110,4 +120,8 @@ if __name__ == "__main__":
         sys.exit(f"usage: {sys.argv[0]} QUESTION")
     # leaseward's warnings (a connection retried, a record deferred) on stderr.
     logging.basicConfig(format="%(name)s %(message)s")
-    sys.exit(anyio.run(main, sys.argv[1]))
+    try:
+        sys.exit(anyio.run(main, sys.argv[1]))
+    except LeasewardError as exc:
+        # A setting missing (the API key, say) or a store that cannot open: one line.
+        sys.exit(f"{sys.argv[0]}: {exc.message}")

@@ -88,11 +88,17 @@ async def open_existing_store(
     url: str, *, clock: Clock | None = None, read_only: bool = False
 ) -> SQLStore:
     """The leaseward store at ``url``; raises StoreNotFound, creating nothing, if there is
-    none (see ``open_store``)."""
+    none, and SchemaMismatch, changing nothing, if its schema is not this leaseward's:
+    only ``leaseward migrate`` and a worker (``Runtime.open``) upgrade it (see
+    ``open_store``)."""
     check_store_url(url)
     try:
-        return await open_store(url, clock=clock, must_exist=True, read_only=read_only)
+        return await open_store(
+            url, clock=clock, must_exist=True, migrate=False, read_only=read_only
+        )
     except StoreNotFound as exc:
+        if exc.explained:
+            raise
         raise StoreNotFound(
             exc.location,
             f"no leaseward store at {exc.location}; a daemon or `leaseward migrate` creates one",

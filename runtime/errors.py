@@ -365,6 +365,8 @@ class StoreNotFound(StoreError):
         super().__init__(message or f"no leaseward store at {location}")
         # The absolute path of a SQLite file, or a PostgreSQL URL without its password.
         self.location = location
+        # Whether the message says more than that no store is there (what is there instead).
+        self.explained = message is not None
 
 
 class SchemaMismatch(StoreError):

@@ -39,6 +39,9 @@ async def open_store(
     changes nothing. A PostgreSQL database is never created by connecting (a wrong
     name is a ConfigurationError). Otherwise a store that had no schema is created,
     and logged (``store.created``, at INFO, with its location).
+    With ``must_exist`` and not ``migrate``, as a client opens a store, the schema must
+    be the one this leaseward knows: an older one is an error that says to run
+    ``leaseward migrate``, not upgraded under the workers of the version before.
     ``read_only`` is for looking only: the database must exist with the schema
     this leaseward knows (an older or newer one is an error, never migrated), and
     every change is refused. It works where this process may only read.
@@ -73,6 +76,8 @@ async def open_store(
         # whatever database the URL names (postgres, say) with leaseward's tables.
         if must_exist and not present:
             raise StoreNotFound(parsed.location)
+        if must_exist and not migrate:
+            await _check_schema(store, parsed)
         if migrate:
             await store.migrate()
             if not present:

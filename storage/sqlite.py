@@ -142,7 +142,12 @@ def _located(exc: Exception, path: str) -> str:
 def _connect_error(exc: sqlite3.Error, path: str) -> StoreError:
     code = getattr(exc, "sqlite_errorcode", None)
     if code == sqlite3.SQLITE_NOTADB:
-        return StoreNotFound(os.path.abspath(path), _located(exc, path))
+        where = os.path.abspath(path)
+        return StoreNotFound(
+            where,
+            f"{where} is not a SQLite database ({_describe(exc)}), so no leaseward store: "
+            "give the path of a store, or of a file that does not exist yet",
+        )
     directory = os.path.dirname(os.path.abspath(path))
     if code == sqlite3.SQLITE_CANTOPEN and not os.access(directory, os.W_OK):
         # The file may be readable: SQLite still needs its -wal and -shm files beside it.

@@ -23,6 +23,7 @@ __all__ = [
     "parse_store_url",
     "pool_size_for",
     "store_location",
+    "without_password",
 ]
 
 CONNECT_TIMEOUT_SECONDS = 5.0
@@ -95,6 +96,16 @@ class StoreURL:
         assert self.sqlite is not None
         path = self.sqlite.path
         return path if path == ":memory:" else os.path.abspath(path)
+
+
+def without_password(url: str) -> str:
+    """``url`` as a command printed for an operator to run gives it: whole, but for a
+    PostgreSQL password, written as ``***`` (output gets pasted into tickets)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres") or parts.password is None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user.partition(':')[0]}:***@{host}"))
 
 
 def store_location(url: str) -> str:

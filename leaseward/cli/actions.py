@@ -43,7 +43,7 @@ from leaseward.client import Client, default_operator, open_existing_store
 from leaseward.console.listen import check_listen_address, configured_token, console_url
 from leaseward.daemon import DaemonSettings, load_app, serve
 from leaseward.runtime.encoding import MAX_INPUT_BYTES, MAX_JSON_DEPTH
-from leaseward.runtime.errors import CommitOutcomeUnknown, RunNotFound
+from leaseward.runtime.errors import CommitOutcomeUnknown, RunNotFound, WaitTimeout
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
 from leaseward.runtime.runs import RunInfo
 from leaseward.storage.connect import open_store
@@ -238,7 +238,25 @@ async def submit(
     if not wait:
         print(json.dumps({"id": run_id}) if as_json else run_id)
         return 0
-    run = await client.wait(run_id, timeout=timeout)
+    try:
+        run = await client.wait(run_id, timeout=timeout)
+    except (KeyboardInterrupt, anyio.get_cancelled_exc_class(), WaitTimeout) as stopped:
+        # Ctrl-C or the timeout: the run is queued all the same, and a user told nothing
+        # of it would submit again, a second run (a second refund).
+        again = (
+            "submitting again with the same --idempotency-key queues nothing new"
+            if idempotency_key is not None
+            else "submitting again queues a second run"
+        )
+        why = stopped.message if isinstance(stopped, WaitTimeout) else "the wait was stopped"
+        print(
+            f"leaseward: {why}; run {run_id} is submitted and goes on without the wait "
+            f"(`leaseward show {run_id}` follows it; {again})",
+            file=sys.stderr,
+        )
+        if isinstance(stopped, WaitTimeout):
+            return EXIT_FAILURE
+        raise
     if as_json:
         print_json(run_json(run))
     else:
@@ -424,7 +442,9 @@ async def workers(client: Client, *, store_url: str, as_json: bool) -> int:
 async def reap(store_url: str) -> int:
     store = await open_existing_store(store_url)
     try:
-        reaper = LeaseReaper(store, interval_seconds=1.0, policy=RecoveryPolicy())
+        reaper = LeaseReaper(
+            store, interval_seconds=1.0, policy=RecoveryPolicy(), logs_settled=False
+        )
         reaped = await reaper.reap_watching()
         expired = await reaper.expire_once()
     finally:

@@ -37,6 +37,7 @@ from leaseward.runtime.lifecycle import (
 )
 from leaseward.runtime.runs import RunInfo
 from leaseward.runtime.workers import WorkerInfo
+from leaseward.storage.url import without_password
 
 __all__ = [
     "cancel_line",
@@ -115,9 +116,10 @@ def cancel_line(run: RunInfo) -> str | None:
 
 
 def _store_flag(store: str) -> str:
-    """``--store URL`` when a command without it would open another store, else nothing."""
+    """``--store URL`` when a command without it would open another store, else nothing;
+    a password in the URL is written ``***``, to be typed in again."""
     implied = os.environ.get("LEASEWARD_STORE") or DEFAULT_STORE_URL
-    return "" if store == implied else f" --store {shlex.quote(store)}"
+    return "" if store == implied else f" --store {shlex.quote(without_password(store))}"
 
 
 def interrupted_call(run: RunInfo, steps: Sequence[StepInfo]) -> StepInfo | None:

@@ -7,7 +7,10 @@ and a daemon (the same, or one started later) resumes the run from its journal.
 
 from __future__ import annotations
 
+import functools
 import json
+import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -15,8 +18,10 @@ from typing import Any
 import pytest
 
 from tests.acceptance.acceptance_support import (
+    LEASEWARD,
     DaemonPool,
     assert_one_line_error,
+    base_env,
     leaseward,
     ok,
     read_lines,
@@ -207,3 +212,55 @@ def test_an_approval_after_the_expiry_is_refused_and_the_transfer_never_runs(
     done = until_state(url, run_id, "completed")
     assert done["result"] == '{"error": "rejected: approval expired"}'
     assert read_lines(calls_file) == []
+
+
+def _submit_waiting(url: str, *flags: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(LEASEWARD), "submit", "approver", "--wait", "--store", url, *flags],
+        env=base_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def _new_waiting(url: str, before: set[str]) -> list[dict[str, Any]]:
+    return [
+        run
+        for run in ok("runs", "--json", "--store", url).json()
+        if run["id"] not in before and run["state"] == "waiting_for_approval"
+    ]
+
+
+def test_a_wait_stopped_by_ctrl_c_names_the_run_it_leaves_behind(
+    daemons: DaemonPool, url: str
+) -> None:
+    """Told nothing, a user would submit again: a second transfer waiting for approval."""
+    ok("migrate", "--store", url)
+    daemons.start(url, worker_id="w1")
+    for flags, again in [
+        ((), "submitting again queues a second run"),
+        (("--idempotency-key", "t-1"), "same --idempotency-key queues nothing new"),
+    ]:
+        before = {run["id"] for run in ok("runs", "--json", "--store", url).json()}
+        process = _submit_waiting(url, *flags)
+        try:
+            [run] = wait_until(
+                "the submitted run waits for its approval",
+                functools.partial(_new_waiting, url, before),
+                timeout=20,
+            )
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=10)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+        assert process.returncode == 130, err
+        assert out == ""
+        assert err.startswith(
+            f"leaseward: the wait was stopped; run {run['id']} is submitted and goes on"
+        )
+        assert again in err and err.count("\n") == 1
+        assert show(url, run["id"])["state"] == "waiting_for_approval"

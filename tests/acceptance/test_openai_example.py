@@ -135,3 +135,17 @@ async def test_the_example_runs_under_the_daemon(tmp_path: Path) -> None:
     assert daemon.returncode == 0, (tmp_path / "daemon.log").read_text()
     check_the_conversation(server, tmp_path)
     check_show(url, run_id)
+
+
+async def test_the_example_without_an_api_key_says_so_in_one_line(tmp_path: Path) -> None:
+    env = base_env(NOTES_DIR=str(tmp_path / "notes"), LEASEWARD_STORE=sqlite_url(tmp_path / "r.db"))
+    env.pop("OPENAI_API_KEY", None)
+    done = await anyio.run_process(
+        [sys.executable, str(ROOT / "examples" / "openai_agent.py"), "When was the boiler?"],
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    stderr = done.stderr.decode()
+    assert done.returncode == 1 and "Traceback" not in stderr, stderr
+    assert stderr.count("\n") == 1 and "API key" in stderr

@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from leaseward import StoreError, StoreNotFound
+from leaseward import Client, SchemaMismatch, StoreError, StoreNotFound
+from leaseward.client import open_existing_store
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.lifecycle import RunMode
 from leaseward.runtime.runs import NewRun
@@ -140,6 +141,29 @@ async def test_a_read_only_open_of_another_schema_version_is_refused_and_migrate
     with pytest.raises(StoreError, match=fragment) as raised:
         await open_store(store_url, read_only=True)
     assert "\n" not in raised.value.message
+    assert await versions(store_url) == before
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        (f"DELETE FROM schema_migrations WHERE version = {NEWEST}", "older"),
+        (f"INSERT INTO schema_migrations VALUES ({NEWEST + 1}, 'future', 0)", "newer"),
+    ],
+)
+async def test_a_client_never_migrates_another_schema_version(
+    store_url: str, one_run: str, change: str, fragment: str
+) -> None:
+    """Only `leaseward migrate` and a worker upgrade a schema: a submit from a newer CLI
+    must not upgrade a store under the workers of the version before."""
+    await execute(store_url, change)
+    before = await versions(store_url)
+    with pytest.raises(SchemaMismatch, match=fragment) as raised:
+        await open_existing_store(store_url)
+    assert "leaseward migrate" in raised.value.message or fragment == "newer"
+    with pytest.raises(SchemaMismatch, match=fragment):
+        async with Client.open(store_url):
+            pass
     assert await versions(store_url) == before
 
 

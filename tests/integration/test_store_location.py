@@ -54,9 +54,11 @@ async def test_client_open_refuses_a_sqlite_file_that_is_no_leaseward_store(
     else:
         path.write_text("notes\n")
     before = files(tmp_path)
-    with pytest.raises(StoreNotFound, match=f"no leaseward store at {path}; "):
+    said = f"{path} is not a SQLite database" if content == "not-a-database" else HINT
+    with pytest.raises(StoreNotFound) as raised:
         async with Client.open(f"sqlite:///{path}"):
             pass
+    assert said in raised.value.message and "\n" not in raised.value.message
     assert files(tmp_path) == before
 
 

@@ -48,6 +48,14 @@ def test_a_dead_letter_that_needs_no_verdict_is_shown_with_its_redrive(
     print_timeline(run, [], "sqlite:///other runs.db")
     printed = capsys.readouterr().out
     assert "  leaseward redrive r1 --store 'sqlite:///other runs.db'\n" in printed
+    # Printed for a ticket or a chat: the store's password is never in it.
+    print_timeline(run, [], "postgresql://ops:s3cret@db.internal:5432/runs?sslmode=require")
+    printed = capsys.readouterr().out
+    assert "s3cret" not in printed
+    assert (
+        "  leaseward redrive r1 --store 'postgresql://ops:***@db.internal:5432/runs?sslmode=require'"
+        in printed
+    )
 
 
 def test_an_intent_left_open_by_an_attempt_made_again_is_not_shown_for_a_verdict(
