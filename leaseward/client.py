@@ -557,13 +557,11 @@ class Client:
 
     async def requests(self, run_id: str) -> list[HumanRequest]:
         """Every request for a person the run made, decided or not, with who decided."""
-        await self._record(run_id)
-        return await self._store.list_requests(run_id)
+        return await self._store.list_requests((await self._record(run_id)).id)
 
     async def steps(self, run_id: str) -> list[StepInfo]:
         """The run's journal, oldest step first."""
-        await self._record(run_id)
-        return await self._store.list_steps(run_id)
+        return await self._store.list_steps((await self._record(run_id)).id)
 
     async def usage(self, run_id: str) -> Usage:
         """The tokens of the run's provider turns, summed from its journal: each turn is
@@ -580,9 +578,10 @@ class Client:
         settles in another is seen within WAIT_POLL_SECONDS.
         """
         finished: dict[str, RunInfo] = {}
-        if not await self._wait_for([run_id], timeout, finished):
+        stored_id = _storable_id(run_id)
+        if not await self._wait_for([stored_id], timeout, finished):
             raise WaitTimeout(f"run {run_id} did not finish within {timeout} seconds")
-        return finished[run_id]
+        return finished[stored_id]
 
     async def wait_all(self, run_ids: Sequence[str], timeout: float | None = None) -> list[RunInfo]:
         """Wait until every one of the runs is terminal; their infos, in the order given.
@@ -599,22 +598,23 @@ class Client:
                 f"wait_all takes a sequence of run ids, not one id ({run_ids!r}); "
                 "wait() waits for a single run"
             )
-        wanted = list(dict.fromkeys(run_ids))
+        stored_ids = [_storable_id(run_id) for run_id in run_ids]
+        wanted = list(dict.fromkeys(stored_ids))
         finished: dict[str, RunInfo] = {}
         if not await self._wait_for(wanted, timeout, finished):
             left = len(wanted) - len(finished)
             raise WaitTimeout(
                 f"{left} of {len(wanted)} runs did not finish within {timeout} seconds"
             )
-        return [finished[run_id] for run_id in run_ids]
+        return [finished[stored_id] for stored_id in stored_ids]
 
     async def _wait_for(
         self, run_ids: list[str], timeout: float | None, finished: dict[str, RunInfo]
     ) -> bool:
         """Put each run's info in ``finished`` as it is seen terminal; whether all were
-        before ``timeout``."""
+        before ``timeout``. The ids are as the store holds them (``_storable_id``)."""
         _check_timeout(timeout)
-        pending = [_storable_id(run_id) for run_id in run_ids]
+        pending = list(run_ids)
         with self._wakeups.watching(pending) as settled, anyio.move_on_after(timeout):
             # With no time left the runs are still read once: a timeout of 0 asks whether
             # they have finished, and one that has is no timeout.

@@ -294,6 +294,12 @@ async def test_a_run_id_copied_in_upper_case_names_its_run_and_a_key_keeps_its_c
     assert ids(await client.runs(search=run_id.upper())) == [run_id]
     assert (await client.get(run_id.upper())).id == run_id
     assert (await client.get(run_id.title())).id == run_id
+    assert await client.steps(run_id.upper()) == await client.steps(run_id)
+    assert await client.requests(run_id.upper()) == await client.requests(run_id)
+    assert await client.cancel(run_id.upper()) is True
+    assert (await client.wait(run_id.upper(), timeout=0)).id == run_id
+    [waited] = await client.wait_all([run_id.upper()], timeout=0)
+    assert waited.id == run_id
     # A key is the caller's text: only its own case finds it.
     assert ids(await client.runs(search=shouted_key)) == ["keyed"]
     assert await client.runs(search=shouted_key.lower()) == []
