@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -34,27 +35,100 @@ def _arguments(value: Any) -> tuple[str, ...]:
     return arguments
 
 
+def _text_mapping(value: Any, what: str) -> Mapping[str, str] | None:
+    """An environment's or headers' names and values, each a string. Neither a value nor
+    a name is echoed: they carry API keys."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(
+        isinstance(key, str) and isinstance(item, str) for key, item in value.items()
+    ):
+        raise ConfigurationError(
+            f"an MCP server's {what} must be a mapping of strings to strings, "
+            f"such as {{'NAME': 'value'}}, not a {type(value).__name__} holding others"
+        )
+    return dict(value)
+
+
+def _environment(value: Any) -> Mapping[str, str] | None:
+    return _text_mapping(value, "env")
+
+
+def _headers(value: Any) -> Mapping[str, str] | None:
+    return _text_mapping(value, "headers")
+
+
+def _command(value: Any) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(
+            f"an MCP server's command must be a program to run, such as 'python', not {value!r}"
+        )
+    return value
+
+
+def _directory(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"an MCP server's cwd must be a directory's path, not {value!r}")
+    return value
+
+
+def _url(value: Any) -> str:
+    # Not echoed: a URL may carry a password or a token.
+    if not isinstance(value, str):
+        why = f"not a value of type {type(value).__name__}"
+    else:
+        try:
+            parts = urlsplit(value)
+        except ValueError:
+            parts = None
+        if parts is None:
+            why = "and this one cannot be read"
+        elif not parts.scheme:
+            why = "and this one has no scheme"
+        elif parts.scheme not in ("http", "https"):
+            why = f"not {parts.scheme}://"
+        elif not parts.netloc:
+            why = "and this one names no host"
+        else:
+            return value
+    raise ConfigurationError(
+        "an MCP server's url must be an http:// or https:// address, such as "
+        f"'http://127.0.0.1:8000/mcp', {why}"
+    )
+
+
 @attrs.frozen
 class Stdio:
     """A server the worker starts as a subprocess and talks to over its stdin and stdout."""
 
-    command: str
+    command: str = attrs.field(converter=_command)
     args: tuple[str, ...] = attrs.field(default=(), converter=_arguments)
     # Environments and headers carry API keys: never in a repr, a log or an error.
-    env: Mapping[str, str] | None = attrs.field(default=None, repr=False)
+    env: Mapping[str, str] | None = attrs.field(default=None, repr=False, converter=_environment)
     """Added to the environment the SDK gives the subprocess."""
-    cwd: str | None = None
+    cwd: str | None = attrs.field(default=None, converter=_directory)
 
 
 @attrs.frozen
 class StreamableHTTP:
     """A server already running, reached over Streamable HTTP at ``url``."""
 
-    url: str
-    headers: Mapping[str, str] | None = attrs.field(default=None, repr=False)
+    url: str = attrs.field(converter=_url)
+    headers: Mapping[str, str] | None = attrs.field(default=None, repr=False, converter=_headers)
 
 
-def _effects(value: Mapping[str, ToolEffect]) -> Mapping[str, ToolEffect]:
+def _effects(value: Any) -> Mapping[str, ToolEffect]:
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            "an MCP server's effects must map tool names to ToolEffect members, such as "
+            f"{{'create_invoice': ToolEffect.NON_IDEMPOTENT_WRITE}}, not {value!r}"
+        )
     for name, effect in value.items():
         if not isinstance(effect, ToolEffect):
             raise ConfigurationError(
@@ -98,6 +172,19 @@ class MCPServer:
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ConfigurationError("an MCP server's name must be a non-empty string")
+        if not isinstance(self.transport, Stdio | StreamableHTTP):
+            raise ConfigurationError(
+                f"MCP server {self.name!r}: its transport must be a Stdio or a "
+                "StreamableHTTP (MCPServer.stdio and MCPServer.http make them)"
+            )
+        for what in ("trusted", "approve_destructive", "errors_apply_nothing"):
+            # A string from a setting ("false") is true: it would hand the server's own
+            # hints what only code may decide.
+            if not isinstance(getattr(self, what), bool):
+                raise ConfigurationError(
+                    f"MCP server {self.name!r}: {what} must be True or False, "
+                    f"not {getattr(self, what)!r}"
+                )
         for what in ("timeout_seconds", "connect_timeout_seconds"):
             value = getattr(self, what)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
@@ -107,11 +194,11 @@ class MCPServer:
     def stdio(
         cls,
         name: str,
-        command: str,
+        command: str | os.PathLike[str],
         args: Sequence[str | os.PathLike[str]] = (),
         *,
         env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
+        cwd: str | os.PathLike[str] | None = None,
         trusted: bool = False,
         effects: Mapping[str, ToolEffect] | None = None,
         timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,

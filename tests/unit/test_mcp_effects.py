@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,10 @@ import pytest
 from leaseward import ConfigurationError, ToolEffect
 from leaseward.mcp import MCPServer, Stdio, annotated_effect, decide_effect, is_destructive
 from leaseward.runtime.tool_sources import DecidedBy
+
+URL = "http://127.0.0.1:1/mcp"
+# What a program gets wrong past its type checker (values read from settings).
+LOOSE: Any = MCPServer
 
 
 @pytest.mark.parametrize(
@@ -88,3 +93,42 @@ def test_a_stdio_servers_arguments_are_a_list_not_one_string() -> None:
     served = MCPServer.stdio("billing", "python", [Path("server.py"), "--port", "8080"])
     assert isinstance(served.transport, Stdio)
     assert served.transport.args == ("server.py", "--port", "8080")
+
+
+@pytest.mark.parametrize(
+    ("declare", "fragment"),
+    [
+        # A setting read as text is true: the server's own hints would decide effects.
+        (lambda: LOOSE.http("s", URL, trusted="false"), "trusted must be True or False"),
+        (
+            lambda: LOOSE.http("s", URL, errors_apply_nothing="no"),
+            "errors_apply_nothing must be True or False",
+        ),
+        (
+            lambda: LOOSE.stdio("s", "python", approve_destructive=1),
+            "approve_destructive must be True or False",
+        ),
+        (lambda: LOOSE.http("s", URL, effects=["x"]), "effects must map tool names"),
+        (lambda: LOOSE.stdio("s", None), "command must be a program to run"),
+        (lambda: LOOSE.stdio("s", "python", env=["A=1"]), "env must be a mapping"),
+        (lambda: LOOSE.stdio("s", "python", env={"A": 1}), "env must be a mapping"),
+        (lambda: LOOSE.stdio("s", "python", cwd=3), "cwd must be a directory"),
+        (lambda: LOOSE.http("s", "not a url"), "has no scheme"),
+        (lambda: LOOSE.http("s", "ftp://u:secret@x/y"), "not ftp://"),
+        (lambda: LOOSE.http("s", "http:///mcp"), "names no host"),
+        (lambda: LOOSE.http("s", URL, headers=[("a", "b")]), "headers must be a mapping"),
+        (lambda: LOOSE("s", "python"), "transport must be a Stdio"),
+    ],
+)
+def test_a_server_declared_with_a_value_of_the_wrong_kind_is_refused_at_once(
+    declare: Callable[[], object], fragment: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=fragment) as refused:
+        declare()
+    assert "secret" not in refused.value.message
+
+
+def test_a_servers_paths_may_be_path_objects() -> None:
+    served = MCPServer.stdio("s", Path("/usr/bin/python3"), cwd=Path("/tmp"))
+    assert isinstance(served.transport, Stdio)
+    assert (served.transport.command, served.transport.cwd) == ("/usr/bin/python3", "/tmp")
