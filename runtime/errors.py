@@ -30,6 +30,7 @@ __all__ = [
     "NothingToDecide",
     "NothingToResolve",
     "OtherCallInterrupted",
+    "PROVIDER_FAILURE_CLASSES",
     "ProviderError",
     "RequestDecided",
     "RequestExpired",
@@ -401,6 +402,22 @@ class ToolError(LeasewardError):
     """The tool failed without applying its effect; the model sees this as an error result."""
 
 
+PROVIDER_FAILURE_CLASSES = frozenset(
+    {
+        "connection",
+        "rate_limit",
+        "server_error",
+        "circuit_open",
+        "timeout",
+        "auth",
+        "configuration",
+        "client_error",
+        "unknown",
+    }
+)
+"""The values of ``FailureClass``, which a ProviderError may name as its own."""
+
+
 class ProviderError(LeasewardError):
     """The model provider failed."""
 
@@ -413,7 +430,13 @@ class ProviderError(LeasewardError):
     ) -> None:
         super().__init__(message)
         # A plain string keeps this module free of the failures module; the
-        # classifier turns it into a FailureClass (an unknown string is "unknown").
+        # classifier turns it into a FailureClass.
+        if failure_class not in PROVIDER_FAILURE_CLASSES:
+            # A typo ("ratelimit") would make a failure worth a retry a permanent one.
+            raise ConfigurationError(
+                f"ProviderError's failure_class must be one of "
+                f"{', '.join(sorted(PROVIDER_FAILURE_CLASSES))}, not {failure_class!r}"
+            )
         self.failure_class = failure_class
         # How long the provider asked to be left alone (an HTTP Retry-After): a
         # requeue waits that long instead of guessing with its backoff.

@@ -41,6 +41,9 @@ class EncodedResult:
     """A JSON value: what the model is given."""
     text: str
     """Its canonical JSON text, as the journal keeps it."""
+    refused: str | None = None
+    """Why the result could not be recorded, where ``value`` is the error the model is
+    told in its place: the call then failed."""
 
 
 @attrs.frozen
@@ -70,8 +73,11 @@ class ResultEncoder:
         # raises, the call has already happened and its outcome must still be recorded.
         except Exception as exc:
             problem = f"{what} is not a JSON value: {_reason(exc)}"
-        value = _summary(result, problem) if applied else {"error": problem}
-        return EncodedResult(value, dump_json(value))
+        if applied:
+            summary = _summary(result, problem)
+            return EncodedResult(summary, dump_json(summary))
+        error = {"error": problem}
+        return EncodedResult(error, dump_json(error), refused=problem)
 
     def _jsonable(self, result: Any) -> Any:
         if self.adapter is None:

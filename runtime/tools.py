@@ -346,10 +346,25 @@ def _awaited(name: str, result: Any) -> Any:
 
 
 def bind_tool(candidate: Any) -> BoundTool:
+    if isinstance(candidate, type):
+        # A class has a name, parameters and a __call__ of its own: it makes instances.
+        raise ToolDefinitionError(
+            f"{candidate.__name__} is a class: give a tool an instance of it "
+            f"({candidate.__name__}()), not the class"
+        )
     if not isinstance(candidate, Tool):
         raise ToolDefinitionError(
             f"{candidate!r} is not a tool: decorate it with @tool, or give its class a "
             "name, parameters and an async __call__"
+        )
+    if not isinstance(candidate, FunctionTool) and not inspect.iscoroutinefunction(
+        type(candidate).__call__
+    ):
+        # A plain __call__ would run the call, write and all, and then fail on its await:
+        # a write whose effect was made, dead-lettered for an operator.
+        raise ToolDefinitionError(
+            f"tool {getattr(candidate, 'name', candidate)!r}: its class's __call__ must be "
+            "an async def"
         )
     name = candidate.name
     _check_name(name, candidate)

@@ -283,6 +283,10 @@ class ToolCallSteps(MachineCore):
         bound = self.agent.tools.get(call.name)
         assert bound is not None, "only known tools are called"
         encoded = bound.encode_result(output, returned=status is StepStatus.SUCCEEDED)
+        if encoded.refused is not None:
+            # A read's result that cannot be recorded: the model is told of an error, and
+            # the journal says the call failed, as it does when a tool raises ToolError.
+            status, error = StepStatus.FAILED, bounded_error(encoded.refused)
         self._say(tool_message(call, encoded.value, is_error=status is StepStatus.FAILED))
         outcome = turn.base.ended(status, encoded.text, error, settles=turn.needs_intent)
         if turn.needs_intent:

@@ -299,6 +299,10 @@ async def test_tool_result_that_cannot_be_recorded_reaches_the_model_as_an_error
     (row,) = [s for s in journal if s.kind is StepKind.TOOL]
     assert isinstance(row.output, dict)
     assert problem in row.output["error"]
+    # A failed call, as the model is told: no filter for failed calls may miss it.
+    assert row.status is StepStatus.FAILED
+    assert row.error is not None and problem in row.error
+    assert recorder.requests[1].messages[-1].is_error is True
     assert (run.state, run.result) == (RunState.COMPLETED, "done")
 
 

@@ -6,6 +6,7 @@ import asyncio
 import datetime
 import inspect
 import json
+import re
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -577,3 +578,35 @@ def test_a_class_tool_result_is_encoded_through_its_call_annotation() -> None:
 
     encoded = bind_tool(Stamp()).encode_result(frozenset({3}), returned=True)
     assert (encoded.value, encoded.text) == ([3], "[3]")
+
+
+class SyncCall:
+    """A class-based tool whose __call__ is a plain def: it would run, then fail its await."""
+
+    name = "sync_write"
+    parameters: Mapping[str, Any] = NO_ARGS_SCHEMA
+    effect = ToolEffect.NON_IDEMPOTENT_WRITE
+
+    def __call__(self, ctx: ToolContext, /, **arguments: Any) -> Any:
+        raise AssertionError("never called")
+
+
+class AsyncCall(SyncCall):
+    async def __call__(self, ctx: ToolContext, /, **arguments: Any) -> Any:  # type: ignore[override]
+        return None
+
+
+@pytest.mark.parametrize(
+    ("candidate", "fragment"),
+    [
+        (SyncCall(), "its class's __call__ must be an async def"),
+        (AsyncCall, "AsyncCall is a class: give a tool an instance of it (AsyncCall())"),
+        (ClassTool, "ClassTool is a class"),
+    ],
+)
+def test_a_tool_that_could_not_be_awaited_is_refused_when_the_agent_is_made(
+    candidate: Any, fragment: str
+) -> None:
+    with pytest.raises(ToolDefinitionError, match=re.escape(fragment)):
+        Agent("a", ScriptedProvider([]), tools=[candidate])
+    assert bind_tool(AsyncCall()).name == "sync_write"

@@ -7,6 +7,7 @@ import ssl
 import pytest
 
 from leaseward.runtime.errors import (
+    PROVIDER_FAILURE_CLASSES,
     AuditPersistenceFailed,
     CallTimedOut,
     ConfigurationError,
@@ -50,11 +51,6 @@ def test_provider_error_carries_its_class(failure: FailureClass) -> None:
 
 def test_provider_error_defaults_to_unknown() -> None:
     assert classify(ProviderError("x")) is FailureClass.UNKNOWN
-
-
-@pytest.mark.parametrize("bogus", ["", "timed_out", "CONNECTION", "retry"])
-def test_provider_error_with_an_invalid_class_is_unknown(bogus: str) -> None:
-    assert classify(ProviderError("x", failure_class=bogus)) is FailureClass.UNKNOWN
 
 
 def test_store_error_is_a_connection_failure() -> None:
@@ -199,3 +195,16 @@ def test_an_http_status_on_an_os_error_wins_over_os_error() -> None:
 )
 def test_anything_else_is_unknown(exc: BaseException) -> None:
     assert classify(exc) is FailureClass.UNKNOWN
+
+
+def test_a_provider_error_names_a_failure_class_that_exists() -> None:
+    """A typo ("ratelimit") made a failure worth a retry a permanent one, silently."""
+    assert {c.value for c in FailureClass} == PROVIDER_FAILURE_CLASSES
+    with pytest.raises(ConfigurationError, match="rate_limit, server_error") as refused:
+        ProviderError("upstream hiccup", failure_class="ratelimit")
+    assert "'ratelimit'" in refused.value.message
+    for wrong in (None, 5, "", "timed_out", "CONNECTION", "retry"):
+        with pytest.raises(ConfigurationError):
+            ProviderError("x", failure_class=wrong)  # type: ignore[arg-type]
+    error = ProviderError("slow down", failure_class=FailureClass.RATE_LIMIT)
+    assert classify(error) is FailureClass.RATE_LIMIT
