@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import reprlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -58,6 +59,16 @@ class ScriptedProvider:
                 f"a scripted provider's replies are a list, one reply per turn, or a "
                 f"function of the request, not {replies!r}"
             )
+        if not callable(replies):
+            wrong = next(
+                (r for r in replies if not callable(r) and not isinstance(r, ProviderReply)),
+                None,
+            )
+            if wrong is not None:
+                raise ConfigurationError(
+                    "a scripted provider's replies are ProviderReply values or functions of "
+                    f"the request, such as ProviderReply(text='hello'), not {reprlib.repr(wrong)}"
+                )
         self._replies = replies
         self.timeout_seconds = timeout_seconds
         self.calls = 0

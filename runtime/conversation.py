@@ -10,7 +10,8 @@ from typing import Any
 import attrs
 import msgspec
 
-from leaseward.runtime.encoding import valid_text
+from leaseward.runtime.encoding import dump_json, valid_text
+from leaseward.runtime.errors import InvalidInput
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import StepKind, StepStatus
 from leaseward.runtime.messages import Message, ProviderReply, Role, ToolCall, Usage
@@ -29,6 +30,7 @@ __all__ = [
     "run_usage",
     "tool_message",
     "usage_from_json",
+    "with_unjournalable_arguments_refused",
 ]
 
 
@@ -127,6 +129,29 @@ def _call_to_json(call: ToolCall) -> dict[str, Any]:
     if call.invalid_arguments is not None:
         data["invalid_arguments"] = call.invalid_arguments
     return data
+
+
+def with_unjournalable_arguments_refused(reply: ProviderReply) -> ProviderReply:
+    """``reply``, each call whose arguments no journal holds (a NaN, an object that is
+    not JSON) made a call with invalid arguments: the model is told so, as for argument
+    text that is not JSON, instead of the whole turn failing the run."""
+    calls: list[ToolCall] = []
+    for call in reply.tool_calls:
+        try:
+            dump_json(dict(call.arguments))
+            calls.append(call)
+        except InvalidInput:
+            calls.append(
+                ToolCall(call.name, {}, call.call_id, invalid_arguments=_as_text(call.arguments))
+            )
+    return attrs.evolve(reply, tool_calls=tuple(calls))
+
+
+def _as_text(arguments: Mapping[str, Any]) -> str:
+    try:
+        return json.dumps(dict(arguments), default=lambda value: f"<{type(value).__name__}>")
+    except (RecursionError, ValueError):
+        return "<arguments nested too deep to write>"
 
 
 def reply_to_json(reply: ProviderReply, *, latency_ms: float | None = None) -> dict[str, Any]:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from leaseward.runtime.retention import PurgedRun
 
 __all__ = [
+    "PROVIDER_FAILURE_CLASSES",
     "AmbiguousRequest",
     "ArgumentsNotApproved",
     "AuditPersistenceFailed",
@@ -30,7 +31,6 @@ __all__ = [
     "NothingToDecide",
     "NothingToResolve",
     "OtherCallInterrupted",
-    "PROVIDER_FAILURE_CLASSES",
     "ProviderError",
     "RequestDecided",
     "RequestExpired",

@@ -43,6 +43,7 @@ from asyncpg.transaction import Transaction
 from leaseward.runtime.errors import CommitOutcomeUnknown, ConfigurationError, StoreError
 from leaseward.runtime.logs import get_logger
 from leaseward.storage.executor import Params, Row, WouldWait
+from leaseward.storage.home_loop import HomeLoop
 from leaseward.storage.url import DEFAULT_POOL_SIZE, PostgresOptions
 
 __all__ = [
@@ -234,6 +235,7 @@ class PostgresExecutor:
         self._listen_retry_at = 0.0
         self._listener_lost = False
         self._closed = False
+        self._home = HomeLoop(options.display)
         self._rehearsal: Callable[[], Awaitable[None]] | None = None
         self.round_trip_seconds: float | None = None
         # Connections given back cleanly, the last first, each with the timer that closes
@@ -349,6 +351,7 @@ class PostgresExecutor:
         """A connection, kept or the pool's, bound to this task for the block."""
         if self._closed:
             raise StoreError(f"postgresql: the store {self._options.display} is closed")
+        self._home.check()
         connection, blocks = await self._take()
         generation = self._generation
         given_back_cleanly = False

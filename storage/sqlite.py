@@ -30,6 +30,7 @@ import attrs
 from leaseward.runtime.errors import ConfigurationError, StoreError, StoreNotFound
 from leaseward.storage.executor import Params, Row, WouldWait
 from leaseward.storage.handoffs import quick_handoffs
+from leaseward.storage.home_loop import HomeLoop
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -266,6 +267,7 @@ class SQLiteExecutor:
         self._handed_over = False
         self._thread_done = threading.Event()
         self._closed = False
+        self._home = HomeLoop(options.path)
 
     @classmethod
     async def connect(
@@ -320,6 +322,7 @@ class SQLiteExecutor:
         # ValueError from aiosqlite, a ProgrammingError from sqlite3) that says no store.
         if self._closed:
             raise StoreError(f"sqlite: the store {self._options.path} is closed")
+        self._home.check()
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:

@@ -10,6 +10,7 @@ from leaseward.providers.endpoint import (
     BadReply,
     JsonEndpoint,
     base_and_key,
+    check_headers,
     check_timeout,
 )
 from leaseward.runtime.agents import DEFAULT_PROVIDER_TIMEOUT_SECONDS
@@ -275,7 +276,7 @@ class AnthropicMessages:
             "Anthropic Messages endpoint",
             base,
             "/v1/messages",
-            headers={"anthropic-version": ANTHROPIC_VERSION, **(extra_headers or {})},
+            headers={"anthropic-version": ANTHROPIC_VERSION, **check_headers(extra_headers)},
             secret=key,
             secret_header=("x-api-key", ""),
             timeout_seconds=self.timeout_seconds,

@@ -40,6 +40,7 @@ __all__ = [
     "Secret",
     "api_key_from",
     "base_and_key",
+    "check_headers",
     "check_timeout",
     "error_details",
     "failure_class_for",
@@ -156,7 +157,7 @@ def _credential_header(name: str) -> bool:
     return any(word in lowered for word in _CREDENTIAL_WORDS)
 
 
-def _check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
+def check_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
     if headers is None:
         return {}
     if not isinstance(headers, Mapping) or not all(
@@ -329,7 +330,7 @@ class JsonEndpoint:
         self.name = name
         self._url = _endpoint_url(base_url, path)
         self.shown_url = shown_url(self._url)
-        checked = _check_headers(headers)
+        checked = check_headers(headers)
         # A gateway's key given as a header of its own (Azure's api-key) is kept as
         # secret as the API key.
         self._secret_headers = {

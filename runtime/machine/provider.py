@@ -7,6 +7,7 @@ from leaseward.runtime.conversation import (
     normalize_reply,
     pending_calls,
     reply_to_json,
+    with_unjournalable_arguments_refused,
 )
 from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.errors import InvalidInput, ProviderError
@@ -78,13 +79,22 @@ class ProviderSteps(MachineCore):
                     stop_reason=reply.stop_reason,
                 ),
             )
+        try:
+            output_json = dump_json(
+                reply_to_json(reply, latency_ms=event.latency_ms), what="the provider reply"
+            )
+        except InvalidInput:
+            # A custom provider's call arguments that are not JSON: that call is refused
+            # to the model; anything else the reply holds still fails the run.
+            reply = with_unjournalable_arguments_refused(reply)
+            output_json = dump_json(
+                reply_to_json(reply, latency_ms=event.latency_ms), what="the provider reply"
+            )
         step = StepWrite(
             seq=seq,
             kind=StepKind.PROVIDER,
             status=StepStatus.SUCCEEDED,
-            output_json=dump_json(
-                reply_to_json(reply, latency_ms=event.latency_ms), what="the provider reply"
-            ),
+            output_json=output_json,
             started_at=phase.started_at,
         )
         self.conversation = Conversation(

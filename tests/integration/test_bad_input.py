@@ -306,6 +306,40 @@ async def test_tool_result_that_cannot_be_recorded_reaches_the_model_as_an_error
     assert (run.state, run.result) == (RunState.COMPLETED, "done")
 
 
+async def test_call_arguments_no_journal_holds_are_refused_to_the_model_alone(
+    db_url: str,
+) -> None:
+    """A custom provider's decoded arguments holding a NaN or an object that is not JSON:
+    that call is answered with an error, the others of the turn are made, and the run
+    goes on, as for argument text a model API sent that is not JSON."""
+    made: list[Any] = []
+
+    @tool
+    async def measure(ctx: ToolContext, n: float) -> float:
+        made.append(n)
+        return n
+
+    calls = (
+        ToolCall("measure", {"n": math.nan}, "c1"),
+        ToolCall("measure", {"n": 1.5}, "c2"),
+        ToolCall("measure", {"n": object()}, "c3"),
+    )
+    recorder = Recorder(ProviderReply(tool_calls=calls))
+    app = App([Agent("measurer", ScriptedProvider(recorder), tools=[measure])])
+    async with Runtime.open(db_url, app, **FAST) as rt:
+        run = await rt.wait(await rt.submit("measurer", None), timeout=10)
+        journal = await rt.steps(run.id)
+    assert (run.state, run.result) == (RunState.COMPLETED, "done")
+    assert made == [1.5]
+    rows = {s.call_id: s for s in journal if s.kind is StepKind.TOOL}
+    assert rows["c2"].status is StepStatus.SUCCEEDED
+    for refused in ("c1", "c3"):
+        assert rows[refused].status is StepStatus.FAILED
+        assert "the arguments of measure could not be read" in (rows[refused].error or "")
+    told = [m for m in recorder.requests[1].messages if m.role is Role.TOOL]
+    assert [m.is_error for m in told] == [True, False, True]
+
+
 async def test_max_steps_fails_the_run_after_exactly_that_many_provider_steps(
     db_url: str,
 ) -> None:
@@ -548,6 +582,11 @@ class SyncProvider:
             ConfigurationError,
             "replies",
         ),
+        (
+            lambda: ScriptedProvider(["hello"]),  # type: ignore[list-item]
+            ConfigurationError,
+            r"ProviderReply\(text='hello'\), not 'hello'",
+        ),
     ],
     ids=[
         "app-of-one-agent",
@@ -560,6 +599,7 @@ class SyncProvider:
         "sync-provider",
         "scripted-replies-none",
         "scripted-replies-str",
+        "scripted-replies-of-str",
     ],
 )
 def test_an_app_built_wrong_is_refused_saying_how_to_build_it(
@@ -929,3 +969,36 @@ async def test_a_runtime_called_from_another_event_loop_says_where_to_call_it(
     for exc in raised.values():
         assert isinstance(exc, ConfigurationError), exc
         assert "run_coroutine_threadsafe" in exc.message
+
+
+async def test_a_read_from_another_event_loop_is_refused_and_the_runtime_still_closes(
+    store_url: str,
+) -> None:
+    """Before, the first read of a fresh Runtime from another thread's loop waited for
+    ever, and leaving the Runtime's block then hung too."""
+    raised: dict[str, BaseException] = {}
+    with anyio.fail_after(30):
+        async with Runtime.open(store_url, plain_app(), **FAST) as rt:
+
+            def elsewhere() -> None:
+                async def calls() -> None:
+                    for name, call in (
+                        ("get", lambda: rt.get("nope")),
+                        ("runs", lambda: rt.runs()),
+                        ("steps", lambda: rt.steps("nope")),
+                        ("approvals", lambda: rt.approvals()),
+                        ("workers", lambda: rt.workers()),
+                    ):
+                        try:
+                            await asyncio.wait_for(call(), 5)
+                        except BaseException as exc:
+                            raised[name] = exc
+
+                asyncio.run(calls())
+
+            await anyio.to_thread.run_sync(elsewhere)
+            assert await rt.runs() == []
+    assert set(raised) == {"get", "runs", "steps", "approvals", "workers"}
+    for exc in raised.values():
+        assert isinstance(exc, ConfigurationError), exc
+        assert "opened on another event loop" in exc.message

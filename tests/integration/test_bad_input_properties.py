@@ -40,7 +40,11 @@ from leaseward import (
     ToolEffect,
     tool,
 )
-from leaseward.runtime.conversation import normalize_reply, reply_to_json
+from leaseward.runtime.conversation import (
+    normalize_reply,
+    reply_to_json,
+    with_unjournalable_arguments_refused,
+)
 from leaseward.runtime.encoding import (
     MAX_ARGUMENTS_BYTES,
     MAX_INPUT_BYTES,
@@ -211,12 +215,17 @@ def test_any_provider_reply_ends_in_a_terminal_state_with_a_readable_journal(
         return ProviderReply(text, [ToolCall(name, args, call_id) for name, args, call_id in calls])
 
     agent = Agent("model", ScriptedProvider(reply), tools=[lookup, charge])
-    # A reply the provider cannot build (arguments not a mapping, a name not text), or
-    # one whose arguments are no JSON (a NaN, a key 1), cannot go in the journal at all.
+    # A reply the provider cannot build (arguments not a mapping, a name not text) cannot
+    # go in the journal at all; a call whose arguments are no JSON (a NaN, a key 1) is
+    # answered to the model as one whose arguments could not be read.
     refusal: ProviderError | InvalidInput | None = None
     try:
         built = normalize_reply(reply(ProviderRequest("r", "m", (), ())), 0)
-        dump_json(reply_to_json(built), what="the provider reply")
+        try:
+            dump_json(reply_to_json(built), what="the provider reply")
+        except InvalidInput:
+            refused = with_unjournalable_arguments_refused(built)
+            dump_json(reply_to_json(refused), what="the provider reply")
     except (ProviderError, InvalidInput) as exc:
         refusal = exc
 

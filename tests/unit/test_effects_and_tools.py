@@ -592,7 +592,7 @@ class SyncCall:
 
 
 class AsyncCall(SyncCall):
-    async def __call__(self, ctx: ToolContext, /, **arguments: Any) -> Any:  # type: ignore[override]
+    async def __call__(self, ctx: ToolContext, /, **arguments: Any) -> Any:
         return None
 
 

@@ -639,6 +639,10 @@ def test_an_azure_style_query_is_kept_and_never_shown() -> None:
             lambda: OpenAIChat("m", base_url="http://h/v1", extra_headers={"x team": "v"}),
             "'x team' is not an HTTP header name",
         ),
+        (
+            lambda: AnthropicMessages("m", base_url="http://h", extra_headers=[("a", "b")]),  # type: ignore[arg-type]
+            "extra_headers must map header names",
+        ),
     ],
 )
 def test_bad_settings_get_one_clear_error(make: Any, words: str) -> None:
