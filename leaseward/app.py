@@ -498,11 +498,19 @@ class Runtime:
         )
 
     async def forget_keys(
-        self, *, older_than: timedelta, dry_run: bool = False, batch_keys: int = PURGE_BATCH_RUNS
+        self,
+        *,
+        older_than: timedelta,
+        dry_run: bool = False,
+        batch_keys: int = PURGE_BATCH_RUNS,
+        after_purge: PurgeResult | None = None,
     ) -> ForgetKeysResult:
         """Forget the idempotency keys of purged runs (see ``Client.forget_keys``)."""
         return await self.client.forget_keys(
-            older_than=older_than, dry_run=dry_run, batch_keys=batch_keys
+            older_than=older_than,
+            dry_run=dry_run,
+            batch_keys=batch_keys,
+            after_purge=after_purge,
         )
 
     async def cancel(self, run_id: str) -> bool:

@@ -695,7 +695,12 @@ class Client:
         )
 
     async def forget_keys(
-        self, *, older_than: timedelta, dry_run: bool = False, batch_keys: int = PURGE_BATCH_RUNS
+        self,
+        *,
+        older_than: timedelta,
+        dry_run: bool = False,
+        batch_keys: int = PURGE_BATCH_RUNS,
+        after_purge: PurgeResult | None = None,
     ) -> ForgetKeysResult:
         """Forget the idempotency keys of purged runs that were first used more than
         ``older_than`` ago (on the store's clock), ``batch_keys`` per transaction.
@@ -704,14 +709,21 @@ class Client:
         still gets that run's id instead of making a second run (a second charge).
         Once forgotten, a submit with the key creates a new run: forget only keys
         no client can still be retrying. The key of a run still stored is never
-        forgotten. With ``dry_run`` nothing changes: the result counts the keys.
+        forgotten. With ``dry_run`` nothing changes: the result counts the keys, and
+        with ``after_purge`` (the result of a dry-run ``purge`` made just before, as
+        one cleanup would make both) also those of the runs that purge would delete.
         """
         _check_flag("dry_run", dry_run)
+        if after_purge is not None and not isinstance(after_purge, PurgeResult):
+            raise InvalidInput(f"after_purge must be a purge's PurgeResult, not {after_purge!r}")
         if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
             raise InvalidInput(f"older_than must be a positive timedelta, not {older_than!r}")
         check_count("batch_keys", batch_keys)
         return await self._store.forget_keys(
-            older_than.total_seconds(), dry_run=dry_run, batch_keys=batch_keys
+            older_than.total_seconds(),
+            dry_run=dry_run,
+            batch_keys=batch_keys,
+            after_purge=after_purge,
         )
 
     async def cancel(self, run_id: str) -> bool:

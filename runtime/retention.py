@@ -23,6 +23,8 @@ class PurgeResult:
     finished_before: float
     """The cutoff, on the store's clock: runs that finished before it qualified."""
     dry_run: bool
+    states: tuple[RunState, ...] = ()
+    """The states whose runs qualified."""
 
 
 @attrs.frozen

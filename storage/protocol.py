@@ -439,12 +439,19 @@ class Store(Protocol):
         ...
 
     async def forget_keys(
-        self, older_than_seconds: float, *, dry_run: bool = False, batch_keys: int = ...
+        self,
+        older_than_seconds: float,
+        *,
+        dry_run: bool = False,
+        batch_keys: int = ...,
+        after_purge: PurgeResult | None = None,
     ) -> ForgetKeysResult:
         """Delete the idempotency keys of purged runs first used more than
         ``older_than_seconds`` ago on the store's clock, ``batch_keys`` a transaction;
         a submit with one of them then creates a new run. The key of a run still
-        stored is never forgotten. With ``dry_run``, count them and change nothing."""
+        stored is never forgotten. With ``dry_run``, count them and change nothing;
+        ``after_purge``, a dry run's result of the purge made just before, counts the
+        keys of the runs it would delete as purged."""
         ...
 
     async def wait_for_work(self, timeout: float) -> None:

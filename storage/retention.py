@@ -64,7 +64,12 @@ class Retention(StoreConcern):
                     break
                 await _yield_to_writers(started)
         return PurgeResult(
-            runs=runs, steps=steps, batches=batches, finished_before=cutoff, dry_run=False
+            runs=runs,
+            steps=steps,
+            batches=batches,
+            finished_before=cutoff,
+            dry_run=False,
+            states=tuple(states),
         )
 
     async def _cutoff(self, older_than_seconds: float) -> float:
@@ -115,7 +120,12 @@ class Retention(StoreConcern):
                 steps += int(row["steps"])
                 batches += _batches(int(row["runs"]), batch_runs)
         return PurgeResult(
-            runs=runs, steps=steps, batches=batches, finished_before=cutoff, dry_run=True
+            runs=runs,
+            steps=steps,
+            batches=batches,
+            finished_before=cutoff,
+            dry_run=True,
+            states=tuple(states),
         )
 
     async def purged_run(self, run_id: str) -> PurgedRun | None:
@@ -136,14 +146,25 @@ class Retention(StoreConcern):
         *,
         dry_run: bool = False,
         batch_keys: int = PURGE_BATCH_RUNS,
+        after_purge: PurgeResult | None = None,
     ) -> ForgetKeysResult:
         if not older_than_seconds > 0 or batch_keys < 1:
             raise InvalidInput("forgetting keys needs a positive age and batch size")
         cutoff = await self._cutoff(older_than_seconds)
         q = self._queries
         if dry_run:
+            query = "forget_count"
+            params: dict[str, object] = {"cutoff": cutoff}
+            if after_purge is not None and after_purge.dry_run and after_purge.states:
+                # The purge counted before would have made the keys of its runs purged ones.
+                query = "forget_count_after_purge"
+                params = {
+                    "cutoff": cutoff,
+                    "states": [state.value for state in after_purge.states],
+                    "purge_cutoff": after_purge.finished_before,
+                }
             async with self._executor.reading():
-                row = await self._executor.fetch_one(q["forget_count"], {"cutoff": cutoff})
+                row = await self._executor.fetch_one(q[query], params)
             if row is None:
                 raise StoreError("the store returned no count of keys to forget")
             keys = int(row["keys"])

@@ -254,9 +254,10 @@ class SQLStore:
         *,
         dry_run: bool = False,
         batch_keys: int = PURGE_BATCH_RUNS,
+        after_purge: PurgeResult | None = None,
     ) -> ForgetKeysResult:
         return await self._retention.forget_keys(
-            older_than_seconds, dry_run=dry_run, batch_keys=batch_keys
+            older_than_seconds, dry_run=dry_run, batch_keys=batch_keys, after_purge=after_purge
         )
 
     # -- the executor's own ---------------------------------------------------------------

@@ -45,6 +45,7 @@ from leaseward.daemon import DaemonSettings, load_app, serve
 from leaseward.runtime.encoding import MAX_INPUT_BYTES, MAX_JSON_DEPTH
 from leaseward.runtime.errors import CommitOutcomeUnknown, RunNotFound, WaitTimeout
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
+from leaseward.runtime.retention import PurgeResult
 from leaseward.runtime.runs import RunInfo
 from leaseward.storage.connect import open_store
 from leaseward.storage.url import store_location
@@ -549,8 +550,9 @@ async def purge(
         raise click.UsageError(
             "dead-lettered runs wait for an operator: purging them needs --include-dead-letters"
         )
+    purged: PurgeResult | None = None
     if finished_before is not None:
-        result = await client.purge(
+        result = purged = await client.purge(
             finished_before=finished_before,
             state=state,
             include_dead_letters=include_dead_letters,
@@ -567,7 +569,9 @@ async def purge(
         else:
             print(f"deleted {counts}{kept}")
     if forget_keys_older_than is not None:
-        forgotten = await client.forget_keys(older_than=forget_keys_older_than, dry_run=dry_run)
+        forgotten = await client.forget_keys(
+            older_than=forget_keys_older_than, dry_run=dry_run, after_purge=purged
+        )
         counts = (
             f"{count(forgotten.keys, 'idempotency key')} of purged runs first used before "
             f"{timestamp(forgotten.created_before)}, "

@@ -1075,6 +1075,31 @@ async def test_forget_keys_takes_only_keys_of_purged_runs_older_than_the_cutoff(
     assert (await store.forget_keys(5 * DAY_SECONDS)).keys == 0
 
 
+async def test_a_dry_run_of_purge_and_forget_together_counts_the_keys_both_would_take(
+    store: SQLStore, clock: StoreClock
+) -> None:
+    """A nightly cleanup purges, then forgets old keys: its dry run counted no key of the
+    runs the purge would delete, and the real run then forgot them."""
+    await keyed(store, "already-purged")
+    await clock.advance(1)
+    assert (await store.purge_finished(FINISHED, 0.5)).runs == 1
+    await keyed(store, "old-finished")
+    await keyed(store, "old-dead-kept", DEAD)
+    await keyed(store, "old-live", settlement=None, agent="idle")
+    await clock.advance(10 * DAY_SECONDS)
+    await keyed(store, "recent-finished")
+    await clock.advance(DAY_SECONDS)
+
+    would_purge = await store.purge_finished(FINISHED, 0.5 * DAY_SECONDS, dry_run=True)
+    assert (would_purge.runs, set(would_purge.states)) == (2, set(FINISHED))
+    alone = await store.forget_keys(5 * DAY_SECONDS, dry_run=True)
+    together = await store.forget_keys(5 * DAY_SECONDS, dry_run=True, after_purge=would_purge)
+    assert (alone.keys, together.keys) == (1, 2)
+    # What the dry run counted is what the real cleanup does.
+    await store.purge_finished(FINISHED, 0.5 * DAY_SECONDS)
+    assert (await store.forget_keys(5 * DAY_SECONDS)).keys == together.keys
+
+
 @pytest.mark.parametrize(("older_than", "batch_keys"), [(0.0, 10), (-1.0, 10), (1.0, 0)])
 async def test_forget_keys_with_no_age_or_batch_is_refused(
     store: SQLStore, older_than: float, batch_keys: int

@@ -382,6 +382,16 @@ RETURNING idempotency_keys.idempotency_key;
 SELECT COUNT(*) AS keys FROM idempotency_keys
 WHERE purged_at IS NOT NULL AND created_at < :cutoff::double precision;
 
+-- name: forget_count_after_purge
+-- A dry run's count after a dry-run purge: the keys of the runs it would delete count
+-- as purged, as they would be by the time the keys are forgotten.
+SELECT COUNT(*) AS keys FROM idempotency_keys
+WHERE created_at < :cutoff::double precision
+  AND (purged_at IS NOT NULL OR run_id IN (
+      SELECT id FROM runs
+      WHERE state = ANY(:states::text[]) AND finished_at < :purge_cutoff::double precision
+  ));
+
 -- name: lock_migrations
 -- Held until the migrating transaction ends: a second migrator waits here, then
 -- finds the schema current. The key is the text's hash, fixed across versions.

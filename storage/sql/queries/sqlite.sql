@@ -359,6 +359,16 @@ RETURNING idempotency_key;
 SELECT COUNT(*) AS keys FROM idempotency_keys
 WHERE purged_at IS NOT NULL AND created_at < :cutoff;
 
+-- name: forget_count_after_purge
+-- A dry run's count after a dry-run purge: the keys of the runs it would delete count
+-- as purged, as they would be by the time the keys are forgotten.
+SELECT COUNT(*) AS keys FROM idempotency_keys
+WHERE created_at < :cutoff
+  AND (purged_at IS NOT NULL OR run_id IN (
+      SELECT id FROM runs
+      WHERE state IN (SELECT value FROM json_each(:states)) AND finished_at < :purge_cutoff
+  ));
+
 -- name: lock_migrations
 -- BEGIN IMMEDIATE already keeps a second migrator out until this one commits.
 SELECT 1;
