@@ -241,6 +241,8 @@ class LeaseKeeper:
         if not leases:
             return
         items = [self._renewal_of(lease) for lease in leases]
+        deadlines = [lease.deadline for lease in leases]
+        committing = [lease in self._committing for lease in leases]
         sent_at = self._clock.monotonic()
         try:
             outcomes = await self._renew_writer(items)
@@ -251,8 +253,12 @@ class LeaseKeeper:
             self.stats.longest_renewal_seconds, self._clock.monotonic() - sent_at
         )
         failed: list[str | None] = []
-        for lease, outcome in zip(leases, outcomes, strict=True):
-            self._settle_renewal(lease, outcome, sent_at, failed)
+        renewed = self.stats.renewals
+        for lease, outcome, deadline, was_committing in zip(
+            leases, outcomes, deadlines, committing, strict=True
+        ):
+            self._settle_renewal(lease, outcome, sent_at, deadline, was_committing, failed)
+        log.debug("lease.renewed", runs=self.stats.renewals - renewed, seconds=self.lease_seconds)
         self._last_error = failed[0] if failed else None
         if failed:
             self.stats.renewals_failed += len(failed)
@@ -273,7 +279,13 @@ class LeaseKeeper:
         return item
 
     def _settle_renewal(
-        self, lease: Lease, outcome: CommitOutcome, sent_at: float, failed: list[str | None]
+        self,
+        lease: Lease,
+        outcome: CommitOutcome,
+        sent_at: float,
+        deadline_when_sent: float,
+        was_committing: bool,
+        failed: list[str | None],
     ) -> None:
         if isinstance(outcome, Stored):
             lease.renewed(sent_at, self.lease_seconds, cancel_requested=outcome.cancel_requested)
@@ -291,10 +303,11 @@ class LeaseKeeper:
                 log.warning("lease.lost", run_id=lease.run_id, epoch=lease.epoch, by="renewal")
                 held.scope.cancel()
             return
-        if lease not in self._held:
-            # Its commit, on its way, renews the lease itself: only a call needs the
-            # keeper's. On PostgreSQL the renewal passes the run's row while that
-            # commit's own batch holds it, which is no fault to warn of.
+        if lease not in self._held or lease.deadline > deadline_when_sent or was_committing:
+            # Its commit, on its way as this renewal was sent or since, renews the lease
+            # itself: on PostgreSQL the renewal passes the run's row while that commit's
+            # batch holds it, which is no fault to warn of, even once the run's next call
+            # holds the lease again.
             return
         failed.append(outcome.error)
 
@@ -317,7 +330,7 @@ class LeaseKeeper:
                 run_id=lease.run_id,
                 epoch=lease.epoch,
                 lease_left_seconds=round(lease.remaining(now), 3),
-                error=self._last_error,
+                error=lease.cut_off,
             )
             held.scope.cancel()
         self._next_due = next_due

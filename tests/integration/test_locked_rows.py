@@ -109,3 +109,39 @@ async def test_rows_a_worker_commits_are_no_renewal_fault(pg_url: str) -> None:
     assert keeper.renewals > 0, "no renewal was due while runs waited for their commits"
     assert keeper.renewals_failed == 0
     assert [line for line in logs if line["event"] == "lease.renew_failed"] == []
+
+
+async def test_a_call_that_ended_while_its_renewal_was_on_its_way_is_no_renewal_fault(
+    pg_url: str,
+) -> None:
+    """A renewal sent during a call can meet the run's row held by the commit of that
+    call's outcome, and be answered once the run's next call has begun: that lease was
+    renewed by the commit since, and a fleet at work logged a warning for it."""
+
+    @tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def record(ctx: ToolContext, key: str) -> str:
+        # Calls that end at every moment of a renewal round.
+        await anyio.sleep((hash(ctx.idempotency_key) % 7) * 0.03)
+        return key
+
+    def reply(request: ProviderRequest) -> ProviderReply:
+        turn = (len(request.messages) - 1) // 2
+        if turn < STEPS:
+            return ProviderReply(tool_calls=(ToolCall("record", {"key": f"k{turn}"}, f"c{turn}"),))
+        return ProviderReply(text="done")
+
+    agent = Agent("writer", ScriptedProvider(reply), tools=[record], max_steps=STEPS + 1)
+    with capture_logs() as logs:
+        async with Runtime.open(
+            pg_url, App([agent]), lease_seconds=0.3, concurrency=RUNS, **FAST
+        ) as rt:
+            ids = await rt.submit_many("writer", [None] * RUNS)
+            runs = await rt.wait_all(ids, timeout=120)
+            keeper = rt.supervisor.keeper.stats
+    assert {run.state for run in runs} == {RunState.COMPLETED}
+    assert keeper.renewals > 0
+    assert [line for line in logs if line["event"] == "lease.renew_failed"] == []
+    assert keeper.renewals_failed == 0
+    # At debug, each round of the keeper's says how many leases it renewed.
+    rounds = [line for line in logs if line["event"] == "lease.renewed" and "runs" in line]
+    assert sum(line["runs"] for line in rounds) == keeper.renewals
