@@ -735,5 +735,5 @@ class Client:
         async with self._acting_on(run_id) as stored_id:
             outcome = await self._writer.cancel_run(stored_id)
         if outcome is CancelOutcome.CANCELLED:
-            self._wakeups.settled(run_id)
+            self._wakeups.settled(stored_id)
         return outcome is not CancelOutcome.ALREADY_FINISHED

@@ -11,9 +11,11 @@ import re
 import sqlite3
 import uuid
 
+import anyio
 import attrs
 import pytest
 
+import leaseward.client as client_module
 from leaseward import Client, InvalidInput, RunNotFound
 from leaseward.runtime.commits import Stored
 from leaseward.runtime.lifecycle import Event, Reason, RunMode, RunState
@@ -303,6 +305,28 @@ async def test_a_run_id_copied_in_upper_case_names_its_run_and_a_key_keeps_its_c
     # A key is the caller's text: only its own case finds it.
     assert ids(await client.runs(search=shouted_key)) == ["keyed"]
     assert await client.runs(search=shouted_key.lower()) == []
+
+
+async def test_a_cancel_by_an_upper_case_id_wakes_the_runs_waiters_at_once(
+    store: SQLStore,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Waiters that would poll only after an hour: only the cancel's own wake-up ends them.
+    monkeypatch.setattr(client_module, "WAIT_POLL_SECONDS", 3600.0)
+    run_id = str(uuid.uuid4())
+    await created(store, run_id)
+    client = Client(store)
+    waited: list[RunInfo] = []
+
+    async def wait() -> None:
+        waited.append(await client.wait(run_id))
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(wait)
+            await anyio.wait_all_tasks_blocked()
+            assert await client.cancel(run_id.upper()) is True
+    assert [run.state for run in waited] == [RunState.CANCELLED]
 
 
 async def test_listed_runs_carry_the_store_clock_their_lease_compares_with(
