@@ -406,6 +406,17 @@ def test_a_refreshing_page_holds_while_text_on_it_is_selected(browser: Browser, 
         tab.assert_quiet()
 
 
+def _follow_until_routed(page: Page, run_id: str, routed: list[Any]) -> None:
+    """Follow the link to a run, and wait (a bounded time) until the test's route for
+    its page has taken the request into ``routed``."""
+    page.locator(f"a[href='/runs/{run_id}']").first.click(no_wait_after=True)
+    for _ in range(200):
+        if routed:
+            return
+        page.wait_for_timeout(50)
+    raise AssertionError("the link was followed, and its request never reached the route")
+
+
 def test_a_refresh_never_cuts_off_a_page_being_left(browser: Browser, store: str) -> None:
     """A link followed while the server is slow to answer: the page's refresh, coming
     due meanwhile, must not reload the page under it and abort the navigation."""
@@ -423,12 +434,7 @@ def test_a_refresh_never_cuts_off_a_page_being_left(browser: Browser, store: str
         page.route(f"**/runs/{run_id}", hold)
         # Its refresh half a second away, the operator follows the link to a run.
         page.clock.run_for(4_500)
-        page.locator(f"a[href='/runs/{run_id}']").first.click(no_wait_after=True)
-        for _ in range(200):
-            if held:
-                break
-            page.wait_for_timeout(50)
-        assert held, "the link was followed, and its request not held"
+        _follow_until_routed(page, run_id, held)
         # The answer is held while the refresh comes due (the page's clock runs on).
         page.wait_for_timeout(1_500)
         held[0].continue_()
@@ -453,12 +459,7 @@ def test_a_page_left_in_vain_refreshes_again(browser: Browser, store: str) -> No
             route.fulfill(status=204)
 
         page.route(f"**/runs/{run_id}", no_page)
-        page.locator(f"a[href='/runs/{run_id}']").first.click(no_wait_after=True)
-        for _ in range(200):
-            if answered:
-                break
-            page.wait_for_timeout(50)
-        assert answered, "the link was followed, and its request not answered"
+        _follow_until_routed(page, run_id, answered)
         page.evaluate("() => { window.drawnBefore = true; }")
         page.clock.run_for(10_000)
         page.wait_for_timeout(300)

@@ -83,6 +83,18 @@ RUNS = 50
 STEPS = 30
 
 
+def _writer(record: Any) -> Agent:
+    """An agent whose every turn but the last asks for one call of ``record``."""
+
+    def reply(request: ProviderRequest) -> ProviderReply:
+        turn = (len(request.messages) - 1) // 2
+        if turn < STEPS:
+            return ProviderReply(tool_calls=(ToolCall("record", {"key": f"k{turn}"}, f"c{turn}"),))
+        return ProviderReply(text="done")
+
+    return Agent("writer", ScriptedProvider(reply), tools=[record], max_steps=STEPS + 1)
+
+
 async def test_rows_a_worker_commits_are_no_renewal_fault(pg_url: str) -> None:
     """The rows the worker's own batches hold are passed by the keeper's renewals of runs
     waiting for those batches, and that is no fault: a commit renews its own lease."""
@@ -91,13 +103,7 @@ async def test_rows_a_worker_commits_are_no_renewal_fault(pg_url: str) -> None:
     async def record(ctx: ToolContext, key: str) -> str:
         return key
 
-    def reply(request: ProviderRequest) -> ProviderReply:
-        turn = (len(request.messages) - 1) // 2
-        if turn < STEPS:
-            return ProviderReply(tool_calls=(ToolCall("record", {"key": f"k{turn}"}, f"c{turn}"),))
-        return ProviderReply(text="done")
-
-    agent = Agent("writer", ScriptedProvider(reply), tools=[record], max_steps=STEPS + 1)
+    agent = _writer(record)
     with capture_logs() as logs:
         async with Runtime.open(
             pg_url, App([agent]), lease_seconds=0.6, concurrency=RUNS, **FAST
@@ -124,13 +130,7 @@ async def test_a_call_that_ended_while_its_renewal_was_on_its_way_is_no_renewal_
         await anyio.sleep((hash(ctx.idempotency_key) % 7) * 0.03)
         return key
 
-    def reply(request: ProviderRequest) -> ProviderReply:
-        turn = (len(request.messages) - 1) // 2
-        if turn < STEPS:
-            return ProviderReply(tool_calls=(ToolCall("record", {"key": f"k{turn}"}, f"c{turn}"),))
-        return ProviderReply(text="done")
-
-    agent = Agent("writer", ScriptedProvider(reply), tools=[record], max_steps=STEPS + 1)
+    agent = _writer(record)
     with capture_logs() as logs:
         async with Runtime.open(
             pg_url, App([agent]), lease_seconds=0.3, concurrency=RUNS, **FAST
