@@ -649,6 +649,8 @@ async def test_a_name_the_console_was_not_given_is_refused(url: str) -> None:
                     assert "a secret input" not in answer.text and run_id not in answer.text
                     assert "does not answer to the name" in answer.text
                 assert (await rebound.get("/api/runs")).json()["error"]
+                # A load balancer's probe asks by the service's name.
+                assert (await rebound.get("/healthz")).text == "ok"
                 refused = await rebound.post(f"/runs/{run_id}/cancel", data={})
                 assert refused.status_code == 400
         for host in [
