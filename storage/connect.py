@@ -15,7 +15,7 @@ from leaseward.storage.sqlite import SQLiteExecutor, SQLiteOptions
 from leaseward.storage.store import SQLStore
 from leaseward.storage.url import DEFAULT_POOL_SIZE, StoreURL, parse_store_url
 
-__all__ = ["open_store"]
+__all__ = ["open_store", "refuse_newer_schema"]
 
 log = get_logger("leaseward.store")
 
@@ -79,6 +79,7 @@ async def open_store(
         if must_exist and not migrate:
             await _check_schema(store, parsed)
         if migrate:
+            await refuse_newer_schema(store, parsed.location)
             await store.migrate()
             if not present:
                 log.info("store.created", store=parsed.location)
@@ -87,6 +88,16 @@ async def open_store(
             await store.aclose()
         raise
     return store
+
+
+async def refuse_newer_schema(store: SQLStore, location: str) -> None:
+    """SchemaMismatch, before anything is changed, if the store's schema is newer than
+    this leaseward knows: no migration can help, and the error names the store as a
+    client's does."""
+    version = await store.schema_version()
+    newest = MIGRATIONS[-1].version
+    if version > newest:
+        raise SchemaMismatch(location, version, newest)
 
 
 async def _check_sqlite_store(options: SQLiteOptions, location: str) -> None:

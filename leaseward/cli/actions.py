@@ -47,7 +47,7 @@ from leaseward.runtime.errors import CommitOutcomeUnknown, RunNotFound, WaitTime
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
 from leaseward.runtime.retention import PurgeResult
 from leaseward.runtime.runs import RunInfo
-from leaseward.storage.connect import open_store
+from leaseward.storage.connect import open_store, refuse_newer_schema
 from leaseward.storage.url import store_location
 
 __all__ = [
@@ -467,6 +467,7 @@ async def migrate(store_url: str) -> int:
     store = await open_store(store_url, migrate=False)
     try:
         created = not await store.schema_present()
+        await refuse_newer_schema(store, store_location(store_url))
         version = await store.migrate()
     finally:
         with anyio.CancelScope(shield=True):

@@ -571,6 +571,32 @@ def test_migrate_creates_the_schema_and_prints_its_version(store_dir: Path) -> N
     assert ok("runs", "--json", "--store", url).json() == []
 
 
+@pytest.mark.parametrize(
+    "command", [("migrate",), ("daemon", "--app", "demo_app:app"), ("runs",), ("submit", "payer")]
+)
+def test_a_store_of_a_newer_leaseward_is_refused_in_one_line_that_names_it(
+    store_dir: Path, command: tuple[str, ...]
+) -> None:
+    url = _url(store_dir)
+    ok("migrate", "--store", url)
+    newer = MIGRATIONS[-1].version + 1
+    connection = sqlite3.connect(store_dir / "runs.db", isolation_level=None)
+    try:
+        connection.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'future', 0)",
+            (newer,),
+        )
+    finally:
+        connection.close()
+    # The workers' commands too: migrating cannot help, and the line says which store.
+    assert_unchanged(
+        store_dir,
+        lambda: leaseward(*command, "--store", url),
+        EXIT_FAILURE,
+        f"the schema in {store_dir / 'runs.db'} is at version {newer}, newer than this",
+    )
+
+
 def _help(*command: str) -> str:
     text = ok(*command, "--help", env=base_env(COLUMNS="80")).stdout
     return " ".join(text.split())

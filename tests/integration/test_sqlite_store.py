@@ -20,7 +20,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from leaseward import StoreError
+from leaseward import SchemaMismatch, StoreError
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.lifecycle import RunState
 from leaseward.runtime.listing import RunListing
@@ -181,9 +181,10 @@ async def test_a_database_from_a_newer_leaseward_is_refused(db_url: str) -> None
     finally:
         connection.close()
 
-    with pytest.raises(StoreError, match="newer") as raised:
+    with pytest.raises(SchemaMismatch, match="newer") as raised:
         await open_store(db_url)
-    assert str(newer) in str(raised.value)
+    assert raised.value.version == newer
+    assert str(path_of(db_url)) in str(raised.value)
 
     connection = raw(db_url)
     try:
