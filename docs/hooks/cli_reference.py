@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -58,8 +57,7 @@ def _help(*command: str) -> str:
         raise RuntimeError(
             f"leaseward {' '.join(command)} --help exited {process.returncode}: {err.strip()}"
         )
-    # The default worker id is the help process's own host:pid; the page shows its form.
-    return out.replace(f"{socket.gethostname()}:{process.pid}", "HOST:PID").rstrip()
+    return out.rstrip()
 
 
 def subcommands(top_level_help: str) -> list[str]:

@@ -71,9 +71,10 @@ def configuration(
     if variable is None:
         variable = "LEASEWARD_" + flag.lstrip("-").upper().replace("-", "_")
     declarations = (flag,) if name is None else (flag, name)
-    return click.option(
-        *declarations, envvar=variable, show_envvar=True, show_default=True, **settings
-    )
+    # A default computed at start says in words what it will be (show_default="..."):
+    # click would print it as "(dynamic)".
+    settings.setdefault("show_default", True)
+    return click.option(*declarations, envvar=variable, show_envvar=True, **settings)
 
 
 def one_off(
@@ -150,7 +151,12 @@ def leaseward(context: click.Context) -> None:
     type=POSITIVE_FLOAT,
     help="time between claim polls when idle",
 )
-@configuration("--worker-id", default=default_worker_id, help="this worker's name in leases")
+@configuration(
+    "--worker-id",
+    default=default_worker_id,
+    show_default="host:pid",
+    help="this worker's name in leases",
+)
 @configuration(
     "--drain-seconds",
     default=DRAIN_SECONDS,
@@ -182,8 +188,9 @@ def leaseward(context: click.Context) -> None:
 @configuration(
     "--log-format",
     default=default_log_format,
+    show_default="console when stderr is a terminal, else json",
     type=LOG_FORMAT,
-    help="json or console (console when stderr is a terminal)",
+    help="json or console",
 )
 @configuration(
     "--log-level",

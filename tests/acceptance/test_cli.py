@@ -616,6 +616,14 @@ def test_daemon_help_names_the_variable_of_every_flag() -> None:
         assert f"[env var: {variable}" in text, f"daemon --help does not name {variable}"
 
 
+def test_daemon_help_says_what_the_defaults_chosen_at_start_are() -> None:
+    text = _help("daemon")
+    # click would show a default computed at start as "(dynamic)", which tells nobody anything.
+    assert "(dynamic)" not in text
+    assert "LEASEWARD_WORKER_ID; default: (host:pid)]" in text
+    assert "LEASEWARD_LOG_FORMAT; default: (console when stderr is a terminal, else json)]" in text
+
+
 # Flags that say what one invocation does, never set by a variable left in the environment.
 ONE_OFF = {
     "--applied",
