@@ -100,7 +100,9 @@ def _limit(command: Decorated) -> Decorated:
 
 
 def _operator(verb: str) -> Callable[[Decorated], Decorated]:
-    return configuration("--operator", help=f"who {verb} (kept in the journal)")
+    return configuration(
+        "--operator", show_default="your user name", help=f"who {verb} (kept in the journal)"
+    )
 
 
 def _call(asks: str) -> Callable[[Decorated], Decorated]:

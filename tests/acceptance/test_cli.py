@@ -624,6 +624,11 @@ def test_daemon_help_says_what_the_defaults_chosen_at_start_are() -> None:
     assert "LEASEWARD_LOG_FORMAT; default: (console when stderr is a terminal, else json)]" in text
 
 
+@pytest.mark.parametrize("command", ["approve", "reject", "reply", "resolve"])
+def test_a_deciding_command_help_says_who_decides_by_default(command: str) -> None:
+    assert "LEASEWARD_OPERATOR; default: (your user name)]" in _help(command)
+
+
 # Flags that say what one invocation does, never set by a variable left in the environment.
 ONE_OFF = {
     "--applied",
