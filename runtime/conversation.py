@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 import msgspec
 
-from leaseward.runtime.encoding import dump_json, valid_text
+from leaseward.runtime.encoding import MAX_ARGUMENTS_DEPTH, check_shape, dump_json, valid_text
 from leaseward.runtime.errors import InvalidInput
 from leaseward.runtime.journal import StepInfo
 from leaseward.runtime.lifecycle import StepKind, StepStatus
@@ -133,12 +133,15 @@ def _call_to_json(call: ToolCall) -> dict[str, Any]:
 
 def with_unjournalable_arguments_refused(reply: ProviderReply) -> ProviderReply:
     """``reply``, each call whose arguments no journal holds (a NaN, an object that is
-    not JSON) made a call with invalid arguments: the model is told so, as for argument
-    text that is not JSON, instead of the whole turn failing the run."""
+    not JSON, nesting too deep for the reply's record) made a call with invalid
+    arguments: the model is told so, as for argument text that is not JSON, instead of
+    the whole turn failing the run."""
     calls: list[ToolCall] = []
     for call in reply.tool_calls:
+        arguments = dict(call.arguments)
         try:
-            dump_json(dict(call.arguments))
+            check_shape(arguments, "the arguments", MAX_ARGUMENTS_DEPTH)
+            dump_json(arguments)
             calls.append(call)
         except InvalidInput:
             calls.append(

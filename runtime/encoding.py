@@ -14,6 +14,7 @@ from leaseward.runtime.errors import InvalidInput
 __all__ = [
     "DIGEST_SHOWN",
     "MAX_ARGUMENTS_BYTES",
+    "MAX_ARGUMENTS_DEPTH",
     "MAX_INPUT_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_RESULT_BYTES",
@@ -34,6 +35,9 @@ MAX_INPUT_BYTES = 256 * 1024
 MAX_ARGUMENTS_BYTES = 64 * 1024
 MAX_RESULT_BYTES = 256 * 1024
 MAX_JSON_DEPTH = 200
+MAX_ARGUMENTS_DEPTH = MAX_JSON_DEPTH - 3
+"""How deep a call's arguments may nest: the provider step's record wraps them in three
+more levels (the reply, its list of calls, the call), and must fit MAX_JSON_DEPTH."""
 DIGEST_SHOWN = 12
 """Hex digits of an arguments digest that the CLI and the console show."""
 MIN_DIGEST_PREFIX = 8

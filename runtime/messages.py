@@ -14,7 +14,7 @@ from typing import Any, TypeGuard
 import attrs
 import msgspec
 
-from leaseward.runtime.encoding import MAX_JSON_DEPTH, check_shape, dump_json
+from leaseward.runtime.encoding import MAX_ARGUMENTS_DEPTH, check_shape, dump_json
 from leaseward.runtime.errors import ConfigurationError, InvalidInput, ProviderError
 
 __all__ = [
@@ -58,10 +58,6 @@ def _finite(digits: str) -> float:
 # error result it can act on.
 _MODEL_JSON = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
-# How deep a call's arguments may nest: the reply journaled with them wraps them in three
-# more levels (the reply, its list of calls, the call), and must fit the store's bound.
-_ARGUMENTS_DEPTH = MAX_JSON_DEPTH - 3
-
 
 def _read_arguments(text: str) -> tuple[dict[str, Any] | None, str | None]:
     """A model's argument text as a dict, or None and why it is not one."""
@@ -70,9 +66,9 @@ def _read_arguments(text: str) -> tuple[dict[str, Any] | None, str | None]:
         return {}, None
     try:
         value = _MODEL_JSON.decode(text)
-        check_shape(value, "they", _ARGUMENTS_DEPTH)
+        check_shape(value, "they", MAX_ARGUMENTS_DEPTH)
     except InvalidInput:
-        return None, f"they are nested more than {_ARGUMENTS_DEPTH} levels deep"
+        return None, f"they are nested more than {MAX_ARGUMENTS_DEPTH} levels deep"
     except (ValueError, RecursionError, TypeError) as exc:
         return None, f"they are not JSON ({exc})"
     if not isinstance(value, dict):

@@ -27,6 +27,7 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.runtime.encoding import MAX_ARGUMENTS_DEPTH, MAX_JSON_DEPTH
 
 pytestmark = pytest.mark.anyio
 
@@ -180,3 +181,65 @@ async def test_an_explicit_schema_is_applied_and_its_errors_name_the_path(db_url
     )
     assert second.status is StepStatus.SUCCEEDED
     assert search.received == [{"query": "q", "range": [1, 9]}]
+
+
+def nested_arguments(depth: int) -> dict[str, Any]:
+    """A call's arguments ``depth`` levels deep: the object, then lists inside it."""
+    value: Any = "leaf"
+    for _ in range(depth - 1):
+        value = [value]
+    return {"x": value}
+
+
+@pytest.mark.parametrize("depth", [MAX_ARGUMENTS_DEPTH + 1, MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1])
+async def test_arguments_nested_too_deep_are_answered_to_the_model_not_the_runs_end(
+    db_url: str, depth: int
+) -> None:
+    # Deeper than the journal can hold inside the reply that asked for them: the call is
+    # refused as one whose arguments could not be read, whatever the provider built.
+    executed: list[Any] = []
+
+    @tool
+    async def echo(ctx: ToolContext, x: Any) -> str:
+        executed.append(x)
+        return "echoed"
+
+    model = ScriptedProvider(
+        [
+            ProviderReply(tool_calls=[ToolCall("echo", nested_arguments(depth), "c1")]),
+            ProviderReply(text="done"),
+        ]
+    )
+    app = App([Agent("deep", model, tools=[echo])])
+    async with Runtime.open(db_url, app, **FAST) as rt:
+        run = await rt.wait(await rt.submit("deep", None), timeout=10)
+        journal = await rt.steps(run.id)
+
+    assert (run.state, run.result) == (RunState.COMPLETED, "done"), run.error
+    assert executed == []
+    [call] = [s for s in journal if s.kind is StepKind.TOOL]
+    assert call.status is StepStatus.FAILED
+    assert call.error == (
+        f"the arguments of echo could not be read: "
+        f"they are nested more than {MAX_ARGUMENTS_DEPTH} levels deep"
+    )
+
+
+async def test_arguments_as_deep_as_the_journal_holds_are_given_to_the_tool(db_url: str) -> None:
+    executed: list[Any] = []
+
+    @tool
+    async def echo(ctx: ToolContext, x: Any) -> str:
+        executed.append(x)
+        return "echoed"
+
+    arguments = nested_arguments(MAX_ARGUMENTS_DEPTH)
+    model = ScriptedProvider(
+        [ProviderReply(tool_calls=[ToolCall("echo", arguments, "c1")]), ProviderReply(text="done")]
+    )
+    app = App([Agent("deep", model, tools=[echo])])
+    async with Runtime.open(db_url, app, **FAST) as rt:
+        run = await rt.wait(await rt.submit("deep", None), timeout=10)
+
+    assert (run.state, run.result) == (RunState.COMPLETED, "done"), run.error
+    assert executed == [arguments["x"]]
