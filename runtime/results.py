@@ -79,12 +79,38 @@ class ResultEncoder:
         error = {"error": problem}
         return EncodedResult(error, dump_json(error), refused=problem)
 
+    def encode_error(self, message: str) -> EncodedResult:
+        """What a call that raised ToolError tells the model: ``{"error": message}``, the
+        message cut to as much of it as a result holds."""
+        error = {"error": message}
+        text = _fitting(error)
+        if text is not None:
+            return EncodedResult(error, text)
+        # The longest start that fits: a character takes one to six bytes of JSON.
+        low, high = 0, len(message)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if _fitting({"error": message[:middle] + "..."}) is not None:
+                low = middle
+            else:
+                high = middle
+        cut = {"error": message[:low] + "..."}
+        return EncodedResult(cut, dump_json(cut))
+
     def _jsonable(self, result: Any) -> Any:
         if self.adapter is None:
             return pydantic_core.to_jsonable_python(result)
         # Without warnings: a value that does not match its annotation is still encoded as
         # what it is, as pydantic does for any value it meets.
         return self.adapter.dump_python(result, mode="json", warnings=False)
+
+
+def _fitting(value: Any) -> str | None:
+    """``value``'s JSON text, or None if a result cannot hold it."""
+    try:
+        return dump_json(value, limit=MAX_RESULT_BYTES)
+    except InvalidInput:
+        return None
 
 
 def _reason(exc: Exception) -> str:

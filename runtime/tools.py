@@ -300,8 +300,12 @@ class BoundTool:
 
     def encode_result(self, result: Any, *, returned: bool) -> EncodedResult:
         """A call's result as JSON, for the journal and the model. A write that ``returned``
-        ran: whatever it returned, the model is told it succeeded (G13)."""
+        ran: whatever it returned, the model is told it succeeded (G13). One that raised
+        ToolError is told its ``{"error": message}``, as much of the message as fits."""
         encoder = self.results or ResultEncoder(self.name)
+        error = result.get("error") if not returned and isinstance(result, Mapping) else None
+        if isinstance(error, str):
+            return encoder.encode_error(error)
         return encoder.encode(result, applied=returned and self.effect.is_write)
 
     def needs_approval(self, arguments: Mapping[str, Any]) -> bool:

@@ -29,9 +29,11 @@ from leaseward import (
     ToolCall,
     ToolContext,
     ToolEffect,
+    ToolError,
     tool,
 )
-from leaseward.runtime.encoding import MAX_RESULT_BYTES
+from leaseward.runtime.encoding import MAX_RESULT_BYTES, dump_json
+from leaseward.runtime.machine import MAX_ERROR_CHARS
 from leaseward.runtime.results import MAX_SUMMARY_REPR_CHARS
 from tests.integration.support import Calls
 
@@ -179,3 +181,30 @@ async def test_a_write_whose_result_cannot_be_recorded_is_journaled_applied_and_
     assert (json.loads(content), is_error) == (summary, False)
     assert "error" not in json.loads(content)
     assert (run.state, run.result) == (RunState.COMPLETED, "done")
+
+
+@pytest.mark.parametrize("effect", [ToolEffect.READ_ONLY, ToolEffect.NON_IDEMPOTENT_WRITE])
+async def test_a_tool_error_longer_than_a_result_is_told_as_far_as_a_result_holds(
+    store_url: str, effect: ToolEffect
+) -> None:
+    # Two bytes of JSON a character: a cut by characters alone would not fit.
+    message = "no such order: " + "é" * MAX_RESULT_BYTES
+
+    @tool(effect=effect)
+    async def refund(ctx: ToolContext) -> str:
+        raise ToolError(message)
+
+    recorder = Recorder("refund")
+    run, row = await run_one(store_url, refund, recorder)
+
+    assert (run.state, run.result) == (RunState.COMPLETED, "done")
+    assert row.status is StepStatus.FAILED
+    # The row keeps the start of the tool's words, as for any error, not a note on its size.
+    assert row.error == message[: MAX_ERROR_CHARS - 3] + "..."
+    content, is_error = recorder.answer()
+    told = json.loads(content)["error"]
+    assert is_error
+    assert row.output == {"error": told}
+    assert told.endswith("...") and message.startswith(told.removesuffix("..."))
+    assert len(dump_json(row.output).encode()) <= MAX_RESULT_BYTES
+    assert len(told) > MAX_RESULT_BYTES // 2 - 100
