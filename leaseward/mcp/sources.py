@@ -17,6 +17,7 @@ from leaseward.mcp.effects import decide_effect, is_destructive
 from leaseward.mcp.servers import MCPServer
 from leaseward.runtime.agents import Agent, App
 from leaseward.runtime.effects import ToolEffect
+from leaseward.runtime.encoding import holdable
 from leaseward.runtime.errors import ConfigurationError, ToolDefinitionError, ToolError
 from leaseward.runtime.logs import get_logger
 from leaseward.runtime.schema import schema_arguments
@@ -202,6 +203,12 @@ def _unusable(
             f"agent {agent.name!r}: MCP server {server.name!r} lists a tool with no name"
         )
     where = f"agent {agent.name!r}: MCP server {server.name!r} lists the tool {tool.name!r}"
+    if not holdable(tool.name):
+        # Refused here, not when the agent is given its tools, whose error would name
+        # neither the server nor the agent and come out wrapped in an exception group.
+        return ConfigurationError(
+            f"{where}, whose name holds a NUL or a lone surrogate: no store can journal its calls"
+        )
     taken = next((other for other in listed if other.name == tool.name), None)
     if taken is not None and taken.provenance.source == server.name:
         return ConfigurationError(f"{where} twice")

@@ -163,7 +163,8 @@ async def endless_listing(cursors: str) -> None:
     """A server over stdio whose every page of tools names a next page: always the same
     one, or each time a new one; or one page of tools an agent cannot offer: a tool
     whose input schema is not valid JSON Schema (``bad-schema``), one with no name
-    (``no-name``), or one tool twice (``twice``)."""
+    (``no-name``), one whose name holds a NUL (``nul-name``), or one tool twice
+    (``twice``)."""
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
     from mcp.types import ListToolsResult, Tool
@@ -174,8 +175,8 @@ async def endless_listing(cursors: str) -> None:
         if cursors == "bad-schema":
             schema = {"type": "object", "properties": {"city": {"type": "town"}}}
             return ListToolsResult(tools=[Tool(name="lookup", input_schema=schema)])
-        if cursors in ("no-name", "twice"):
-            names = [""] if cursors == "no-name" else ["lookup", "lookup"]
+        if cursors in ("no-name", "nul-name", "twice"):
+            names = {"no-name": [""], "nul-name": ["look\x00up"]}.get(cursors, ["lookup"] * 2)
             return ListToolsResult(
                 tools=[Tool(name=name, input_schema={"type": "object"}) for name in names]
             )

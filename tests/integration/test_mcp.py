@@ -514,10 +514,15 @@ async def test_tools_an_agent_cannot_offer_stop_the_start_naming_server_and_tool
     ("listing", "why"),
     [
         ("no-name", "MCP server 'odd' lists a tool with no name"),
+        (
+            "nul-name",
+            "MCP server 'odd' lists the tool 'look\\x00up', whose name holds a NUL or a "
+            "lone surrogate: no store can journal its calls",
+        ),
         ("twice", "MCP server 'odd' lists the tool 'lookup' twice"),
     ],
 )
-async def test_a_tool_listed_with_no_name_or_twice_stops_the_start_naming_the_server(
+async def test_a_tool_listed_unnamed_misnamed_or_twice_stops_the_start_naming_the_server(
     db_url: str, listing: str, why: str
 ) -> None:
     odd = MCPServer.stdio(
