@@ -96,8 +96,9 @@ def export_traces(environ: Mapping[str, str]) -> TraceExport:
     except ImportError:
         return TraceExport(False, "the otel extra is not installed (pip install 'leaseward[otel]')")
     # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES are read by Resource.create; a name
-    # given here would override them.
-    named = "OTEL_SERVICE_NAME" in environ or SERVICE_NAME in _resource_keys(
+    # given here would override them. One left empty names nothing: the SDK takes it as
+    # unset, and would export as unknown_service.
+    named = bool(environ.get("OTEL_SERVICE_NAME")) or SERVICE_NAME in _resource_keys(
         environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
     )
     resource = Resource.create({} if named else {SERVICE_NAME: _DEFAULT_SERVICE_NAME})
@@ -127,8 +128,9 @@ def _http_url(endpoint: str) -> bool:
 
 
 def _resource_keys(attributes: str) -> set[str]:
-    """The keys of OTEL_RESOURCE_ATTRIBUTES (``key=value,key=value``)."""
-    return {pair.partition("=")[0].strip() for pair in attributes.split(",") if "=" in pair}
+    """The keys OTEL_RESOURCE_ATTRIBUTES (``key=value,key=value``) gives a value."""
+    pairs = (pair.partition("=") for pair in attributes.split(","))
+    return {key.strip() for key, equals, value in pairs if equals and value.strip()}
 
 
 def _without_credentials(endpoint: str) -> str:

@@ -1,7 +1,11 @@
 """What the daemon reads of OTEL_* and shows of it: the service name only when a key
-names it, and an endpoint without its credentials."""
+names one, and an endpoint without its credentials."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -50,3 +54,50 @@ def test_an_endpoint_with_credentials_is_refused_without_showing_them() -> None:
     export = export_traces({"OTEL_EXPORTER_OTLP_ENDPOINT": "alice:s3cret@collector:4318"})
     assert not export.on
     assert "s3cret" not in export.detail
+
+
+# In a process of its own: the tracer provider export_traces installs is global, and
+# can be set once.
+SERVICE_NAME_EXPORTED = """
+import os
+from opentelemetry import trace
+from leaseward.otlp import export_traces
+export_traces(os.environ)
+print(trace.get_tracer_provider().resource.attributes["service.name"])
+"""
+
+
+def _service_name(environ: dict[str, str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", SERVICE_NAME_EXPORTED],
+        # Port 9 (discard): nothing is exported, the process ends before a batch is due.
+        env={
+            **{name: value for name, value in os.environ.items() if not name.startswith("OTEL_")},
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+            **environ,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {},
+        # An empty variable is unset, for the OpenTelemetry SDK: a deployment's template
+        # that left the name blank would otherwise export as unknown_service:python.
+        {"OTEL_SERVICE_NAME": ""},
+        {"OTEL_RESOURCE_ATTRIBUTES": "service.name=,team=pay"},
+    ],
+)
+def test_a_service_name_left_blank_is_the_daemons_default(environ: dict[str, str]) -> None:
+    assert _service_name(environ) == "leaseward"
+
+
+def test_a_service_name_given_is_the_one_exported() -> None:
+    assert _service_name({"OTEL_SERVICE_NAME": "payments"}) == "payments"
+    assert _service_name({"OTEL_RESOURCE_ATTRIBUTES": "service.name=billing"}) == "billing"
