@@ -10,6 +10,8 @@ from typing import Any
 import anyio
 import anyio.abc
 import mcp.types as mcp_types
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
 
 from leaseward.mcp import FENCING_TOKEN_META, IDEMPOTENCY_KEY_META
 from leaseward.mcp.connection import ServerConnection
@@ -220,4 +222,15 @@ def _unusable(
         schema_arguments(tool.input_schema)
     except ToolDefinitionError as exc:
         return ConfigurationError(f"{where}, which it cannot offer: {exc.message}")
+    if tool.output_schema is not None:
+        # Checked as the SDK checks it, once a call has run: every call would apply its
+        # effect, then fail (a write dead-lettered for an operator).
+        try:
+            validator_for(tool.output_schema).check_schema(tool.output_schema)
+        except SchemaError as exc:
+            at = "#" + "".join(f"/{part}" for part in exc.absolute_path)
+            return ConfigurationError(
+                f"{where}, whose output schema is invalid, so every result of it would be "
+                f"refused: at {at}: {exc.message}"
+            )
     return None

@@ -162,7 +162,8 @@ if offered("hold_write"):
 async def endless_listing(cursors: str) -> None:
     """A server over stdio whose every page of tools names a next page: always the same
     one, or each time a new one; or one page of tools an agent cannot offer: a tool
-    whose input schema is not valid JSON Schema (``bad-schema``), one with no name
+    whose input schema is not valid JSON Schema (``bad-schema``), one whose output
+    schema is not (``bad-output-schema``), one with no name
     (``no-name``), one whose name holds a NUL (``nul-name``), or one tool twice
     (``twice``)."""
     from mcp.server.lowlevel import Server
@@ -172,9 +173,12 @@ async def endless_listing(cursors: str) -> None:
     pages = itertools.count()
 
     async def list_tools(ctx: Any, params: Any) -> ListToolsResult:
+        schema = {"type": "object", "properties": {"city": {"type": "town"}}}
         if cursors == "bad-schema":
-            schema = {"type": "object", "properties": {"city": {"type": "town"}}}
             return ListToolsResult(tools=[Tool(name="lookup", input_schema=schema)])
+        if cursors == "bad-output-schema":
+            tool = Tool(name="lookup", input_schema={"type": "object"}, output_schema=schema)
+            return ListToolsResult(tools=[tool])
         if cursors in ("no-name", "nul-name", "twice"):
             names = {"no-name": [""], "nul-name": ["look\x00up"]}.get(cursors, ["lookup"] * 2)
             return ListToolsResult(

@@ -510,6 +510,21 @@ async def test_tools_an_agent_cannot_offer_stop_the_start_naming_server_and_tool
     assert "invalid tool schema" in refused.value.message
 
 
+async def test_a_tool_whose_output_schema_is_invalid_stops_the_start(db_url: str) -> None:
+    """The SDK checks each result against the output schema once the call has run: with
+    one it cannot read, every call would apply its effect and then fail."""
+    odd = MCPServer.stdio(
+        "odd", sys.executable, [*SERVER_ARGS, "endless-listing", "bad-output-schema"], cwd=str(ROOT)
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        async with Runtime.open(db_url, App([Agent("clerk", calling(), tools=[odd])]), **FAST):
+            pass
+    assert refused.value.message.startswith(
+        "agent 'clerk': MCP server 'odd' lists the tool 'lookup', whose output schema is "
+        "invalid, so every result of it would be refused: at #/properties/city/type: "
+    )
+
+
 @pytest.mark.parametrize(
     ("listing", "why"),
     [
