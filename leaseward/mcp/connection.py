@@ -23,7 +23,7 @@ from leaseward.mcp.servers import MCPServer, Stdio
 from leaseward.runtime.errors import CallNotStarted, ConfigurationError, ToolError
 from leaseward.runtime.logs import get_logger
 
-__all__ = ["REFUSALS", "STDERR_LINE_BYTES", "AnswerLost", "ServerConnection"]
+__all__ = ["REFUSALS", "STDERR_LINE_BYTES", "AnswerLost", "ResultRefused", "ServerConnection"]
 
 log = get_logger("leaseward.mcp")
 
@@ -43,6 +43,11 @@ class AnswerLost(ConnectionError):
     """A call's request was sent and no answer says whether it ran: the session ended,
     or the server, its transport or a proxy failed with an error that is not a refusal.
     The call may have run; a write is settled as interrupted, never as not applied."""
+
+
+class ResultRefused(Exception):
+    """A call's answer came, and the SDK refused the result it holds: one its tool's output
+    schema does not allow, or none where the tool declares one. The call ran."""
 
 
 REFUSALS = frozenset(
@@ -128,8 +133,9 @@ class ServerConnection:
     ) -> mcp_types.CallToolResult:
         """Call ``name``. CallNotStarted if no live session could carry the request
         within half the call's timeout; ToolError if the server refused it before
-        running anything (REFUSALS); AnswerLost for any other failure after it was sent,
-        since the call may have run."""
+        running anything (REFUSALS); ResultRefused if the SDK refused the result that
+        came; AnswerLost for any other failure after it was sent, since the call may
+        have run."""
         live = None
         # Stopped by its timeout while a ping waits or a new session opens, a call
         # that never left would count as one that may have run: a write would be
@@ -158,6 +164,14 @@ class ServerConnection:
             raise AnswerLost(
                 f"the call of {name} to MCP server {self.server.name!r} was sent, and its "
                 f"answer was lost (error {exc.code}: {exc.message}); it may have run"
+            ) from exc
+        except RuntimeError as exc:
+            # The SDK's checks of the answer, made once it came; its words go on with the
+            # schema and the instance, on lines of their own.
+            checked = str(exc).partition("\n")[0]
+            raise ResultRefused(
+                f"MCP server {self.server.name!r} answered the call of {name}, and the SDK "
+                f"refused its result: {checked}"
             ) from exc
         finally:
             holder.calls -= 1

@@ -14,7 +14,7 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
 from leaseward.mcp import FENCING_TOKEN_META, IDEMPOTENCY_KEY_META
-from leaseward.mcp.connection import ServerConnection
+from leaseward.mcp.connection import ResultRefused, ServerConnection
 from leaseward.mcp.effects import decide_effect, is_destructive
 from leaseward.mcp.servers import MCPServer
 from leaseward.runtime.agents import Agent, App
@@ -81,7 +81,14 @@ def listed_tool(
 
     async def call(ctx: ToolContext, /, **arguments: Any) -> Any:
         meta = {IDEMPOTENCY_KEY_META: ctx.idempotency_key, FENCING_TOKEN_META: ctx.fencing_token}
-        result = await connection.call(name, arguments, meta)
+        try:
+            result = await connection.call(name, arguments, meta)
+        except ResultRefused as exc:
+            if effect is ToolEffect.NON_IDEMPOTENT_WRITE:
+                # It ran: told to the model as failed, it would be asked for again. Raised,
+                # it is settled as interrupted, for an operator to resolve.
+                raise
+            raise ToolError(str(exc)) from exc
         if result.is_error:
             if errors_applied_nothing:
                 raise ToolError(_error_text(result))

@@ -9,7 +9,8 @@ account of what ran. ``ANNOTATIONS=changed`` lists different annotations;
 returns once the file named by RELEASE exists. With STARTED naming a file, every
 start but the first waits RESTART_DELAY seconds before it serves: a server slow to
 come back. NOISE is written to stderr as the server starts. ``... endless-listing
-same`` (or ``new``) serves tools whose every page names a next one.
+same`` (or ``new``) serves tools whose every page names a next one; ``... odd-results``
+tools whose results break their output schemas.
 """
 
 from __future__ import annotations
@@ -193,6 +194,34 @@ async def endless_listing(cursors: str) -> None:
         await endless.run(read, write, endless.create_initialization_options())
 
 
+async def odd_results() -> None:
+    """A server over stdio whose tools declare an output schema that each of their results
+    breaks: ``count`` (read-only) and ``create_invoice`` (no annotations)."""
+    from mcp.server.lowlevel import Server
+    from mcp.server.stdio import stdio_server
+    from mcp.types import CallToolResult, ListToolsResult, TextContent, Tool
+
+    counted = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    tools = [
+        Tool(name="count", input_schema={"type": "object"}, output_schema=counted),
+        Tool(name="create_invoice", input_schema={"type": "object"}, output_schema=counted),
+    ]
+    tools[0].annotations = ToolAnnotations(read_only_hint=True)
+
+    async def list_tools(ctx: Any, params: Any) -> ListToolsResult:
+        return ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: Any) -> CallToolResult:
+        with open(LEDGER, "a", encoding="utf-8") as ledger:
+            ledger.write(json.dumps({"tool": params.name, "pid": os.getpid()}) + "\n")
+        text = TextContent(type="text", text="many")
+        return CallToolResult(content=[text], structured_content={"n": "many"})
+
+    odd = Server("leaseward-test-odd-results", on_list_tools=list_tools, on_call_tool=call_tool)
+    async with stdio_server() as (read, write):
+        await odd.run(read, write, odd.create_initialization_options())
+
+
 def slow_to_restart() -> None:
     started = os.environ.get("STARTED")
     if not started:
@@ -210,6 +239,8 @@ if __name__ == "__main__":
     slow_to_restart()
     if sys.argv[1] == "endless-listing":
         anyio.run(endless_listing, sys.argv[2])
+    elif sys.argv[1] == "odd-results":
+        anyio.run(odd_results)
     elif sys.argv[1] == "stdio":
         server.run("stdio")
     else:

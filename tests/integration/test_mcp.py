@@ -328,6 +328,44 @@ async def test_an_error_result_of_a_write_is_an_interrupted_write_unless_the_ser
     assert "may have applied" in (interrupted.error or "")
 
 
+async def test_a_result_its_output_schema_does_not_allow_is_told_unless_a_write_ran(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The SDK refuses such a result once the call has run. A read's refusal is told to
+    the model, and the run goes on; a non-idempotent write has applied: it is settled as
+    interrupted, never told to the model as failed, nor made again."""
+    ledger = tmp_path / "ledger"
+    server = MCPServer.stdio(
+        "odd",
+        sys.executable,
+        [*SERVER_ARGS, "odd-results"],
+        cwd=str(ROOT),
+        env={"LEDGER": str(ledger)},
+        trusted=True,
+    )
+    calls = (
+        ToolCall("count", {}, "c-count"),
+        ToolCall("create_invoice", {}, "c-invoice"),
+        ToolCall("create_invoice", {}, "c-again"),
+    )
+    agent = Agent("clerk", calling(*calls), tools=[server])
+    async with Runtime.open(db_url, App([agent]), **FAST) as rt:
+        run_id = await rt.submit("clerk", "count, then bill")
+        run = await rt.wait(run_id, timeout=WAIT_SECONDS)
+        journal = await rt.steps(run_id)
+
+    assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.INTERRUPTED_WRITE)
+    rows = tool_rows(journal)
+    assert rows["count"].status is StepStatus.FAILED
+    assert rows["count"].error == (
+        "MCP server 'odd' answered the call of count, and the SDK refused its result: "
+        "Invalid structured content returned by tool count: 'many' is not of type 'integer'"
+    )
+    assert rows["create_invoice"].status is StepStatus.STARTED
+    assert "the SDK refused its result" in (rows["create_invoice"].error or "")
+    assert [line["tool"] for line in ledger_lines(str(ledger))] == ["count", "create_invoice"]
+
+
 async def test_a_session_given_up_by_one_call_keeps_serving_the_calls_already_on_it(
     store_url: str, tmp_path: Path
 ) -> None:
