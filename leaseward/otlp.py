@@ -102,9 +102,13 @@ def export_traces(environ: Mapping[str, str]) -> TraceExport:
         environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
     )
     resource = Resource.create({} if named else {SERVICE_NAME: _DEFAULT_SERVICE_NAME})
-    provider = TracerProvider(resource=resource)
-    # The exporter and the processor read their own OTEL_EXPORTER_OTLP_* and OTEL_BSP_*.
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    try:
+        # They read their own OTEL_* (span limits, OTEL_BSP_*, OTEL_EXPORTER_OTLP_*), and
+        # refuse some values by raising, which would stop the daemon with a traceback.
+        provider = TracerProvider(resource=resource)
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    except ValueError as exc:
+        return TraceExport(False, f"an OTEL_* setting is invalid: {exc}")
     trace.set_tracer_provider(provider)
     capture = environ.get(CAPTURE_CONTENT_VARIABLE, "").strip().lower() == "true"
     return TraceExport(

@@ -101,3 +101,27 @@ def test_a_service_name_left_blank_is_the_daemons_default(environ: dict[str, str
 def test_a_service_name_given_is_the_one_exported() -> None:
     assert _service_name({"OTEL_SERVICE_NAME": "payments"}) == "payments"
     assert _service_name({"OTEL_RESOURCE_ATTRIBUTES": "service.name=billing"}) == "billing"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "why"),
+    [
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "0", "max_queue_size must be a positive integer."),
+        ("OTEL_BSP_SCHEDULE_DELAY", "-5", "schedule_delay_millis must be positive."),
+        (
+            "OTEL_ATTRIBUTE_COUNT_LIMIT",
+            "many",
+            "OTEL_ATTRIBUTE_COUNT_LIMIT must be a non-negative integer but got many",
+        ),
+    ],
+)
+def test_a_setting_the_sdk_refuses_turns_tracing_off_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, why: str
+) -> None:
+    """The SDK reads these from the process's environment, and raised out of the daemon's
+    start with a traceback."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv(variable, value)
+    export = export_traces(os.environ)
+    assert not export.on
+    assert export.detail == f"an OTEL_* setting is invalid: {why}"
