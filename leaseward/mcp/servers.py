@@ -130,6 +130,12 @@ def _effects(value: Any) -> Mapping[str, ToolEffect]:
             f"{{'create_invoice': ToolEffect.NON_IDEMPOTENT_WRITE}}, not {value!r}"
         )
     for name, effect in value.items():
+        if not isinstance(name, str) or not name:
+            # Matched to no tool the server lists, it would leave the tool it meant to the
+            # server's annotations.
+            raise ConfigurationError(
+                f"an MCP server's effects are keyed by the tool's name, a string, not {name!r}"
+            )
         if not isinstance(effect, ToolEffect):
             raise ConfigurationError(
                 f"MCP tool {name!r}: its effect must be a ToolEffect member, not {effect!r}"

@@ -109,6 +109,15 @@ def test_a_stdio_servers_arguments_are_a_list_not_one_string() -> None:
             "approve_destructive must be True or False",
         ),
         (lambda: LOOSE.http("s", URL, effects=["x"]), "effects must map tool names"),
+        # The tool's function, given for its name: matched to no tool the server lists.
+        (
+            lambda: LOOSE.http("s", URL, effects={len: ToolEffect.READ_ONLY}),
+            "effects are keyed by the tool's name, a string, not <built-in function len>",
+        ),
+        (
+            lambda: LOOSE.http("s", URL, effects={"": ToolEffect.READ_ONLY}),
+            "effects are keyed by the tool's name, a string, not ''",
+        ),
         (lambda: LOOSE.stdio("s", None), "command must be a program to run"),
         (lambda: LOOSE.stdio("s", "python", env=["A=1"]), "env must be a mapping"),
         (lambda: LOOSE.stdio("s", "python", env={"A": 1}), "env must be a mapping"),
