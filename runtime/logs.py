@@ -196,6 +196,12 @@ def default_log_format() -> LogFormat:
     return "console" if sys.stderr.isatty() else "json"
 
 
+_URL_LOGGERS = ("httpx", "httpx2")
+"""The HTTP clients of the providers and of the MCP SDK. Each request is an info line
+naming its whole URL, whose query or user part may hold a key (an MCP server's URL, a
+provider's base URL): never shown, as errors and reprs never show it."""
+
+
 def configure_logging(log_format: LogFormat, *, level: int = logging.INFO) -> None:
     """Make every log record of this process a line on stderr, JSON or for a terminal.
 
@@ -204,12 +210,15 @@ def configure_logging(log_format: LogFormat, *, level: int = logging.INFO) -> No
     beside leaseward's in the same format. Context bound with
     ``structlog.contextvars.bind_contextvars`` joins every line. ``level`` is
     leaseward's; other loggers stay at INFO or above, because DEBUG from the
-    libraries underneath (aiosqlite logs every statement) would bury leaseward's.
+    libraries underneath (aiosqlite logs every statement) would bury leaseward's,
+    and the HTTP clients at WARNING or above.
     """
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(line_formatter(log_format, colors=sys.stderr.isatty()))
     logging.basicConfig(handlers=[handler], level=max(level, logging.INFO), force=True)
     logging.getLogger("leaseward").setLevel(level)
+    for client in _URL_LOGGERS:
+        logging.getLogger(client).setLevel(max(level, logging.WARNING))
     structlog.configure(
         processors=[
             structlog.stdlib.filter_by_level,
