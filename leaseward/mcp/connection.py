@@ -80,6 +80,10 @@ class _Session:
     http_error: str | None = None
     """The last HTTP error status a Streamable HTTP server answered it, such as
     ``401 Unauthorized``: the SDK's error of a refused request does not say it."""
+    stderr_reader: threading.Thread | None = None
+    """The thread that logs a stdio server's stderr; it ends once the process has."""
+    last_stderr: str | None = None
+    """The last line a stdio server's process wrote to stderr: why it ended, if it did."""
 
     def retire(self) -> None:
         # Other runs' calls may be under way on it: closing it now would cut them off
@@ -220,11 +224,13 @@ class ServerConnection:
             raise
         if opening.session is None:
             opening.scope.cancel()
-            why = (
-                f"it did not answer within {self.server.connect_timeout_seconds:g} s"
-                if opening.error is None
-                else _first_cause(opening.error)
-            )
+            if opening.error is None:
+                why = f"it did not answer within {self.server.connect_timeout_seconds:g} s"
+            else:
+                why = _first_cause(opening.error)
+                said = await _last_words(opening)
+                if said is not None:
+                    why += f" (its last line on stderr: {said!r})"
             if opening.http_error is not None:
                 why += f" (it answered HTTP {opening.http_error})"
             raise CallNotStarted(f"MCP server {self.server.name!r} could not be reached: {why}")
@@ -261,7 +267,7 @@ class ServerConnection:
                 env=None if transport.env is None else dict(transport.env),
                 cwd=transport.cwd,
             )
-            with _stderr_logged(self.server.name) as errlog:
+            with _stderr_logged(self.server.name, opening) as errlog:
                 async with stdio_client(parameters, errlog=errlog) as streams:
                     yield streams
             return
@@ -284,19 +290,32 @@ class ServerConnection:
             yield streams
 
 
+async def _last_words(opening: _Session) -> str | None:
+    """The last line the session's process wrote to stderr. Its stderr is read by a
+    thread: a process that wrote why it failed and exited may not have been read to the
+    end yet, though both ends of the pipe are closed by now."""
+    if opening.stderr_reader is not None:
+        await anyio.to_thread.run_sync(opening.stderr_reader.join, 1.0, abandon_on_cancel=True)
+    return opening.last_stderr
+
+
 @contextmanager
-def _stderr_logged(server: str) -> Iterator[TextIO]:
+def _stderr_logged(server: str, opening: _Session) -> Iterator[TextIO]:
     """A stderr for a stdio server's process whose lines are logged, not passed through:
     the server's text would drive the operator's terminal and break JSON log lines."""
     reader, writer = os.pipe()
-    threading.Thread(
-        target=_log_lines, args=(reader, server), name="leaseward-mcp-stderr", daemon=True
-    ).start()
+    opening.stderr_reader = threading.Thread(
+        target=_log_lines,
+        args=(reader, server, opening),
+        name="leaseward-mcp-stderr",
+        daemon=True,
+    )
+    opening.stderr_reader.start()
     with open(writer, "w", encoding="utf-8") as errlog:
         yield errlog
 
 
-def _log_lines(reader: int, server: str) -> None:
+def _log_lines(reader: int, server: str, opening: _Session) -> None:
     # A thread of its own: a server may write at any time, whatever the event loop does.
     # It ends when the process and this side have both closed the pipe.
     with open(reader, "rb") as lines:
@@ -304,3 +323,4 @@ def _log_lines(reader: int, server: str) -> None:
             text = line.decode("utf-8", "replace").rstrip("\r\n")
             if text:
                 log.info("mcp.server_stderr", server=server, line=text)
+                opening.last_stderr = text

@@ -796,6 +796,25 @@ async def test_what_a_stdio_server_writes_to_stderr_is_logged_line_by_line_bound
     assert "starting" not in capfd.readouterr().err
 
 
+async def test_a_stdio_server_that_ends_at_start_is_refused_with_its_last_words(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The docs' own server run from another directory: the process says why on stderr
+    and exits, and the start said only "Connection closed" (the stderr lines are info
+    events, which an embedding application does not show unless it asks)."""
+    server = MCPServer.stdio("billing", sys.executable, ["billing_server.py"], cwd=str(tmp_path))
+    with pytest.raises(ConfigurationError) as refused:
+        async with Runtime.open(db_url, App([Agent("clerk", calling(), tools=[server])]), **FAST):
+            pass
+    message = refused.value.message
+    assert message.startswith(
+        "agent 'clerk': the tools of MCP server 'billing' could not be listed: "
+        "MCP server 'billing' could not be reached: "
+    )
+    assert "its last line on stderr: " in message
+    assert f"can't open file '{tmp_path / 'billing_server.py'}'" in message
+
+
 @contextmanager
 def served(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     """``handler`` serving on 127.0.0.1 in a thread of its own; yields its MCP URL."""
