@@ -287,7 +287,13 @@ class ServerConnection:
             read = max(given.read, server.timeout_seconds + server.connect_timeout_seconds)
             http.timeout = (given.connect, read, given.write, given.pool)
         async with http, streamable_http_client(transport.url, http_client=http) as streams:
-            yield streams
+            try:
+                yield streams
+            finally:
+                # The DELETE that ends the session is sent as the client closes, under these
+                # timeouts: a server that never answers it would hold the runtime's close
+                # (and a daemon's drain) as long as a call's answer may take.
+                http.timeout = server.connect_timeout_seconds
 
 
 async def _last_words(opening: _Session) -> str | None:

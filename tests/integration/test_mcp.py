@@ -865,10 +865,14 @@ async def test_a_server_that_refuses_the_worker_at_start_says_the_http_status(
 
 
 @contextmanager
-def accepting_calls(port: int) -> Iterator[str]:
+def proxied(
+    port: int, *, accepting_calls: bool = False, silent_on_delete: bool = False
+) -> Iterator[str]:
     """A proxy on 127.0.0.1 in front of the test server on ``port`` that passes every
-    request on, and answers a ``tools/call`` with 202 Accepted once the server has run
-    it, as a gateway that works asynchronously does; yields its URL."""
+    request on; yields its URL. ``accepting_calls``: it answers a ``tools/call`` with
+    202 Accepted once the server has run it, as a gateway that works asynchronously
+    does. ``silent_on_delete``: it never answers the DELETE that ends a session."""
+    ended = threading.Event()
     forwarded = ("content-type", "accept", "mcp-session-id", "mcp-protocol-version")
 
     class Proxy(BaseHTTPRequestHandler):
@@ -880,7 +884,7 @@ def accepting_calls(port: int) -> Iterator[str]:
             answer = upstream.getresponse()
             content = answer.read()
             upstream.close()
-            if b'"tools/call"' in body:
+            if accepting_calls and b'"tools/call"' in body:
                 self.send_response(202)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -899,13 +903,19 @@ def accepting_calls(port: int) -> Iterator[str]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        do_DELETE = do_GET
+        def do_DELETE(self) -> None:
+            if silent_on_delete:
+                ended.wait(WAIT_SECONDS)
+            self.do_GET()
 
         def log_message(self, format: str, *args: Any) -> None:
             return None
 
     with served(Proxy) as url:
-        yield url
+        try:
+            yield url
+        finally:
+            ended.set()
 
 
 async def test_a_write_answered_with_202_accepted_is_interrupted_not_refused(
@@ -917,7 +927,7 @@ async def test_a_write_answered_with_202_accepted_is_interrupted_not_refused(
     ledger, port = tmp_path / "ledger", free_port()
     charge = INVOICE.tool_calls[0]
     again = ToolCall("create_invoice", {"amount": 5}, "call-2")
-    with http_process(ledger, port), accepting_calls(port) as url:
+    with http_process(ledger, port), proxied(port, accepting_calls=True) as url:
         server = MCPServer.http("billing", url, trusted=True)
         agent = Agent("clerk", calling(charge, again), tools=[server])
         async with Runtime.open(db_url, App([agent]), **FAST) as rt:
@@ -927,3 +937,20 @@ async def test_a_write_answered_with_202_accepted_is_interrupted_not_refused(
     assert (run.state, run.reason) == (RunState.DEAD_LETTERED, Reason.INTERRUPTED_WRITE)
     assert tool_rows(journal)["create_invoice"].status is StepStatus.STARTED
     assert [line["tool"] for line in ledger_lines(str(ledger))] == ["create_invoice"]
+
+
+async def test_a_server_that_never_answers_the_end_of_its_session_holds_no_close(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The DELETE that ends a Streamable HTTP session was waited for as long as the
+    answer to a call (300 s, the SDK's bound): the runtime's close, and a daemon's
+    drain, hung that long on a server that never answered it."""
+    ledger, port = tmp_path / "ledger", free_port()
+    with http_process(ledger, port), proxied(port, silent_on_delete=True) as url:
+        server = MCPServer.http("billing", url, trusted=True, connect_timeout_seconds=1.0)
+        agent = Agent("clerk", calling(ToolCall("lookup", {"city": "Oslo"}, "c-1")), tools=[server])
+        # Far under the SDK's bound, far over the connect timeout the close now waits.
+        with anyio.fail_after(20):
+            async with Runtime.open(db_url, App([agent]), **FAST) as rt:
+                run = await rt.run("clerk", "look it up")
+    assert run.state is RunState.COMPLETED
