@@ -54,8 +54,26 @@ def _environment(value: Any) -> Mapping[str, str] | None:
     return _text_mapping(value, "env")
 
 
+# The characters of an HTTP header's name (RFC 9110's token).
+_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
 def _headers(value: Any) -> Mapping[str, str] | None:
-    return _text_mapping(value, "headers")
+    headers = _text_mapping(value, "headers")
+    for name, item in (headers or {}).items():
+        # Refused here: the HTTP client's error at the first request echoes the value,
+        # such as a token read from a file with its line break.
+        if not name or not _TOKEN.issuperset(name):
+            raise ConfigurationError(
+                "an MCP server's headers must be HTTP header names, such as 'Authorization' "
+                "(the name given is not shown)"
+            )
+        if not (item.isascii() and item.isprintable()):
+            raise ConfigurationError(
+                f"an MCP server's header {name!r} holds characters an HTTP header cannot "
+                "carry, such as a line break (its value is not shown)"
+            )
+    return headers
 
 
 def _command(value: Any) -> str:

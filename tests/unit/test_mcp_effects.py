@@ -126,6 +126,19 @@ def test_a_stdio_servers_arguments_are_a_list_not_one_string() -> None:
         (lambda: LOOSE.http("s", "ftp://u:secret@x/y"), "not ftp://"),
         (lambda: LOOSE.http("s", "http:///mcp"), "names no host"),
         (lambda: LOOSE.http("s", URL, headers=[("a", "b")]), "headers must be a mapping"),
+        # A token read from a file keeps its line break; the HTTP client's error echoed it.
+        (
+            lambda: LOOSE.http("s", URL, headers={"Authorization": "Bearer secret\n"}),
+            "header 'Authorization' holds characters an HTTP header cannot carry",
+        ),
+        (
+            lambda: LOOSE.http("s", URL, headers={"X-Key": "secr\u00e9t"}),
+            "header 'X-Key' holds characters an HTTP header cannot carry",
+        ),
+        (
+            lambda: LOOSE.http("s", URL, headers={"secret: x": "y"}),
+            "headers must be HTTP header names",
+        ),
         (lambda: LOOSE("s", "python"), "transport must be a Stdio"),
     ],
 )
