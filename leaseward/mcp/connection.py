@@ -58,10 +58,17 @@ method it has, or arguments or a shape it refused. Only these prove a call did n
 An internal error, a parse error of the answer, a timeout or a gateway's 502 may come
 after the tool applied its effect."""
 
-_ACCEPTED = "202 Accepted"
-"""In the words of the error the SDK makes up for a request a Streamable HTTP server
-answered with 202 Accepted. It has the code of an invalid request, a refusal; but the
-server took the call, which may have run, and its answer will never come."""
+_STAND_INS = (
+    "server answered a request with 202 Accepted",
+    "Unexpected content type",
+    "Session terminated",
+    "Redirect to ",
+)
+"""How the errors the SDK makes up for a Streamable HTTP answer it cannot read begin:
+202 Accepted, a content type that is neither JSON nor an event stream, a 404 for the
+session it had, a redirect it does not follow. They have the code of an invalid
+request, a refusal; but the request reached the server or its gateway, the call may
+have run, and its answer will never come."""
 
 
 @attrs.define(eq=False)
@@ -159,7 +166,7 @@ class ServerConnection:
                 name, dict(arguments), meta=cast(mcp_types.RequestParamsMeta, dict(meta))
             )
         except MCPError as exc:
-            if exc.code in REFUSALS and _ACCEPTED not in exc.message:
+            if exc.code in REFUSALS and not exc.message.startswith(_STAND_INS):
                 raise ToolError(
                     f"MCP server {self.server.name!r} refused the call of {name}: {exc.message}"
                 ) from exc

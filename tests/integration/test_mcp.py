@@ -866,12 +866,13 @@ async def test_a_server_that_refuses_the_worker_at_start_says_the_http_status(
 
 @contextmanager
 def proxied(
-    port: int, *, accepting_calls: bool = False, silent_on_delete: bool = False
+    port: int, *, calls_answered: tuple[int, str] | None = None, silent_on_delete: bool = False
 ) -> Iterator[str]:
     """A proxy on 127.0.0.1 in front of the test server on ``port`` that passes every
-    request on; yields its URL. ``accepting_calls``: it answers a ``tools/call`` with
-    202 Accepted once the server has run it, as a gateway that works asynchronously
-    does. ``silent_on_delete``: it never answers the DELETE that ends a session."""
+    request on; yields its URL. ``calls_answered``: it answers a ``tools/call``, once
+    the server has run it, with that status and content type of its own (with 202
+    Accepted, as a gateway that works asynchronously does). ``silent_on_delete``: it
+    never answers the DELETE that ends a session."""
     ended = threading.Event()
     forwarded = ("content-type", "accept", "mcp-session-id", "mcp-protocol-version")
 
@@ -884,10 +885,14 @@ def proxied(
             answer = upstream.getresponse()
             content = answer.read()
             upstream.close()
-            if accepting_calls and b'"tools/call"' in body:
-                self.send_response(202)
-                self.send_header("Content-Length", "0")
+            if calls_answered is not None and b'"tools/call"' in body:
+                status, kind = calls_answered
+                page = b"" if status == 202 else b"<html>the gateway's own page</html>"
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(page)))
                 self.end_headers()
+                self.wfile.write(page)
                 return
             self.send_response(answer.status)
             for name in ("content-type", "mcp-session-id"):
@@ -918,16 +923,23 @@ def proxied(
             ended.set()
 
 
-async def test_a_write_answered_with_202_accepted_is_interrupted_not_refused(
-    db_url: str, tmp_path: Path
+@pytest.mark.parametrize(
+    "answer",
+    [(202, "text/plain"), (200, "text/html"), (404, "text/html")],
+    ids=["accepted", "not-json", "session-unknown"],
+)
+async def test_a_write_whose_answer_the_sdk_words_as_invalid_is_interrupted_not_refused(
+    db_url: str, tmp_path: Path, answer: tuple[int, str]
 ) -> None:
-    """The SDK answers a request answered 202 with an "invalid request" error, which is
-    otherwise a refusal; but a 202 says the server took the call, which may have run.
-    Told to the model as refused, the write would be asked for again: a second charge."""
+    """The SDK words an answer of 202 Accepted, one that is neither JSON nor an event
+    stream, and a 404 for a session it had as an "invalid request" error, which is
+    otherwise a refusal; but the request reached the server (or its gateway), and the
+    call may have run. Told to the model as refused, the write would be asked for
+    again: a second charge."""
     ledger, port = tmp_path / "ledger", free_port()
     charge = INVOICE.tool_calls[0]
     again = ToolCall("create_invoice", {"amount": 5}, "call-2")
-    with http_process(ledger, port), proxied(port, accepting_calls=True) as url:
+    with http_process(ledger, port), proxied(port, calls_answered=answer) as url:
         server = MCPServer.http("billing", url, trusted=True)
         agent = Agent("clerk", calling(charge, again), tools=[server])
         async with Runtime.open(db_url, App([agent]), **FAST) as rt:
