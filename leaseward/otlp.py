@@ -111,6 +111,11 @@ def export_traces(environ: Mapping[str, str]) -> TraceExport:
         return TraceExport(False, f"an OTEL_* setting is invalid: {exc}")
     trace.set_tracer_provider(provider)
     capture = environ.get(CAPTURE_CONTENT_VARIABLE, "").strip().lower() == "true"
+    if endpoint_variable == "OTEL_EXPORTER_OTLP_ENDPOINT":
+        # Shown as the exporter sends to it, its signal's path added to the base: a base
+        # given with the path already in it then reads .../v1/traces/v1/traces, where the
+        # collector answers every batch 404.
+        endpoint = f"{endpoint.removesuffix('/')}/v1/traces"
     return TraceExport(
         True,
         _without_credentials(endpoint),

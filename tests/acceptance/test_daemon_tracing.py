@@ -96,7 +96,8 @@ def test_the_daemon_exports_a_runs_spans_to_the_otlp_endpoint(
         OTEL_BSP_SCHEDULE_DELAY="50",
     )
     [started] = daemon.events("daemon.started")
-    assert (started["tracing"], started["tracing_endpoint"]) == ("on", receiver.endpoint)
+    traces = f"{receiver.endpoint}/v1/traces"
+    assert (started["tracing"], started["tracing_endpoint"]) == ("on", traces)
     run = ok(
         "submit", "payer", "--input", '{"order": "T-1"}', "--wait", "--json", "--timeout", "20",
         "--store", store_url,
@@ -194,5 +195,5 @@ def test_a_collector_that_never_answers_holds_neither_a_run_nor_the_stop(
     assert run["state"] == "completed"
     daemon.stop_cleanly(timeout=15)
     [unflushed] = daemon.events("daemon.traces_unflushed")
-    assert unflushed["endpoint"] == silent_collector
+    assert unflushed["endpoint"] == f"{silent_collector}/v1/traces"
     daemon.wait_for("daemon.stopped")

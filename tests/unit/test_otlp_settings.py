@@ -58,18 +58,20 @@ def test_an_endpoint_with_credentials_is_refused_without_showing_them() -> None:
 
 # In a process of its own: the tracer provider export_traces installs is global, and
 # can be set once.
-SERVICE_NAME_EXPORTED = """
+EXPORTED = """
 import os
 from opentelemetry import trace
 from leaseward.otlp import export_traces
-export_traces(os.environ)
+export = export_traces(os.environ)
 print(trace.get_tracer_provider().resource.attributes["service.name"])
+print(export.detail)
 """
 
 
-def _service_name(environ: dict[str, str]) -> str:
+def _exported(environ: dict[str, str]) -> list[str]:
+    """The service name the spans carry, and where the daemon says they go."""
     done = subprocess.run(
-        [sys.executable, "-c", SERVICE_NAME_EXPORTED],
+        [sys.executable, "-c", EXPORTED],
         # Port 9 (discard): nothing is exported, the process ends before a batch is due.
         env={
             **{name: value for name, value in os.environ.items() if not name.startswith("OTEL_")},
@@ -81,7 +83,11 @@ def _service_name(environ: dict[str, str]) -> str:
         timeout=60,
         check=True,
     )
-    return done.stdout.strip()
+    return done.stdout.splitlines()
+
+
+def _service_name(environ: dict[str, str]) -> str:
+    return _exported(environ)[0]
 
 
 @pytest.mark.parametrize(
@@ -125,3 +131,23 @@ def test_a_setting_the_sdk_refuses_turns_tracing_off_and_says_why(
     export = export_traces(os.environ)
     assert not export.on
     assert export.detail == f"an OTEL_* setting is invalid: {why}"
+
+
+@pytest.mark.parametrize(
+    ("variable", "endpoint", "shown"),
+    [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318", "http://c:4318/v1/traces"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/", "http://c:4318/v1/traces"),
+        # The path given again: the exporter adds its own, and the collector answers 404.
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "http://u:pw@c:4318/v1/traces",
+            "http://c:4318/v1/traces/v1/traces",
+        ),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://c:4318/in", "http://c:4318/in"),
+    ],
+)
+def test_the_endpoint_shown_is_the_url_the_spans_are_sent_to(
+    variable: str, endpoint: str, shown: str
+) -> None:
+    assert _exported({variable: endpoint})[1] == shown
