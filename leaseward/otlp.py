@@ -61,7 +61,8 @@ def export_traces(environ: Mapping[str, str]) -> TraceExport:
     exporters = environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower()
     if exporters == "none":
         return TraceExport(False, "OTEL_TRACES_EXPORTER is none")
-    if "otlp" not in {name.strip() for name in exporters.split(",")}:
+    # otlp_proto_http is the SDK's own name for the one exporter the daemon has.
+    if not {"otlp", "otlp_proto_http"} & {name.strip() for name in exporters.split(",")}:
         return TraceExport(
             False, f"OTEL_TRACES_EXPORTER is {exporters!r}: the daemon has the otlp exporter only"
         )

@@ -151,3 +151,16 @@ def test_the_endpoint_shown_is_the_url_the_spans_are_sent_to(
     variable: str, endpoint: str, shown: str
 ) -> None:
     assert _exported({variable: endpoint})[1] == shown
+
+
+def test_the_exporters_own_entry_point_name_turns_tracing_on() -> None:
+    """The OpenTelemetry SDK names the exporter the daemon has otlp_proto_http too; asked
+    for by that name, tracing was off, "the daemon has the otlp exporter only"."""
+    assert (
+        _exported({"OTEL_TRACES_EXPORTER": "otlp_proto_http"})[1] == "http://127.0.0.1:9/v1/traces"
+    )
+    export = export_traces(
+        {"OTEL_TRACES_EXPORTER": "otlp_proto_grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:1"}
+    )
+    assert not export.on
+    assert "otlp_proto_grpc" in export.detail
