@@ -182,8 +182,7 @@ class RunActor:
             self._trace.answered(None)
             if not self._machine.stopped:
                 self._settling = True
-                with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS, shield=True):
-                    await self._drive(self._machine.feed(m.Cancelled()))
+                await self._settle_within_bound(self._machine.feed(m.Cancelled()))
             raise
         finally:
             self._trace.ended(self.settlement)
@@ -255,8 +254,7 @@ class RunActor:
             if isinstance(action, m.Commit):
                 if isinstance(action, m.Settle) and not self._settling:
                     self._settling = True
-                    with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS, shield=True):
-                        await self._drive((action,))
+                    await self._settle_within_bound((action,))
                     return None
                 event = await self._commit(action, guard)
                 if self._under_way is not None:
@@ -269,6 +267,29 @@ class RunActor:
             commands = self._fed(event)
             if guard.cancel_called:
                 return commands
+
+    async def _settle_within_bound(self, commands: Sequence[m.Command]) -> None:
+        """Carry out the attempt's last commands, shielded, for at most the bound.
+
+        Past the bound the actor stops with no answer, while the Persister may still
+        commit what it was sent (a store locked longer than its busy timeout): nothing
+        else would tell the worker's log that this run ended unsettled, nor what
+        becomes of it.
+        """
+        last = commands[-1]
+        settlement = last.settlement if isinstance(last, m.Commit) else None
+        with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS, shield=True):
+            await self._drive(commands)
+        if not self._machine.stopped:
+            self._log.error(
+                "run.settle_unanswered",
+                transition=None if settlement is None else settlement.event.value,
+                error=(
+                    f"the store did not answer within {SETTLE_TIMEOUT_SECONDS:g} s: what was"
+                    " sent may still be stored; if not, the reaper settles the run once"
+                    " its lease expires"
+                ),
+            )
 
     def _fed(self, event: m.MachineEvent) -> Sequence[m.Command]:
         """The machine's answer to ``event``, which came after other tasks had their turn."""

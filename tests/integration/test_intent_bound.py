@@ -21,7 +21,13 @@ from leaseward.actors import Persister, SharedBounds, run_actor
 from leaseward.runtime.clock import SystemClock
 from leaseward.runtime.commits import CommitOutcome
 from leaseward.storage import BatchItem, open_store
-from tests.integration.support import Calls, PersistFn, one_call_agent, run_by_hand
+from tests.integration.support import (
+    Calls,
+    PersistFn,
+    capture_logs,
+    one_call_agent,
+    run_by_hand,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -151,3 +157,48 @@ async def test_an_intent_the_store_never_answers_is_given_up_at_its_bound(
     assert settlement is not None and settlement.error is not None
     assert "the intent of charge (call call-1) could not be stored" in settlement.error
     assert [step for step in journal if step.tool == "charge"] == []
+
+
+async def test_a_settlement_the_store_never_answers_is_given_up_at_its_bound_and_said(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store locked past the bound leaves the settlement on its way: it may still be
+    stored after the actor gave up, or the reaper settles the run later. Either way the
+    worker's log is the only place that can say the actor stopped without an answer."""
+    monkeypatch.setattr(run_actor, "SETTLE_TIMEOUT_SECONDS", BOUND_SECONDS)
+    calls = Calls()
+    agent = one_call_agent("payer", ToolEffect.NON_IDEMPOTENT_WRITE, calls, tool_name="charge")
+    store = await open_store(db_url, clock=SystemClock())
+
+    def settlements_never_answered(persister: Persister) -> PersistFn:
+        async def never_answered(item: BatchItem) -> CommitOutcome:
+            await anyio.sleep_forever()
+            raise AssertionError("never answered")
+
+        def persist(item: BatchItem) -> Awaitable[CommitOutcome]:
+            if item.settlement is not None:
+                return never_answered(item)
+            return persister.persist(item)
+
+        return persist
+
+    with capture_logs() as logs:
+        run = await run_by_hand(
+            store,
+            agent,
+            lease_seconds=30.0,
+            margin_seconds=1.0,
+            persist_through=settlements_never_answered,
+            timeout_seconds=WAIT_SECONDS,
+        )
+    await store.aclose()
+
+    assert len(calls) == 1
+    assert run.settlement is None
+    [line] = [entry for entry in logs if entry["event"] == "run.settle_unanswered"]
+    assert (line["log_level"], line["run_id"], line["transition"]) == (
+        "error",
+        run.record.id,
+        "complete",
+    )
+    assert f"within {BOUND_SECONDS:g} s" in line["error"]
