@@ -141,30 +141,10 @@ async def _count_runs(runtime: Runtime, metrics: Metrics) -> None:
         await anyio.sleep(RUN_COUNT_INTERVAL_SECONDS)
 
 
-def _driver_warning_in_one_line(record: logging.LogRecord) -> bool:
-    """The PostgreSQL driver's pool logs each reconnection it retries during a store
-    outage with a traceback of the driver's own frames; the error it ends in is all
-    that says anything, and the store's own events already say what failed."""
-    if record.name.startswith("asyncpg") and record.exc_info and record.exc_info[1]:
-        error = record.exc_info[1]
-        said = " ".join(str(error).split())
-        if not said and isinstance(error, TimeoutError):
-            # The driver's own connect timeout, which raises one with nothing to say.
-            said = "the server did not answer in time"
-        cause = f": {said}" if said else ""
-        record.msg = f"{record.getMessage()}: {type(error).__name__}{cause}"
-        record.args = None
-        record.exc_info = None
-        record.exc_text = None
-    return True
-
-
 async def serve(settings: DaemonSettings, app: App) -> int:
     """Serve until SIGTERM or SIGINT, then drain; a second signal stops at once."""
     fmt: LogFormat = "json" if settings.log_format == "json" else "console"
     configure_logging(fmt, level=settings.log_level)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_driver_warning_in_one_line)
     structlog.contextvars.bind_contextvars(worker_id=settings.worker_id)
     metrics = Metrics()
     stop_metrics: Callable[[], None] | None = None

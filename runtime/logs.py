@@ -202,6 +202,25 @@ naming its whole URL, whose query or user part may hold a key (an MCP server's U
 provider's base URL): never shown, as errors and reprs never show it."""
 
 
+def driver_warning_in_one_line(record: logging.LogRecord) -> bool:
+    """The PostgreSQL driver's pool logs each reconnection it retries during a store
+    outage with a traceback of the driver's own frames; the error it ends in is all
+    that says anything, and the store's own events already say what failed. The
+    console's pool retries so too, so every process that owns its logs drops them."""
+    if record.name.startswith("asyncpg") and record.exc_info and record.exc_info[1]:
+        error = record.exc_info[1]
+        said = " ".join(str(error).split())
+        if not said and isinstance(error, TimeoutError):
+            # The driver's own connect timeout, which raises one with nothing to say.
+            said = "the server did not answer in time"
+        cause = f": {said}" if said else ""
+        record.msg = f"{record.getMessage()}: {type(error).__name__}{cause}"
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
+    return True
+
+
 def configure_logging(log_format: LogFormat, *, level: int = logging.INFO) -> None:
     """Make every log record of this process a line on stderr, JSON or for a terminal.
 
@@ -215,6 +234,7 @@ def configure_logging(log_format: LogFormat, *, level: int = logging.INFO) -> No
     """
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(line_formatter(log_format, colors=sys.stderr.isatty()))
+    handler.addFilter(driver_warning_in_one_line)
     logging.basicConfig(handlers=[handler], level=max(level, logging.INFO), force=True)
     logging.getLogger("leaseward").setLevel(level)
     for client in _URL_LOGGERS:

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -21,6 +22,7 @@ from tests.acceptance.acceptance_support import (
     ok,
     wait_until,
 )
+from tests.conftest import PgServer
 
 TOKEN = "an-operator-token-long-enough"
 
@@ -185,3 +187,38 @@ def test_a_daemon_whose_console_port_is_in_use_refuses_before_it_claims_a_run(
     run = ok("show", run_id, "--json", "--store", store).json()
     assert (run["state"], run["epoch"]) == ("queued", 0)
     assert ok("workers", "--store", store).stdout == "no workers\n"
+
+
+def test_a_console_whose_server_turns_it_away_logs_each_retry_in_one_line(
+    pg_server: PgServer, pg_database: str, tmp_path: Path
+) -> None:
+    """While the database refuses connections, the driver's pool retries its floor of
+    connections every second or so: one line each, not a traceback each."""
+    log = tmp_path / "console.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            [str(LEASEWARD), "console", "--store", pg_server.url_for(pg_database), "--port", "0"],
+            env=base_env(LEASEWARD_LOG_FORMAT="json"),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+    try:
+        assert process.stdout is not None
+        address = process.stdout.readline().split()[2]
+        assert httpx.get(address + "runs").status_code == 200
+        pg_server.run(
+            f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS false',
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE datname = '{pg_database}'",
+        )
+        assert httpx.get(address + "healthz").status_code == 503
+        wait_until("the pool's retry", lambda: "asyncpg.pool" in log.read_text(), timeout=10)
+    finally:
+        pg_server.run(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS true')
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=10)
+    retries = [line for line in log.read_text().splitlines() if "asyncpg.pool" in line]
+    assert retries and "Traceback" not in log.read_text(), log.read_text()
+    assert all("is not currently accepting connections" in line for line in retries), retries

@@ -1,4 +1,4 @@
-"""The daemon's one line for a warning of the PostgreSQL driver that carries an error."""
+"""The one line for a warning of the PostgreSQL driver that carries an error."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from leaseward.daemon import _driver_warning_in_one_line
+from leaseward.runtime.logs import driver_warning_in_one_line
 
 
 def warning_with(error: BaseException, logger: str = "asyncpg.pool") -> logging.LogRecord:
@@ -36,12 +36,12 @@ def warning_with(error: BaseException, logger: str = "asyncpg.pool") -> logging.
 )
 def test_the_error_is_said_once_without_its_traceback(error: BaseException, line: str) -> None:
     record = warning_with(error)
-    assert _driver_warning_in_one_line(record)
+    assert driver_warning_in_one_line(record)
     assert record.getMessage().endswith(line), record.getMessage()
     assert record.exc_info is None
 
 
 def test_a_warning_of_another_logger_is_left_as_it_is() -> None:
     record = warning_with(TimeoutError(), logger="leaseward.daemon")
-    assert _driver_warning_in_one_line(record)
+    assert driver_warning_in_one_line(record)
     assert record.exc_info is not None
