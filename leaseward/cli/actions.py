@@ -43,7 +43,7 @@ from leaseward.client import Client, default_operator, open_existing_store
 from leaseward.console.listen import check_listen_address, configured_token, console_url
 from leaseward.daemon import DaemonSettings, load_app, serve
 from leaseward.runtime.encoding import MAX_INPUT_BYTES, MAX_JSON_DEPTH
-from leaseward.runtime.errors import CommitOutcomeUnknown, RunNotFound, WaitTimeout
+from leaseward.runtime.errors import CommitOutcomeUnknown, RunNotFound, StoreError, WaitTimeout
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
 from leaseward.runtime.retention import PurgeResult
 from leaseward.runtime.runs import RunInfo
@@ -241,21 +241,26 @@ async def submit(
         return 0
     try:
         run = await client.wait(run_id, timeout=timeout)
-    except (KeyboardInterrupt, anyio.get_cancelled_exc_class(), WaitTimeout) as stopped:
-        # Ctrl-C or the timeout: the run is queued all the same, and a user told nothing
-        # of it would submit again, a second run (a second refund).
+    except (KeyboardInterrupt, anyio.get_cancelled_exc_class(), WaitTimeout, StoreError) as stopped:
+        # Ctrl-C, the timeout or a store that failed under the wait: the run is queued
+        # all the same, and a user told nothing of it would submit again, a second run
+        # (a second refund).
         again = (
             "submitting again with the same --idempotency-key queues nothing new"
             if idempotency_key is not None
             else "submitting again queues a second run"
         )
-        why = stopped.message if isinstance(stopped, WaitTimeout) else "the wait was stopped"
+        why = (
+            stopped.message
+            if isinstance(stopped, WaitTimeout | StoreError)
+            else "the wait was stopped"
+        )
         print(
             f"leaseward: {why}; run {run_id} is submitted and goes on without the wait "
             f"(`leaseward show {run_id}` follows it; {again})",
             file=sys.stderr,
         )
-        if isinstance(stopped, WaitTimeout):
+        if isinstance(stopped, WaitTimeout | StoreError):
             return EXIT_FAILURE
         raise
     if as_json:

@@ -11,6 +11,7 @@ import shlex
 import shutil
 import sqlite3
 import stat
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,7 @@ from leaseward.storage import open_store
 from leaseward.storage.migrations import MIGRATIONS
 from tests.acceptance.acceptance_support import (
     HERE,
+    LEASEWARD,
     DaemonPool,
     Result,
     assert_one_line_error,
@@ -38,6 +40,7 @@ from tests.acceptance.acceptance_support import (
     snapshot,
     sqlite_url,
 )
+from tests.conftest import PgServer
 from tests.file_modes import unwritable
 
 EXIT_FAILURE = 1
@@ -374,6 +377,41 @@ def test_a_locked_database_fails_in_one_line_after_the_busy_timeout(copy: Path) 
         holder.execute("ROLLBACK")
         holder.close()
     assert snapshot(copy) == before
+
+
+def test_a_wait_the_store_fails_under_names_the_run_it_queued(
+    pg_server: PgServer, pg_database: str
+) -> None:
+    """The run was accepted before the store failed: a user who is not told its id
+    would submit again, a second run."""
+    url = pg_server.url_for(pg_database)
+    waiting = subprocess.Popen(
+        [str(LEASEWARD), "submit", "greeter", "--input", "{}", "--wait", "--timeout", "30",
+         "--store", url],
+        env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while not (queued := json.loads(ok("runs", "--json", "--store", url).stdout)):
+            assert time.monotonic() < deadline, "the run was never queued"
+            time.sleep(0.05)
+        pg_server.run(
+            f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS false',
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE datname = '{pg_database}'",
+        )
+        out, err = waiting.communicate(timeout=20)
+    finally:
+        pg_server.run(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS true')
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.communicate()
+    run_id = queued[0]["id"]
+    assert waiting.returncode == EXIT_FAILURE and out == "", (out, err)
+    said = err.splitlines()[-1]
+    assert "Traceback" not in err and "is not currently accepting connections" in said, err
+    assert f"run {run_id} is submitted" in said, err
+    assert show(url, run_id)["state"] == "queued"
 
 
 _PR_CAPBSET_DROP = 24
