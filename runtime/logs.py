@@ -29,6 +29,7 @@ __all__ = [
     "LogFormat",
     "configure_logging",
     "default_log_format",
+    "driver_warning_in_one_line",
     "get_logger",
     "line_formatter",
 ]
