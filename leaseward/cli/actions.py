@@ -267,6 +267,11 @@ async def submit(
         print_json(run_json(run))
     else:
         print_runs([run])
+        # What the run came to, as `show` prints it: the row alone says only its state.
+        if run.result is not None:
+            print(shown(f"result: {json.dumps(run.result, ensure_ascii=False)}"))
+        if run.error:
+            print(shown(f"error: {run.error}"))
     return 0 if run.state is RunState.COMPLETED else EXIT_FAILURE
 
 

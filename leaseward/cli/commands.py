@@ -274,7 +274,7 @@ def console(store_url: str, host: str, port: int, allowed_hosts: tuple[str, ...]
     help="submit once however often retried: a key already used for the same agent "
     "and input prints that run's id and queues nothing; for other ones it is refused",
 )
-@one_off("--wait", is_flag=True, help="wait for the run to finish and print it")
+@one_off("--wait", is_flag=True, help="wait for the run to finish and print it, with its result")
 @one_off("--timeout", type=POSITIVE_FLOAT, help="with --wait, give up after this many seconds")
 @_json
 def submit(store_url: str, **flags: Any) -> int:

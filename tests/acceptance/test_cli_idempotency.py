@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -98,6 +99,10 @@ def test_a_retried_submit_of_a_finished_run_waits_for_nothing_and_charges_once(
     done = ok("submit", "payer", *flags, "--store", url).json()
     assert (done["state"], done["idempotency_key"]) == ("completed", "order-A-1")
     assert ok("submit", "payer", *flags, "--store", url).json() == done
+    # Without --json the run's row is followed by what it came to, as `show` prints it.
+    table = ok("submit", "payer", *flags[:-3], "--timeout", "20", "--store", url).stdout
+    assert done["id"] in table.splitlines()[1]
+    assert f"result: {json.dumps(done['result'], ensure_ascii=False)}" in table.splitlines()
     assert [call["run_id"] for call in read_lines(calls_file)] == [done["id"]]
 
 
