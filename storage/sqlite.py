@@ -31,6 +31,7 @@ from leaseward.runtime.errors import ConfigurationError, StoreError, StoreNotFou
 from leaseward.storage.executor import Params, Row, WouldWait
 from leaseward.storage.handoffs import quick_handoffs
 from leaseward.storage.home_loop import HomeLoop
+from leaseward.storage.sqlite_files import OpenedFiles
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -248,6 +249,7 @@ class SQLiteExecutor:
         raw: sqlite3.Connection,
         options: SQLiteOptions,
         reader: aiosqlite.Connection | None = None,
+        files: OpenedFiles | None = None,
     ) -> None:
         self._connection = connection
         self._raw = raw
@@ -268,6 +270,8 @@ class SQLiteExecutor:
         self._thread_done = threading.Event()
         self._closed = False
         self._home = HomeLoop(options.path)
+        # None where nothing is written, or no file holds it (":memory:").
+        self._files = files
 
     @classmethod
     async def connect(
@@ -290,6 +294,7 @@ class SQLiteExecutor:
             options, read_only=read_only, timeout=timeout, create=create
         )
         reader: aiosqlite.Connection | None = None
+        files: OpenedFiles | None = None
         try:
             await _configure(connection, options)
             if not read_only:
@@ -299,6 +304,8 @@ class SQLiteExecutor:
                     # never waits for a writer, nor a writer for it.
                     reader, _ = await _connect(options, read_only=True, timeout=timeout)
                     await _configure(reader, options)
+                    [(mode,)] = await connection.execute_fetchall("PRAGMA journal_mode")
+                    files = OpenedFiles(options.path, logged=str(mode).lower() == "wal")
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 for opened in (connection, reader):
@@ -307,7 +314,7 @@ class SQLiteExecutor:
             if isinstance(exc, sqlite3.Error):
                 raise _connect_error(exc, options.path) from exc
             raise
-        return cls(connection, raw, options, reader)
+        return cls(connection, raw, options, reader, files)
 
     @contextmanager
     def _bound_to(self, connection: aiosqlite.Connection) -> Iterator[None]:
@@ -322,6 +329,8 @@ class SQLiteExecutor:
         # ValueError from aiosqlite, a ProgrammingError from sqlite3) that says no store.
         if self._closed:
             raise StoreError(f"sqlite: the store {self._options.path} is closed")
+        if self._files is not None and self._files.lost is not None:
+            raise StoreError(self._files.lost)
         self._home.check()
 
     @asynccontextmanager
@@ -340,6 +349,7 @@ class SQLiteExecutor:
                     raise
                 try:
                     yield
+                    self._check_files()
                 except BaseException:
                     with anyio.CancelScope(shield=True):
                         await self._rollback()
@@ -445,6 +455,7 @@ class SQLiteExecutor:
                 self._begin_at_once()
             try:
                 done = _finish_here(work())
+                self._check_files()
                 self._run_here("COMMIT")
             except BaseException:
                 # SQLite may already have rolled back on its own (disk full, I/O error).
@@ -454,6 +465,11 @@ class SQLiteExecutor:
             return done
         finally:
             _HERE.executor = None
+
+    def _check_files(self) -> None:
+        """Before a COMMIT: the names still lead to the files written (see OpenedFiles)."""
+        if self._files is not None:
+            self._files.check()
 
     def _run_here(self, sql: str, params: Params | None = None) -> list[Any]:
         try:

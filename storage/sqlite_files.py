@@ -1,0 +1,76 @@
+"""The SQLite database file and its write-ahead log, as the writing connection opened them.
+
+SQLite keeps writing through the descriptors it opened: a database file replaced
+under a running process (a restore, a deploy that copies a fresh file over it), or
+a -wal file deleted (a clean-up of "stray" files), is not noticed, and every commit
+after it goes where no other process reads, and where nothing is left once this
+one exits. A journal row stored there is no record: the write it stands for could
+run again. So each write transaction checks, before its COMMIT, that the names
+still lead to the files the connection has open, and the store refuses every
+write from the first time they do not.
+"""
+
+from __future__ import annotations
+
+import os
+
+from leaseward.runtime.errors import StoreError
+
+__all__ = ["OpenedFiles"]
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """The file a name leads to (device and inode), None where it leads nowhere."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+class OpenedFiles:
+    """The database and its -wal, as found when the connection opened them."""
+
+    def __init__(self, path: str, *, logged: bool) -> None:
+        self._path = os.path.abspath(path)
+        self._database = _identity(self._path)
+        # Whether the database is in WAL mode: a file system without the shared memory
+        # WAL needs leaves it in rollback mode, with no -wal to check.
+        self._logged = logged
+        # Created by SQLite at the connection's first transaction in WAL mode, and kept
+        # while any connection has the database open: taken at the first check.
+        self._log: tuple[int, int] | None = None
+        self.lost: str | None = None
+        """Why writes are refused, once a check found the files changed."""
+
+    def check(self) -> None:
+        """Inside a write transaction: raise StoreError unless both names still lead to
+        the files opened. Two system calls, once a transaction."""
+        if self.lost is None:
+            self.lost = self._changed()
+        if self.lost is not None:
+            raise StoreError(self.lost)
+
+    def _changed(self) -> str | None:
+        database = _identity(self._path)
+        if database != self._database:
+            what = "removed" if database is None else "replaced by another file"
+            return self._refusal(f"the database file was {what}")
+        if not self._logged:
+            return None
+        log = _identity(f"{self._path}-wal")
+        if log is None:
+            return self._refusal("its write-ahead log (-wal) was deleted")
+        if self._log is None:
+            self._log = log
+        elif log != self._log:
+            return self._refusal("its write-ahead log (-wal) was replaced by another file")
+        return None
+
+    def _refusal(self, what: str) -> str:
+        return (
+            f"sqlite: {self._path}: {what} while this process had it open, so what it "
+            "would commit now no other process would read, and it could be lost: "
+            "every statement is refused from now on; stop every process that uses the "
+            "store, and start them again on the files now there"
+        )
