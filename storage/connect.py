@@ -11,7 +11,7 @@ from leaseward.runtime.errors import ConfigurationError, SchemaMismatch, StoreNo
 from leaseward.runtime.logs import get_logger
 from leaseward.storage.executor import Executor
 from leaseward.storage.migrations import MIGRATIONS
-from leaseward.storage.sqlite import SQLiteExecutor, SQLiteOptions
+from leaseward.storage.sqlite import DURABLE_SYNCHRONOUS, SQLiteExecutor, SQLiteOptions
 from leaseward.storage.store import SQLStore
 from leaseward.storage.url import DEFAULT_POOL_SIZE, StoreURL, parse_store_url
 
@@ -83,6 +83,16 @@ async def open_store(
             await store.migrate()
             if not present:
                 log.info("store.created", store=parsed.location)
+            if parsed.sqlite is not None and parsed.sqlite.synchronous not in DURABLE_SYNCHRONOUS:
+                log.warning(
+                    "store.durability_relaxed",
+                    store=parsed.location,
+                    synchronous=parsed.sqlite.synchronous,
+                    consequence=(
+                        "a power loss or an operating system crash can lose the last "
+                        "commits, and a write whose intent was lost runs again"
+                    ),
+                )
     except BaseException:
         with anyio.CancelScope(shield=True):
             await store.aclose()

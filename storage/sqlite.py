@@ -35,6 +35,7 @@ from leaseward.storage.sqlite_files import OpenedFiles
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
+    "DURABLE_SYNCHRONOUS",
     "SYNCHRONOUS_MODES",
     "SQLiteExecutor",
     "SQLiteOptions",
@@ -45,6 +46,9 @@ _WAL_RETRY_SECONDS = 0.01
 _ITER_CHUNK_SIZE = 64  # aiosqlite.connect's default
 T = TypeVar("T")
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+DURABLE_SYNCHRONOUS = ("FULL", "EXTRA")
+"""The modes in which a commit in WAL mode is on disk when it returns: with NORMAL it
+survives the process dying, not the machine."""
 
 
 @attrs.frozen

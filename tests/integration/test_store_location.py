@@ -100,3 +100,23 @@ async def test_runtime_open_creates_a_sqlite_store_and_logs_where(
     assert created == [
         {"event": "store.created", "log_level": "info", "store": str(tmp_path / "runs.db")}
     ]
+
+
+@pytest.mark.parametrize("synchronous", ["normal", "off", "full", "extra"])
+async def test_a_worker_on_a_sqlite_store_that_is_not_fsynced_at_each_commit_says_so(
+    tmp_path: Path, synchronous: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}?synchronous={synchronous}"
+    with capture_logs() as logs:
+        async with Runtime.open(url, echo_app(), **FAST):
+            pass
+        async with Client.open(url):
+            pass
+    relaxed = [entry for entry in logs if entry["event"] == "store.durability_relaxed"]
+    if synchronous in ("full", "extra"):
+        assert relaxed == []
+    else:
+        [warning] = relaxed
+        assert warning["log_level"] == "warning"
+        assert warning["synchronous"] == synchronous.upper()
+        assert "a write whose intent was lost runs again" in warning["consequence"]
