@@ -83,16 +83,7 @@ async def open_store(
             await store.migrate()
             if not present:
                 log.info("store.created", store=parsed.location)
-            if parsed.sqlite is not None and parsed.sqlite.synchronous not in DURABLE_SYNCHRONOUS:
-                log.warning(
-                    "store.durability_relaxed",
-                    store=parsed.location,
-                    synchronous=parsed.sqlite.synchronous,
-                    consequence=(
-                        "a power loss or an operating system crash can lose the last "
-                        "commits, and a write whose intent was lost runs again"
-                    ),
-                )
+            await _warn_if_commits_can_be_lost(executor, parsed)
     except BaseException:
         with anyio.CancelScope(shield=True):
             await store.aclose()
@@ -108,6 +99,40 @@ async def refuse_newer_schema(store: SQLStore, location: str) -> None:
     newest = MIGRATIONS[-1].version
     if version > newest:
         raise SchemaMismatch(location, version, newest)
+
+
+_LOST_COMMITS = (
+    "a power loss or an operating system crash can lose the last commits, and a write "
+    "whose intent was lost runs again"
+)
+
+
+async def _warn_if_commits_can_be_lost(executor: Executor, parsed: StoreURL) -> None:
+    """For a worker: a store set to return from a commit before it is on disk undoes the
+    promise that a write's intent is durable before the write starts, so say so once."""
+    if parsed.sqlite is not None:
+        if parsed.sqlite.synchronous not in DURABLE_SYNCHRONOUS:
+            log.warning(
+                "store.durability_relaxed",
+                store=parsed.location,
+                synchronous=parsed.sqlite.synchronous,
+                consequence=_LOST_COMMITS,
+            )
+        return
+    row = await executor.fetch_one(
+        "SELECT current_setting('fsync') AS fsync,"
+        " current_setting('synchronous_commit') AS synchronous_commit"
+    )
+    assert row is not None, "a SELECT without FROM returns one row"
+    # local, remote_write and remote_apply all flush the server's own WAL first.
+    if row["fsync"] == "off" or row["synchronous_commit"] == "off":
+        log.warning(
+            "store.durability_relaxed",
+            store=parsed.location,
+            fsync=row["fsync"],
+            synchronous_commit=row["synchronous_commit"],
+            consequence=_LOST_COMMITS,
+        )
 
 
 async def _check_sqlite_store(options: SQLiteOptions, location: str) -> None:

@@ -120,3 +120,29 @@ async def test_a_worker_on_a_sqlite_store_that_is_not_fsynced_at_each_commit_say
         assert warning["log_level"] == "warning"
         assert warning["synchronous"] == synchronous.upper()
         assert "a write whose intent was lost runs again" in warning["consequence"]
+
+
+@pytest.mark.parametrize("setting", ["synchronous_commit = off", "synchronous_commit = local", ""])
+async def test_a_worker_on_a_postgresql_database_that_commits_before_flushing_says_so(
+    request: pytest.FixtureRequest, setting: str
+) -> None:
+    server: Any = request.getfixturevalue("pg_server")
+    name = server.create_database()
+    request.addfinalizer(lambda: server.drop(name))
+    url = server.url_for(name)
+    if setting:
+        pg = await asyncpg.connect(url)
+        try:
+            await pg.execute(f'ALTER DATABASE "{name}" SET {setting}')
+        finally:
+            await pg.close()
+    with capture_logs() as logs:
+        async with Runtime.open(url, echo_app(), **FAST):
+            pass
+    relaxed = [entry for entry in logs if entry["event"] == "store.durability_relaxed"]
+    if setting.endswith("off"):
+        [warning] = relaxed
+        assert (warning["fsync"], warning["synchronous_commit"]) == ("on", "off")
+        assert "a write whose intent was lost runs again" in warning["consequence"]
+    else:
+        assert relaxed == []
