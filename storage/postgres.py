@@ -18,6 +18,13 @@ Every driver error (asyncpg's, and the OSError of a lost socket) becomes a
 ``StoreError`` here, or a ``ConfigurationError`` when the URL itself is wrong
 (no such database, role or password). A lost connection is dropped by the pool
 and replaced on the next acquire; a lost listener is re-established with backoff.
+
+A session the server ends (a terminated backend, a restart) says goodbye in one last
+message before its socket closes. asyncpg, reading that message on an idle connection,
+takes the connection for busy until it reads the close, and refuses the next statement
+before sending anything of it ("cannot switch to state 11; another operation (2) is in
+progress", 2 being its state of discarding input): one statement, on a session already
+over, not two at once. Outside a transaction, such a statement goes to another connection.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar, cast
 from urllib.parse import parse_qsl, urlsplit
 
 import anyio
@@ -110,6 +117,10 @@ _SESSION_LOST: tuple[type[BaseException], ...] = (
 # Errors after which a statement that went out may have committed or not: the session
 # ended, or the command timed out and asyncpg cancelled it, perhaps too late.
 _SENT_AND_LOST: tuple[type[BaseException], ...] = (*_SESSION_LOST, TimeoutError)
+# How asyncpg words a statement it refused before sending any of it, the session having
+# ended: a state its protocol cannot leave for the statement's (see the module's notes),
+# or a connection it already knows to be lost.
+_REFUSED_UNSENT = ("cannot switch to state", "not connected")
 # Errors that say the URL is wrong, not that the server is unwell: retrying won't help.
 _CONFIGURATION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.InvalidCatalogNameError,
@@ -130,7 +141,7 @@ _SETTING_ERRORS: tuple[type[BaseException], ...] = (
 # resets it on exit. A task started inside a block inherits a copy of the context,
 # so the binding also names its task: a child task never takes its parent's
 # connection (it would interleave statements with the parent's transaction).
-_BOUND: ContextVar[Mapping[int, tuple[int, Session]]] = ContextVar(
+_BOUND: ContextVar[Mapping[int, tuple[int, _Block]]] = ContextVar(
     "leaseward_pg_bound", default=MappingProxyType({})
 )
 
@@ -158,6 +169,12 @@ def translate_params(sql: str) -> tuple[str, tuple[str, ...]]:
     return _TOKENS.sub(replace, sql), tuple(names)
 
 
+def _not_sent(exc: BaseException | None) -> bool:
+    """Whether the driver refused a statement before any of it went out, because the
+    server had ended the session: nothing of it ran, so it may go to another connection."""
+    return isinstance(exc, asyncpg.InternalClientError) and str(exc).startswith(_REFUSED_UNSENT)
+
+
 def _describe(exc: BaseException, timed_out: str = "no answer in time") -> str:
     """A driver error in one line; ``timed_out`` says which wait a bare TimeoutError
     ended, since asyncpg's names neither the wait nor the option that bounds it."""
@@ -166,6 +183,10 @@ def _describe(exc: BaseException, timed_out: str = "no answer in time") -> str:
     text = str(exc).strip() or type(exc).__name__
     sqlstate = getattr(exc, "sqlstate", None)
     kind = type(exc).__name__
+    if _not_sent(exc):
+        # asyncpg's words read as two statements at once on one connection, which they
+        # are not: say what happened first.
+        return f"postgresql: the server had ended the session; nothing was sent ({kind}: {text})"
     return f"postgresql: {kind}{f' [{sqlstate}]' if sqlstate else ''}: {text}"
 
 
@@ -214,6 +235,21 @@ class _Kept:
     """Closes it if nobody takes it for IDLE_CLOSE_SECONDS."""
     blocks: int
     """Blocks it served since it last left the pool."""
+
+
+@attrs.define(slots=True, eq=False)
+class _Block:
+    """A connection bound to a task for a block, with what giving it back needs."""
+
+    connection: Session
+    blocks: int = 0
+    """Blocks it served since it last left the pool."""
+    generation: int = 0
+    """The executor's generation when it was taken (see _expire_connections)."""
+    tradable: bool = False
+    """Whether a statement refused unsent (``_not_sent``) goes to another connection: in
+    a block of statements each on its own, never in a transaction, whose statements must
+    all reach one session, nor on a connection being readied, which nothing replaces."""
 
 
 class PostgresExecutor:
@@ -322,6 +358,10 @@ class PostgresExecutor:
     # -- connections --------------------------------------------------------------------
 
     def _bound(self) -> Session | None:
+        block = self._bound_block()
+        return None if block is None else block.connection
+
+    def _bound_block(self) -> _Block | None:
         bound = _BOUND.get().get(id(self))
         # asyncio's own task, not anyio's description of it: asyncpg runs on asyncio
         # alone, and anyio builds a TaskInfo at every look-up.
@@ -347,36 +387,60 @@ class PostgresExecutor:
             ) from exc
 
     @asynccontextmanager
-    async def _hold(self) -> AsyncIterator[Connection]:
-        """A connection, kept or the pool's, bound to this task for the block."""
+    async def _hold(self) -> AsyncIterator[_Block]:
+        """A connection, kept or the pool's, bound to this task for the block; statements
+        refused unsent may trade it for another (see ``_Block.tradable``)."""
         if self._closed:
             raise StoreError(f"postgresql: the store {self._options.display} is closed")
         self._home.check()
         connection, blocks = await self._take()
-        generation = self._generation
+        block = _Block(connection, blocks, self._generation, tradable=True)
         given_back_cleanly = False
         try:
-            with self._bound_to(connection):
-                yield connection
+            with self._bound_to(block):
+                yield block
             given_back_cleanly = True
         finally:
-            spoiled = id(connection) in self._spoiled
-            self._spoiled.discard(id(connection))
-            if (
-                given_back_cleanly
-                and not spoiled
-                and generation == self._generation
-                and not self._closed
-                and not self._acquiring
-                and blocks < BLOCKS_BETWEEN_POOL_CHECKS
-                and _open_and_idle(connection)
-            ):
-                unused = asyncio.get_running_loop().call_later(
-                    IDLE_CLOSE_SECONDS, self._close_unused, connection
-                )
-                self._kept.append(_Kept(connection, unused, blocks + 1))
-            else:
-                await self._release(connection)
+            await self._give_back(block, cleanly=given_back_cleanly)
+
+    async def _give_back(self, block: _Block, *, cleanly: bool) -> None:
+        # Only _hold's blocks are given back, and it binds the pool's connections alone.
+        connection = cast(Connection, block.connection)
+        spoiled = id(connection) in self._spoiled
+        self._spoiled.discard(id(connection))
+        if (
+            cleanly
+            and not spoiled
+            and block.generation == self._generation
+            and not self._closed
+            and not self._acquiring
+            and block.blocks < BLOCKS_BETWEEN_POOL_CHECKS
+            and _open_and_idle(connection)
+        ):
+            unused = asyncio.get_running_loop().call_later(
+                IDLE_CLOSE_SECONDS, self._close_unused, connection
+            )
+            self._kept.append(_Kept(connection, unused, block.blocks + 1))
+        else:
+            await self._release(connection)
+
+    async def _trade(self, block: _Block) -> None:
+        """Give ``block`` another connection for one whose session ended unseen. Given
+        back first: with a pool of one, taking another first would wait for itself."""
+        await self._release(cast(Connection, block.connection))
+        block.connection, block.blocks = await self._take()
+        block.generation = self._generation
+
+    async def _on_block(self, block: _Block, statement: Callable[[Session], Awaitable[T]]) -> T:
+        """``statement`` on the block's connection; on another once, if the first refused
+        it unsent and the block may trade."""
+        try:
+            return await self._call(statement, block.connection)
+        except StoreError as exc:
+            if not (block.tradable and _not_sent(exc.__cause__)):
+                raise
+        await self._trade(block)
+        return await self._call(statement, block.connection)
 
     async def _take(self) -> tuple[Connection, int]:
         """A kept connection that is still open, else one the pool gives within its time;
@@ -436,9 +500,9 @@ class PostgresExecutor:
             _terminate(connection)
 
     @contextmanager
-    def _bound_to(self, connection: Session) -> Iterator[None]:
-        """``connection`` is this task's for the block: its statements go there."""
-        token = _BOUND.set({**_BOUND.get(), id(self): (id(asyncio.current_task()), connection)})
+    def _bound_to(self, block: _Block) -> Iterator[None]:
+        """``block``'s connection is this task's for the block: its statements go there."""
+        token = _BOUND.set({**_BOUND.get(), id(self): (id(asyncio.current_task()), block)})
         try:
             yield
         finally:
@@ -457,7 +521,7 @@ class PostgresExecutor:
             # All held at once, so that the pool opens as many as are asked for.
             async with contextlib.AsyncExitStack() as held:
                 borrowed = [
-                    await held.enter_async_context(self._hold())
+                    (await held.enter_async_context(self._hold())).connection
                     for _ in range(min(connections, self._pool.get_max_size()))
                 ]
                 if borrowed:
@@ -473,7 +537,7 @@ class PostgresExecutor:
             log.warning("store.rehearsal_failed", error=exc.message)
         self._rehearsal = work
 
-    async def _round_trip(self, connection: Connection) -> float:
+    async def _round_trip(self, connection: Session) -> float:
         least = math.inf
         for _ in range(ROUND_TRIPS_TIMED):
             started = time.perf_counter()
@@ -491,7 +555,7 @@ class PostgresExecutor:
         bound = self._options.command_timeout_seconds
         failed: str | None = None
         try:
-            with self._bound_to(connection), anyio.move_on_after(bound) as bounded:
+            with self._bound_to(_Block(connection)), anyio.move_on_after(bound) as bounded:
                 # BEGIN as a statement, not asyncpg's transaction (see _spoiled): a
                 # rehearsal's failure is swallowed, and the connection goes on to serve.
                 await self._call(connection.execute, "BEGIN")
@@ -563,9 +627,10 @@ class PostgresExecutor:
         sent yet, so a second connection is tried before the caller is failed.
         """
         for attempt in range(2):
-            async with self._hold() as connection:
+            async with self._hold() as block:
+                block.tradable = False
                 try:
-                    transaction = await self._call(self._begin, connection)
+                    transaction = await self._call(self._begin, block.connection)
                 except StoreError as exc:
                     if attempt or not isinstance(exc.__cause__, _SESSION_LOST):
                         raise
@@ -624,13 +689,16 @@ class PostgresExecutor:
 
     async def _fetch(self, sql: str, params: Params | None) -> list[Row]:
         text, args = self._prepare(sql, params)
-        connection = self._bound()
-        if connection is not None:
-            records = await self._call(connection.fetch, text, *args)
-        else:
-            async with self._hold() as borrowed:
-                records = await self._call(borrowed.fetch, text, *args)
+        records = await self._run(lambda session: session.fetch(text, *args))
         return [dict(record.items()) for record in records]
+
+    async def _run(self, statement: Callable[[Session], Awaitable[T]]) -> T:
+        """``statement`` on this task's connection, or on one borrowed for it alone."""
+        block = self._bound_block()
+        if block is not None:
+            return await self._on_block(block, statement)
+        async with self._hold() as borrowed:
+            return await self._on_block(borrowed, statement)
 
     async def write_alone(self, sql: str, params: Params | None = None) -> Sequence[Row]:
         if self._bound() is not None:
@@ -639,20 +707,35 @@ class PostgresExecutor:
         # Shielded: a statement cut off once sent may commit anyway, and the caller
         # would be left with an outcome nobody knows; command_timeout bounds it.
         with anyio.CancelScope(shield=True):
-            async with self._hold() as connection:
+            async with self._hold() as block:
                 try:
-                    records = await connection.fetch(text, *args)
-                except _SENT_AND_LOST as exc:
+                    records = await self._fetch_alone(block, text, args)
+                except _DRIVER_ERRORS as exc:
                     if isinstance(exc, _SESSION_LOST):
                         await self._expire_connections()
-                    raise CommitOutcomeUnknown(self._describe(exc)) from exc
-                except _DRIVER_ERRORS as exc:
-                    # The server answered with an error: the statement's transaction
-                    # rolled back.
+                    if isinstance(exc, _SENT_AND_LOST) and not _not_sent(exc):
+                        raise CommitOutcomeUnknown(self._describe(exc)) from exc
+                    # The server answered with an error, and the statement's transaction
+                    # rolled back; or nothing of it was sent.
                     raise StoreError(
                         self._describe(exc), data_error=isinstance(exc, _DATA_ERRORS)
                     ) from exc
         return [dict(record.items()) for record in records]
+
+    async def _fetch_alone(self, block: _Block, text: str, args: list[Any]) -> list[asyncpg.Record]:
+        """``write_alone``'s statement, on another connection once if the first refused it
+        unsent: nothing of it ran, so it is known not to have committed."""
+        try:
+            return await block.connection.fetch(text, *args)
+        except _DRIVER_ERRORS as exc:
+            if not _not_sent(exc):
+                raise
+            await self._expire_connections()
+        await self._trade(block)
+        return await block.connection.fetch(text, *args)
+
+    async def _execute_one(self, text: str, args: list[Any]) -> str:
+        return await self._run(lambda session: session.execute(text, *args))
 
     async def execute(self, sql: str, params: Params | None = None) -> None:
         await self._fetch(sql, params)
@@ -672,13 +755,7 @@ class PostgresExecutor:
         in one round trip, and give no one-row forms for the hot path."""
         changed = 0
         for row in rows:
-            text, args = self._prepare(sql, row)
-            connection = self._bound()
-            if connection is not None:
-                status = await self._call(connection.execute, text, *args)
-            else:
-                async with self._hold() as borrowed:
-                    status = await self._call(borrowed.execute, text, *args)
+            status = await self._execute_one(*self._prepare(sql, row))
             # A command tag such as "INSERT 0 1" or "UPDATE 3" ends with the row count.
             last = str(status).rsplit(" ", 1)[-1]
             changed += int(last) if last.isdigit() else 0

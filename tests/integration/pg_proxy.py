@@ -15,7 +15,10 @@ server that answers it late. It can also partition its clients from the server: 
 partitioned nothing goes through in either direction and new connections get no
 server, so every statement hangs as on a dead network path; healing resets every
 connection that tried to carry anything, or was made, meanwhile, as a path that
-comes back to find its peers' sockets gone (an idle one lives on).
+comes back to find its peers' sockets gone (an idle one lives on). And it can hold the
+end of a session the server ends (``hold_close``): its last message goes through, its
+socket's end comes later, as when a terminated backend's goodbye arrives ahead of the
+connection's close.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class _Link:
         # since the last Sync.
         self.committing_statements: set[bytes] = set()
         self.commit_bound = False
+        # The server ended the session; its socket's end is held back from the client.
+        self.server_ended = False
 
     def close(self) -> None:
         for writer in self.writers:
@@ -72,6 +77,7 @@ class CommitDropper:
         self._skip = 0
         self._held_statement: tuple[bytes, float] | None = None
         self._partition_after_drop = False
+        self._close_delay = 0.0
         self._healed = asyncio.Event()
         self._healed.set()
         self._server: asyncio.Server | None = None
@@ -92,6 +98,11 @@ class CommitDropper:
         """Hold the answer to the next simple query that starts with ``statement`` (as
         asyncpg sends BEGIN and COMMIT), on whichever connection, for ``seconds``."""
         self._held_statement = (statement.upper(), seconds)
+
+    def hold_close(self, seconds: float) -> None:
+        """From now on a connection the server ends stays open towards its client for
+        ``seconds`` after the server's last message, unless the client writes to it."""
+        self._close_delay = seconds
 
     def partition(self) -> None:
         """From now on nothing goes through, until :meth:`heal`."""
@@ -194,6 +205,10 @@ class CommitDropper:
             if self.partitioned:
                 await self._cut_at_heal(link)
                 return
+            if link.server_ended:
+                # As a socket whose peer is gone answers the next write: with a reset.
+                link.close()
+                return
             writer.write(message)
             await writer.drain()
 
@@ -211,6 +226,8 @@ class CommitDropper:
         while True:
             data = await reader.read(65536)
             if not data:
+                link.server_ended = True
+                await asyncio.sleep(self._close_delay)
                 link.close()
                 return
             if link.lose_answer:

@@ -44,11 +44,12 @@ from leaseward import (
     ToolEffect,
     tool,
 )
+from leaseward.actors.reaper import LeaseReaper
 from leaseward.runtime.clock import ManualClock
 from leaseward.runtime.commits import Fenced, Stored
 from leaseward.runtime.errors import CommitOutcomeUnknown
 from leaseward.runtime.journal import StepWrite
-from leaseward.runtime.lifecycle import Event
+from leaseward.runtime.lifecycle import Event, RecoveryPolicy
 from leaseward.runtime.settlements import Settlement
 from leaseward.storage import (
     BatchItem,
@@ -407,6 +408,50 @@ async def test_a_statement_on_a_lost_connection_is_a_store_error_then_the_pool_r
         assert again is not None and again.id == record.id
     finally:
         await store.aclose()
+
+
+async def ended_under_a_held_close(proxy: CommitDropper, pg_url: str, application: str) -> None:
+    """End the sessions of ``application`` as pg_terminate_backend does, their last
+    message delivered and their sockets' end held back by ``proxy``: asyncpg has read the
+    server's goodbye on the idle connections, and not yet the close."""
+    proxy.hold_close(10.0)
+    assert await terminate(pg_url, application) >= 1
+    # The goodbye goes through the proxy at once; asyncpg reads it a turn or two later.
+    await anyio.sleep(0.1)
+
+
+async def test_a_connection_whose_session_ended_unseen_is_traded_for_another_unused(
+    pg_server: Any, pg_database: str
+) -> None:
+    """A terminated backend's goodbye reaches an idle connection before its socket's end;
+    asyncpg then refuses the connection's next statement before sending it, with "cannot
+    switch to state 12; another operation (2) is in progress": one operation, on a
+    session already over. Once a reaper pass failed so. Nothing was sent, so a read or a
+    statement that commits alone goes to another connection, and a commit is not said
+    to have an unknown outcome."""
+    host, port, user = upstream(pg_server.admin_url)
+    pg_url = pg_server.url_for(pg_database)
+    async with CommitDropper(host, port) as proxy:
+        store = await open_store(proxy.url(pg_database, user, application_name="lw_ended"))
+        reaper = LeaseReaper(store, interval_seconds=0.05, policy=RecoveryPolicy())
+        try:
+            run = await store.create_run(new_run())
+            await held_together(store, 2)
+            await ended_under_a_held_close(proxy, pg_url, "lw_ended")
+            assert await reaper.reap_once() == ()
+
+            await held_together(store, 2)
+            await ended_under_a_held_close(proxy, pg_url, "lw_ended")
+            (claimed,) = await store.claim_runs("w1", 1, 30.0, ["a"])
+            assert (claimed.id, claimed.epoch) == (run.id, 1)
+
+            await held_together(store, 2)
+            await ended_under_a_held_close(proxy, pg_url, "lw_ended")
+            assert [mark.run_id for mark in await store.running_leases()] == [run.id]
+        finally:
+            # Closing, the store ends its sessions itself: nothing to hold back.
+            proxy.hold_close(0.0)
+            await store.aclose()
 
 
 def pg_executor(store: SQLStore) -> PostgresExecutor:
