@@ -1,4 +1,5 @@
-"""The actors: mailboxes, messages, Supervisor, RunActor, Persister, LeaseReaper, metrics."""
+"""The actors: mailboxes, messages, Supervisor, RunActor, Persister, LeaseReaper, metrics,
+and the count of store failures their logs share."""
 
 from leaseward.actors.bounds import SharedBounds
 from leaseward.actors.lease_keeper import KeeperStats, Lease, LeaseKeeper, default_margin
@@ -15,6 +16,7 @@ from leaseward.actors.metrics import Metrics
 from leaseward.actors.persister import MAX_BATCH_ITEMS, Persister, PersisterStats
 from leaseward.actors.reaper import REAP_BATCH, LeaseReaper, Reaped, plan_reap
 from leaseward.actors.run_actor import RunActor, RunSettings, WriteInFlight
+from leaseward.actors.store_faults import REPEATS_LOGGED_EVERY_SECONDS, StoreFaults
 from leaseward.actors.supervisor import (
     CLAIM_BATCH,
     WORKER_GONE_AFTER_BEATS,
@@ -28,6 +30,7 @@ __all__ = [
     "CLAIM_BATCH",
     "MAX_BATCH_ITEMS",
     "REAP_BATCH",
+    "REPEATS_LOGGED_EVERY_SECONDS",
     "WORKER_GONE_AFTER_BEATS",
     "WORKER_GONE_AFTER_MIN_SECONDS",
     "KeeperStats",
@@ -47,6 +50,7 @@ __all__ = [
     "RunEnded",
     "RunSettings",
     "SharedBounds",
+    "StoreFaults",
     "Supervisor",
     "SupervisorMessage",
     "SupervisorSettings",

@@ -21,6 +21,7 @@ import attrs
 from anyio.abc import TaskStatus
 
 from leaseward.actors.metrics import Metrics
+from leaseward.actors.store_faults import StoreFaults
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.commits import CommitOutcome, Fenced, Refused, Stored
 from leaseward.runtime.errors import LeasewardError
@@ -121,8 +122,10 @@ class LeaseKeeper:
         lease_seconds: float,
         margin_seconds: float,
         metrics: Metrics | None = None,
+        faults: StoreFaults | None = None,
     ) -> None:
         self._renew_writer = renew
+        self._faults = faults if faults is not None else StoreFaults(clock)
         self._clock = clock
         self.lease_seconds = lease_seconds
         self.margin_seconds = margin_seconds
@@ -262,7 +265,9 @@ class LeaseKeeper:
         self._last_error = failed[0] if failed else None
         if failed:
             self.stats.renewals_failed += len(failed)
-            log.warning("lease.renew_failed", runs=len(failed), error=failed[0])
+            self._faults.failed(log, "lease.renew_failed", failed[0], runs=len(failed))
+        elif self.stats.renewals > renewed:
+            self._faults.answered("lease.renew_failed")
 
     def _renewal_of(self, lease: Lease) -> BatchItem:
         # Made once a lease and sent every round: a round of a hundred thousand leases

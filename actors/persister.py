@@ -23,6 +23,7 @@ from leaseward.actors.messages import (
     Submit,
 )
 from leaseward.actors.metrics import Metrics
+from leaseward.actors.store_faults import StoreFaults
 from leaseward.runtime.commits import CommitOutcome, Refused, Unanswered
 from leaseward.runtime.errors import CommitOutcomeUnknown, LeasewardError, StoreError
 from leaseward.runtime.logs import get_logger
@@ -77,6 +78,8 @@ hold the loop long, for a wait that their number already shares out."""
 _TAKING_ALL = (Submit, Claim)
 
 log = get_logger("leaseward.persister")
+
+_BATCH_FAILED = "persister.batch_failed"
 
 
 @attrs.define
@@ -168,9 +171,11 @@ class Persister:
         max_batch: int = MAX_BATCH_ITEMS,
         concurrent_batches: int | None = 1,
         metrics: Metrics | None = None,
+        faults: StoreFaults | None = None,
     ) -> None:
         self._store = store
         self._metrics = metrics if metrics is not None else Metrics()
+        self._faults = faults if faults is not None else StoreFaults()
         self._max_batch = max_batch if group_commit else 1
         self._group_commit = group_commit
         # None: as many as the store says as this actor starts, once its rehearsal has
@@ -216,9 +221,10 @@ class Persister:
         try:
             results = await self._store.commit(WriteBatch(items=tuple(items)))
         except LeasewardError as exc:
-            unanswered = _batch_failed(exc, len(items))
+            unanswered = _batch_failed(self._faults, exc, len(items))
             failed = Unanswered(exc.message) if unanswered else Refused(exc.message)
             return (failed,) * len(items)
+        self._faults.answered(_BATCH_FAILED)
         self._committed(len(items), time.perf_counter() - started)
         if len(results.items) != len(items):
             raise StoreError(f"{len(results.items)} results for {len(items)} renewals")
@@ -363,7 +369,7 @@ class Persister:
         try:
             results = await self._store.commit(writes)
         except LeasewardError as exc:
-            _fail_all(batch, exc, unanswered=_batch_failed(exc, len(writes)))
+            _fail_all(batch, exc, unanswered=_batch_failed(self._faults, exc, len(writes)))
             return
         except BaseException:
             # Never leave an asker waiting: a crash here answers "not persisted",
@@ -372,6 +378,7 @@ class Persister:
             raise
         if ARMED and carries_outcome(step for item in writes.items for step in item.steps):
             crash_point("before_reply")
+        self._faults.answered(_BATCH_FAILED)
         self._committed(len(writes), time.perf_counter() - started)
         try:
             if parts:
@@ -399,13 +406,11 @@ class Persister:
         log.debug("persister.committed", items=size, seconds=round(elapsed, 6))
 
 
-def _batch_failed(error: LeasewardError, items: int) -> bool:
+def _batch_failed(faults: StoreFaults, error: LeasewardError, items: int) -> bool:
     """Log a batch the store did not commit; whether its outcome is unknown (sent, and
     its answer lost) rather than refused."""
     unanswered = isinstance(error, CommitOutcomeUnknown)
-    log.warning(
-        "persister.batch_failed", items=items, error=error.message, outcome_unknown=unanswered
-    )
+    faults.failed(log, _BATCH_FAILED, error.message, items=items, outcome_unknown=unanswered)
     return unanswered
 
 

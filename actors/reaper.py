@@ -21,6 +21,7 @@ import attrs
 from anyio.abc import TaskStatus
 
 from leaseward.actors.metrics import Metrics
+from leaseward.actors.store_faults import StoreFaults
 from leaseward.runtime.clock import Clock, SystemClock
 from leaseward.runtime.errors import LeasewardError
 from leaseward.runtime.failures import FailureClass
@@ -112,12 +113,14 @@ class LeaseReaper:
         reap: ReapWriter | None = None,
         clock: Clock | None = None,
         logs_settled: bool = True,
+        faults: StoreFaults | None = None,
     ) -> None:
         self._store = store
         # A worker's log tells of every run it reaped; a command that prints each one
         # itself would say it twice, once as a log record.
         self._logs_settled = logs_settled
         self._clock = clock or SystemClock()
+        self._faults = faults if faults is not None else StoreFaults(self._clock)
         self._seen: dict[str, _Seen] = {}
         self._reap = reap or self._reap_alone
         self._metrics = metrics if metrics is not None else Metrics()
@@ -137,8 +140,9 @@ class LeaseReaper:
             try:
                 reaped = await self.reap_once()
             except LeasewardError as exc:
-                log.warning("reaper.pass_failed", error=exc.message)
+                self._faults.failed(log, "reaper.pass_failed", exc.message)
             else:
+                self._faults.answered("reaper.pass_failed")
                 if reaped and self._on_reaped is not None:
                     await self._on_reaped(reaped)
             now = self._clock.monotonic()
@@ -149,7 +153,9 @@ class LeaseReaper:
                 try:
                     await self.expire_once()
                 except LeasewardError as exc:
-                    log.warning("reaper.expiry_failed", error=exc.message)
+                    self._faults.failed(log, "reaper.expiry_failed", exc.message)
+                else:
+                    self._faults.answered("reaper.expiry_failed")
                 tick = now + self._interval
             await anyio.sleep(max(0.0, min(tick, self._next_due(now)) - now))
 
@@ -166,7 +172,9 @@ class LeaseReaper:
             await self._store.heartbeat_worker(self.worker)
         except LeasewardError as exc:
             # A missed beat costs nothing but a while shown as gone; reaping goes on.
-            log.warning("worker.heartbeat_failed", error=exc.message)
+            self._faults.failed(log, "worker.heartbeat_failed", exc.message)
+        else:
+            self._faults.answered("worker.heartbeat_failed")
 
     async def _reap_alone(self, reaps: Sequence[Reap]) -> tuple[bool | LeasewardError, ...]:
         return (await self._store.commit(WriteBatch(reaps=tuple(reaps)))).reaps

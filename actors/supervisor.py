@@ -21,6 +21,7 @@ from leaseward.actors.metrics import Metrics
 from leaseward.actors.persister import MAX_BATCH_ITEMS, Persister
 from leaseward.actors.reaper import LeaseReaper, Reaped
 from leaseward.actors.run_actor import RunActor, RunSettings, WriteInFlight
+from leaseward.actors.store_faults import StoreFaults
 from leaseward.runtime.agents import App
 from leaseward.runtime.clock import Clock
 from leaseward.runtime.errors import LeasewardError
@@ -123,12 +124,15 @@ class Supervisor:
         self.settings = settings
         self._clock = clock
         self.mailbox: Mailbox[SupervisorMessage] = Mailbox()
+        # One count of store failures for all its helpers: an outage is told once.
+        self._faults = StoreFaults(clock)
         self.persister = Persister(
             store,
             group_commit=settings.group_commit,
             max_batch=settings.max_batch,
             concurrent_batches=None,
             metrics=self.metrics,
+            faults=self._faults,
         )
         self.keeper = LeaseKeeper(
             self.persister.renew,
@@ -136,6 +140,7 @@ class Supervisor:
             lease_seconds=settings.lease_seconds,
             margin_seconds=settings.run.deadline_margin_seconds,
             metrics=self.metrics,
+            faults=self._faults,
         )
         self._bounds = SharedBounds()
         self._agents = tuple(agent.name for agent in app.agents)
@@ -155,6 +160,7 @@ class Supervisor:
             worker=self.registration,
             reap=self.persister.reap,
             clock=clock,
+            faults=self._faults,
         )
         # Every run this process executes, claimed or interactive: a lost lease, a drain
         # and a forced stop reach them all alike.
@@ -288,7 +294,9 @@ class Supervisor:
                             )
                         )
                 except LeasewardError as exc:
-                    self._log.warning("claim.failed", error=exc.message)
+                    self._faults.failed(self._log, "claim.failed", exc.message)
+                else:
+                    self._faults.answered("claim.failed")
                 if claimed:
                     crash_point("claim")
                 for record in claimed:

@@ -807,6 +807,77 @@ async def test_during_an_outage_a_write_is_not_called_and_the_run_completes_afte
     assert seen & {"store.listen_lost", "store.listen_failed"}
 
 
+async def set_connections(pg_server: Any, pg_database: str, *, allowed: bool) -> None:
+    admin = await asyncpg.connect(pg_server.admin_url)
+    try:
+        await admin.execute(
+            f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS {"true" if allowed else "false"}'
+        )
+    finally:
+        await admin.close()
+
+
+STORE_FAULTS = {
+    "persister.batch_failed",
+    "lease.renew_failed",
+    "claim.failed",
+    "reaper.pass_failed",
+    "reaper.expiry_failed",
+    "worker.heartbeat_failed",
+}
+
+
+async def test_an_outage_is_told_once_per_kind_of_failure_and_its_end_once(
+    pg_server: Any, pg_database: str
+) -> None:
+    """Four runs in calls through a store outage: each kind of failure is logged once with
+    its error, where every batch, renewal, claim and reaper pass logged a line of its own
+    (about ten a second), and the store's answer once it is back."""
+    pg_url = pg_server.url_for(pg_database)
+    in_calls: set[str] = set()
+
+    @tool(effect=ToolEffect.READ_ONLY, timeout_seconds=5.0)
+    async def wait(ctx: ToolContext) -> str:
+        in_calls.add(ctx.run_id)
+        await anyio.sleep(0.2)
+        return "waited"
+
+    provider = ScriptedProvider(
+        lambda request: ProviderReply(tool_calls=[ToolCall("wait", {}, uuid.uuid4().hex[:8])]),
+        timeout_seconds=0.3,
+    )
+    app = App([Agent("waiter", provider, tools=[wait])])
+    restored = False
+    try:
+        with capture_logs() as logs:
+            async with Runtime.open(pg_url, app, drain_seconds=0.2, **FAST) as rt:
+                for _ in range(4):
+                    await rt.submit("waiter", None)
+                await eventually(lambda: len(in_calls) == 4, 10.0)
+                await set_connections(pg_server, pg_database, allowed=False)
+                await terminate(pg_url)
+                # As it begins, a statement already on its way may still be answered.
+                await eventually(lambda: "claim.failed" in events(logs), 5.0)
+                await anyio.sleep(0.3)
+                began = len(logs)
+                await anyio.sleep(1.5)
+                steady = [line["event"] for line in logs[began:]]
+                await set_connections(pg_server, pg_database, allowed=True)
+                restored = True
+                await eventually(lambda: "store.answering" in events(logs[began:]), 10.0)
+    finally:
+        if not restored:
+            await set_connections(pg_server, pg_database, allowed=True)
+
+    told = [line for line in logs[:began] if line["event"] in STORE_FAULTS]
+    assert {"claim.failed", "reaper.pass_failed"} <= {line["event"] for line in told}
+    assert all(line["error"].startswith("postgresql") for line in told)
+    assert not set(steady) & (STORE_FAULTS | {"store.answering"}), Counter(steady)
+    [answering] = [line for line in logs[began:] if line["event"] == "store.answering"]
+    assert answering["failures"]["claim.failed"] > 10
+    assert answering["after_seconds"] >= 1.5
+
+
 # -- several worker processes on one database ---------------------------------------------
 
 RUNS = 200
