@@ -43,7 +43,14 @@ from leaseward.client import Client, default_operator, open_existing_store
 from leaseward.console.listen import check_listen_address, configured_token, console_url
 from leaseward.daemon import DaemonSettings, load_app, serve
 from leaseward.runtime.encoding import MAX_INPUT_BYTES, MAX_JSON_DEPTH
-from leaseward.runtime.errors import CommitOutcomeUnknown, RunNotFound, StoreError, WaitTimeout
+from leaseward.runtime.errors import (
+    CommitOutcomeUnknown,
+    RunNotFound,
+    SchemaMismatch,
+    StoreError,
+    StoreNotFound,
+    WaitTimeout,
+)
 from leaseward.runtime.lifecycle import Reason, RecoveryPolicy, RunState
 from leaseward.runtime.retention import PurgeResult
 from leaseward.runtime.runs import RunInfo
@@ -51,6 +58,8 @@ from leaseward.storage.connect import open_store, refuse_newer_schema
 from leaseward.storage.url import store_location
 
 __all__ = [
+    "WAIT_RETRY_FIRST_SECONDS",
+    "WAIT_RETRY_MAX_SECONDS",
     "approvals",
     "approve",
     "cancel",
@@ -218,6 +227,45 @@ def _answer_lost(what: str, run_id: str) -> Iterator[None]:
 
 # -- the runs ---------------------------------------------------------------------------
 
+WAIT_RETRY_FIRST_SECONDS = 0.25
+"""How long ``submit --wait`` waits before it reads again from a store that failed; the
+pause doubles with each failure in a row, up to WAIT_RETRY_MAX_SECONDS."""
+WAIT_RETRY_MAX_SECONDS = 2.0
+
+
+def _transient(error: StoreError) -> bool:
+    """Whether the store may answer if asked again: it was out of reach or busy, not
+    missing, of another schema, or refusing the data it was sent."""
+    return not (error.data_error or isinstance(error, StoreNotFound | SchemaMismatch))
+
+
+async def _wait_through_outages(client: Client, run_id: str, timeout: float | None) -> RunInfo:
+    """``client.wait`` through a store that fails for a while (a server restarted, a
+    network path that comes back): read again with backoff until the timeout, having said
+    once on stderr that the store does not answer. The store's last error ends the wait
+    at the timeout, or at once where asking again cannot help."""
+    deadline = None if timeout is None else anyio.current_time() + timeout
+    pause = WAIT_RETRY_FIRST_SECONDS
+    told = False
+    while True:
+        left = None if deadline is None else max(0.0, deadline - anyio.current_time())
+        try:
+            return await client.wait(run_id, timeout=left)
+        except StoreError as exc:
+            if not _transient(exc) or left == 0.0:
+                raise
+            if not told:
+                told = True
+                print(
+                    f"leaseward: the store does not answer ({exc.message}); still waiting "
+                    f"for run {run_id}"
+                    + ("" if timeout is None else f", for up to {timeout:g} s in all"),
+                    file=sys.stderr,
+                )
+        left = None if deadline is None else max(0.0, deadline - anyio.current_time())
+        await anyio.sleep(pause if left is None else min(pause, left))
+        pause = min(pause * 2, WAIT_RETRY_MAX_SECONDS)
+
 
 async def submit(
     client: Client,
@@ -240,7 +288,7 @@ async def submit(
         print(json.dumps({"id": run_id}) if as_json else run_id)
         return 0
     try:
-        run = await client.wait(run_id, timeout=timeout)
+        run = await _wait_through_outages(client, run_id, timeout)
     except (KeyboardInterrupt, anyio.get_cancelled_exc_class(), WaitTimeout, StoreError) as stopped:
         # Ctrl-C, the timeout or a store that failed under the wait: the run is queued
         # all the same, and a user told nothing of it would submit again, a second run

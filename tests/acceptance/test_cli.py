@@ -379,39 +379,77 @@ def test_a_locked_database_fails_in_one_line_after_the_busy_timeout(copy: Path) 
     assert snapshot(copy) == before
 
 
-def test_a_wait_the_store_fails_under_names_the_run_it_queued(
+def submit_waiting(url: str, timeout: float) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(LEASEWARD), "submit", "greeter", "--input", "{}", "--wait", "--timeout",
+         str(timeout), "--store", url],
+        env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def queued_run(url: str) -> str:
+    deadline = time.monotonic() + 30
+    while not (queued := json.loads(ok("runs", "--json", "--store", url).stdout)):
+        assert time.monotonic() < deadline, "the run was never queued"
+        time.sleep(0.05)
+    return str(queued[0]["id"])
+
+
+def store_down(pg_server: PgServer, pg_database: str) -> None:
+    pg_server.run(
+        f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS false',
+        f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{pg_database}'",
+    )
+
+
+def test_a_wait_the_store_fails_under_until_the_timeout_names_the_run_it_queued(
     pg_server: PgServer, pg_database: str
 ) -> None:
     """The run was accepted before the store failed: a user who is not told its id
     would submit again, a second run."""
     url = pg_server.url_for(pg_database)
-    waiting = subprocess.Popen(
-        [str(LEASEWARD), "submit", "greeter", "--input", "{}", "--wait", "--timeout", "30",
-         "--store", url],
-        env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    waiting = submit_waiting(url, 4.0)
     try:
-        deadline = time.monotonic() + 10
-        while not (queued := json.loads(ok("runs", "--json", "--store", url).stdout)):
-            assert time.monotonic() < deadline, "the run was never queued"
-            time.sleep(0.05)
-        pg_server.run(
-            f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS false',
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            f"WHERE datname = '{pg_database}'",
-        )
+        run_id = queued_run(url)
+        store_down(pg_server, pg_database)
         out, err = waiting.communicate(timeout=20)
     finally:
         pg_server.run(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS true')
         if waiting.poll() is None:
             waiting.kill()
             waiting.communicate()
-    run_id = queued[0]["id"]
     assert waiting.returncode == EXIT_FAILURE and out == "", (out, err)
-    said = err.splitlines()[-1]
-    assert "Traceback" not in err and "is not currently accepting connections" in said, err
-    assert f"run {run_id} is submitted" in said, err
+    said = [line for line in err.splitlines() if line.startswith("leaseward: ")]
+    assert "Traceback" not in err and len(said) == 3, err
+    assert said[1].startswith("leaseward: the store does not answer"), err
+    assert f"still waiting for run {run_id}, for up to 4 s in all" in said[1], err
+    assert f"run {run_id} is submitted" in said[2], err
     assert show(url, run_id)["state"] == "queued"
+
+
+def test_a_wait_rides_out_a_short_store_outage(pg_server: PgServer, pg_database: str) -> None:
+    """A few seconds without the store (a restart, a failover) do not end the wait: it
+    says once that the store does not answer, and prints the run once it has ended."""
+    url = pg_server.url_for(pg_database)
+    waiting = submit_waiting(url, 30.0)
+    try:
+        run_id = queued_run(url)
+        store_down(pg_server, pg_database)
+        time.sleep(2.0)
+        assert waiting.poll() is None, waiting.communicate()
+        pg_server.run(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS true')
+        ok("cancel", run_id, "--store", url)
+        out, err = waiting.communicate(timeout=20)
+    finally:
+        pg_server.run(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS true')
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.communicate()
+    # The run was cancelled: the wait ends as for any run that did not complete.
+    assert waiting.returncode == EXIT_FAILURE, (out, err)
+    assert run_id in out and "cancelled" in out, out
+    said = [line for line in err.splitlines() if line.startswith("leaseward: the store")]
+    assert len(said) == 1 and "Traceback" not in err, err
 
 
 _PR_CAPBSET_DROP = 24
