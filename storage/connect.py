@@ -36,9 +36,10 @@ async def open_store(
     exist, or holds no leaseward schema (another program's database, an empty file,
     no database at all), and a PostgreSQL database without the schema raise
     StoreNotFound, and nothing is created or changed, so a mistyped path in a client
-    changes nothing. A PostgreSQL database is never created by connecting (a wrong
-    name is a ConfigurationError). Otherwise a store that had no schema is created,
-    and logged (``store.created``, at INFO, with its location).
+    changes nothing. A PostgreSQL database is never created by connecting: one that
+    does not exist raises StoreNotFound, with or without ``must_exist``. Otherwise a
+    store that had no schema is created, and logged (``store.created``, at INFO, with
+    its location).
     With ``must_exist`` and not ``migrate``, as a client opens a store, the schema must
     be the one this leaseward knows: an older one is an error that says to run
     ``leaseward migrate``, not upgraded under the workers of the version before.

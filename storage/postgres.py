@@ -47,7 +47,12 @@ import attrs
 from asyncpg.pool import PoolConnectionProxy
 from asyncpg.transaction import Transaction
 
-from leaseward.runtime.errors import CommitOutcomeUnknown, ConfigurationError, StoreError
+from leaseward.runtime.errors import (
+    CommitOutcomeUnknown,
+    ConfigurationError,
+    StoreError,
+    StoreNotFound,
+)
 from leaseward.runtime.logs import get_logger
 from leaseward.storage.executor import Params, Row, WouldWait
 from leaseward.storage.home_loop import HomeLoop
@@ -121,12 +126,13 @@ _SENT_AND_LOST: tuple[type[BaseException], ...] = (*_SESSION_LOST, TimeoutError)
 # ended: a state its protocol cannot leave for the statement's (see the module's notes),
 # or a connection it already knows to be lost.
 _REFUSED_UNSENT = ("cannot switch to state", "not connected")
-# Errors that say the URL is wrong, not that the server is unwell: retrying won't help.
-_CONFIGURATION_ERRORS: tuple[type[BaseException], ...] = (
-    asyncpg.InvalidCatalogNameError,
-    asyncpg.InvalidAuthorizationSpecificationError,
-    asyncpg.ClientConfigurationError,
-)
+# The URL's form is wrong, as the driver reads it before it reaches any server.
+_CONFIGURATION_ERRORS: tuple[type[BaseException], ...] = (asyncpg.ClientConfigurationError,)
+# The server answered, and refused: no such database is there (as a SQLite file that
+# does not exist), or it refuses this login (as a file this user may not open). They
+# are the store's answers, not mistakes in the command's form.
+_NO_DATABASE: tuple[type[BaseException], ...] = (asyncpg.InvalidCatalogNameError,)
+_LOGIN_REFUSED: tuple[type[BaseException], ...] = (asyncpg.InvalidAuthorizationSpecificationError,)
 # What the server says of a setting it was sent as a session opened: the URL's
 # options that are neither leaseward's nor the driver's go to the server as settings,
 # so a misspelt option of leaseward's ends up here.
@@ -322,6 +328,16 @@ class PostgresExecutor:
             )
         except _CONFIGURATION_ERRORS as exc:
             raise ConfigurationError(
+                f"the PostgreSQL store {options.display} cannot be used: {_describe(exc)}"
+            ) from exc
+        except _NO_DATABASE as exc:
+            raise StoreNotFound(
+                options.display,
+                f"no leaseward store at {options.display}: {_describe(exc)}; create the "
+                "database (createdb), then a daemon or `leaseward migrate` creates the store",
+            ) from exc
+        except _LOGIN_REFUSED as exc:
+            raise StoreError(
                 f"the PostgreSQL store {options.display} cannot be used: {_describe(exc)}"
             ) from exc
         except _SETTING_ERRORS as exc:

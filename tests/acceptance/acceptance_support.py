@@ -49,6 +49,25 @@ FAST_DAEMON_FLAGS = (
 
 T = TypeVar("T")
 
+# Every command that works on runs in a store, with the arguments it needs to go that far.
+OPERATOR_COMMANDS = [
+    ("runs",),
+    ("show", "x"),
+    ("submit", "payer", "--input", "{}"),
+    ("cancel", "x"),
+    ("approvals",),
+    ("approve", "x"),
+    ("reject", "x", "--reason", "no"),
+    ("reply", "x", "--input", "1"),
+    ("resolve", "x", "--applied"),
+    ("redrive", "x"),
+    ("purge", "--finished-before", "1s"),
+    ("purge", "--finished-before", "1s", "--dry-run"),
+    ("workers",),
+    ("reap", "--once"),
+    ("dead-letters",),
+]
+
 
 def _find_leaseward() -> Path:
     for candidate in (Path(sys.executable).parent / "leaseward", ROOT / ".venv/bin/leaseward"):

@@ -28,6 +28,7 @@ from leaseward.storage.migrations import MIGRATIONS
 from tests.acceptance.acceptance_support import (
     HERE,
     LEASEWARD,
+    OPERATOR_COMMANDS,
     DaemonPool,
     Result,
     assert_one_line_error,
@@ -229,25 +230,6 @@ def test_resolve_and_cancel_on_a_completed_run_are_refused(copy: Path, template:
         EXIT_FAILURE,
         "already finished",
     )
-
-
-OPERATOR_COMMANDS = [
-    ("runs",),
-    ("show", "x"),
-    ("submit", "payer", "--input", "{}"),
-    ("cancel", "x"),
-    ("approvals",),
-    ("approve", "x"),
-    ("reject", "x", "--reason", "no"),
-    ("reply", "x", "--input", "1"),
-    ("resolve", "x", "--applied"),
-    ("redrive", "x"),
-    ("purge", "--finished-before", "1s"),
-    ("purge", "--finished-before", "1s", "--dry-run"),
-    ("workers",),
-    ("reap", "--once"),
-    ("dead-letters",),
-]
 
 
 def no_store_at(path: Path) -> str:

@@ -139,11 +139,12 @@ def test_the_pool_grows_with_concurrency_within_bounds() -> None:
 # -- connecting ---------------------------------------------------------------------------
 
 
-async def test_a_database_that_does_not_exist_is_a_configuration_error(
-    pg_server: Any,
-) -> None:
-    with pytest.raises(ConfigurationError, match="PostgreSQL"):
-        await open_store(pg_server.url_for(f"lw_missing_{uuid.uuid4().hex[:8]}"))
+async def test_a_database_that_does_not_exist_is_no_store_there(pg_server: Any) -> None:
+    # As a SQLite file that does not exist: with or without must_exist, none is created.
+    url = pg_server.url_for(f"lw_missing_{uuid.uuid4().hex[:8]}")
+    for must_exist in (False, True):
+        with pytest.raises(StoreNotFound, match="does not exist; create the database"):
+            await open_store(url, must_exist=must_exist)
 
 
 @pytest.mark.parametrize(
