@@ -103,14 +103,23 @@ def _with_article(noun: str) -> str:
     return f"{'an' if noun[:1].lower() in ('a', 'e', 'i', 'o') else 'a'} {noun}"
 
 
+def _forced_stop_exit_code(signum: int) -> int:
+    """The exit code of a daemon a second signal stopped: the shell's code for a process
+    that signal ended (130 for SIGINT, 143 for SIGTERM). A forced stop may have cut
+    writes off, so it must not read as a success to whatever supervises the daemon."""
+    return 128 + signum
+
+
 async def _second_signal_stops_at_once(
     signals: AsyncIterator[int],
     runtime: Runtime,
+    forced_by: list[int],
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     task_status.started()
     async for signum in signals:
+        forced_by.append(signum)
         log.warning(
             "daemon.stopping_now",
             signal=signal.Signals(signum).name,
@@ -142,7 +151,10 @@ async def _count_runs(runtime: Runtime, metrics: Metrics) -> None:
 
 
 async def serve(settings: DaemonSettings, app: App) -> int:
-    """Serve until SIGTERM or SIGINT, then drain; a second signal stops at once."""
+    """Serve until SIGTERM or SIGINT, then drain; a second signal stops at once.
+
+    Returns the exit code: 0 after a drain, ``_forced_stop_exit_code`` of the second
+    signal after a forced stop."""
     fmt: LogFormat = "json" if settings.log_format == "json" else "console"
     configure_logging(fmt, level=settings.log_level)
     structlog.contextvars.bind_contextvars(worker_id=settings.worker_id)
@@ -161,7 +173,7 @@ async def serve(settings: DaemonSettings, app: App) -> int:
             console_socket = bound_socket(settings.console_host, settings.console_port)
         tracing = export_traces(os.environ)
         try:
-            await _serve(settings, app, metrics, tracing, console_socket)
+            forced_by = await _serve(settings, app, metrics, tracing, console_socket)
         finally:
             if not tracing.shutdown():
                 log.warning(
@@ -174,8 +186,12 @@ async def serve(settings: DaemonSettings, app: App) -> int:
             console_socket.close()
         if stop_metrics is not None:
             stop_metrics()
-    log.info("daemon.stopped")
-    return 0
+    if forced_by is None:
+        log.info("daemon.stopped")
+        return 0
+    code = _forced_stop_exit_code(forced_by)
+    log.warning("daemon.stopped", forced_by=signal.Signals(forced_by).name, exit_code=code)
+    return code
 
 
 async def _serve(
@@ -184,7 +200,9 @@ async def _serve(
     metrics: Metrics,
     tracing: TraceExport,
     console_socket: socket.socket | None,
-) -> None:
+) -> int | None:
+    """Serve, then drain; the number of the second signal if one forced the stop."""
+    forced_by: list[int] = []
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with anyio.create_task_group() as watching:
             async with Runtime.open(
@@ -234,6 +252,7 @@ async def _serve(
                         )
                         break
                     counting.cancel_scope.cancel()
-                await watching.start(_second_signal_stops_at_once, signals, runtime)
+                await watching.start(_second_signal_stops_at_once, signals, runtime, forced_by)
             # The Runtime has drained; the watcher is not needed.
             watching.cancel_scope.cancel()
+    return forced_by[0] if forced_by else None

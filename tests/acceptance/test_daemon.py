@@ -180,14 +180,22 @@ def test_a_second_signal_stops_at_once_and_still_releases_the_lease(
     )
     run_id = ok("submit", "slow", "--input", "{}", "--store", url).stdout.strip()
     wait_until("the first nap", lambda: _naps(calls_file, run_id), 15)
-    daemon.signal(signal.SIGTERM)
+    # Ctrl-C twice, as at a terminal.
+    daemon.signal(signal.SIGINT)
     daemon.wait_for("daemon.draining")
     signalled = time.monotonic()
-    daemon.signal(signal.SIGTERM)
-    assert daemon.wait(timeout=10) == 0
+    daemon.signal(signal.SIGINT)
+    # A forced stop is no success: 128 + SIGINT, as the shell reports a process it ended.
+    assert daemon.wait(timeout=10) == 130
     assert time.monotonic() - signalled < 5
     events = [line["event"] for line in daemon.log()]
     assert "daemon.stopping_now" in events and events[-1] == "daemon.stopped"
+    stopped = daemon.events("daemon.stopped")[0]
+    assert (stopped["level"], stopped["forced_by"], stopped["exit_code"]) == (
+        "warning",
+        "SIGINT",
+        130,
+    )
 
     run = show(url, run_id)
     # The nap is read-only, so the cut-off attempt is released, not charged a retry.

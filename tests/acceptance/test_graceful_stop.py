@@ -121,7 +121,8 @@ def test_a_second_signal_names_the_write_it_cuts_off(
     assert _dead_letters(store_url) == []
 
     daemon.signal(signal.SIGTERM)
-    assert daemon.wait(timeout=10) == 0
+    # It cut a write off: no success, but 128 + SIGTERM, as if the signal had ended it.
+    assert daemon.wait(timeout=10) == 143
     [cut] = daemon.events("worker.cutting_off")
     assert cut["level"] == "warning"
     assert (cut["run_id"], cut["tool"], cut["call_id"]) == (run_id, "charge", CHARGE_CALL_ID)
@@ -148,8 +149,36 @@ def test_a_second_signal_within_the_drain_says_only_that_it_cuts_the_write_off(
     wait_until("the charge", lambda: _calls(calls_file, run_id, "charge"), 15)
     daemon.signal(signal.SIGTERM)
     daemon.wait_for("worker.draining")
-    daemon.signal(signal.SIGTERM)
-    assert daemon.wait(timeout=10) == 0
+    # The second signal says how the stop ends, whichever the first was.
+    daemon.signal(signal.SIGINT)
+    assert daemon.wait(timeout=10) == 130
     assert [cut["run_id"] for cut in daemon.events("worker.cutting_off")] == [run_id]
     # The write was cut off, not waited for: no line may say it is being finished.
     assert not daemon.events("worker.finishing_write")
+
+
+def test_a_sigterm_before_the_daemon_opens_its_store_ends_it_with_nothing_written(
+    daemons: DaemonPool, store_dir: Path, url: str
+) -> None:
+    """While it imports, SIGTERM ends the daemon as it ends any program (143 in the
+    shell): that is fine only because nothing has been opened yet."""
+    daemon = daemons.start(url, worker_id="acc-early", wait=False)
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(timeout=15) == -signal.SIGTERM
+    assert daemon.log_path.read_text() == ""
+    assert list(store_dir.iterdir()) == []
+
+
+def test_a_sigterm_as_the_store_is_created_drains_and_leaves_it_whole(
+    daemons: DaemonPool, store_dir: Path, url: str
+) -> None:
+    """Its drain handlers are in place before the daemon opens the store: a signal
+    that lands while it creates one waits for the store, then drains."""
+    daemon = daemons.start(url, worker_id="acc-creating", wait=False)
+    wait_until("the store file", lambda: any(store_dir.iterdir()), 15)
+    daemon.signal(signal.SIGTERM)
+    said = daemon.log_path.read_text
+    assert daemon.wait(timeout=15) == 0, said()
+    assert "Traceback" not in said()
+    assert ok("workers", "--json", "--store", url).json() == []
+    assert ok("runs", "--json", "--store", url).json() == []
