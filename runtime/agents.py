@@ -11,8 +11,9 @@ from leaseward.runtime.effects import ToolEffectResolver
 from leaseward.runtime.encoding import holdable
 from leaseward.runtime.errors import ConfigurationError, ToolDefinitionError, UnknownAgent
 from leaseward.runtime.messages import ModelSettings, ProviderReply, ProviderRequest, Role, ToolSpec
+from leaseward.runtime.timeouts import checked_timeout
 from leaseward.runtime.tool_sources import ListedTool, ToolSource
-from leaseward.runtime.tools import Tool, ToolSet, is_approval_timeout
+from leaseward.runtime.tools import Tool, ToolSet
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
@@ -127,12 +128,9 @@ class Agent:
             )
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ConfigurationError(f"agent {name!r}: max_steps must be a positive integer")
-        if approval_timeout_seconds is not None and not is_approval_timeout(
-            approval_timeout_seconds
-        ):
-            raise ConfigurationError(
-                f"agent {name!r}: approval_timeout_seconds must be a positive number of "
-                f"seconds, at most a year, or None, not {approval_timeout_seconds!r}"
+        if approval_timeout_seconds is not None:
+            approval_timeout_seconds = checked_timeout(
+                f"agent {name!r}: approval_timeout_seconds", approval_timeout_seconds, or_none=True
             )
         if model_settings is not None and not isinstance(model_settings, ModelSettings):
             raise ConfigurationError(
@@ -163,14 +161,10 @@ class Agent:
             None if approval_timeout_seconds is None else float(approval_timeout_seconds)
         )
         self.model_settings = model_settings if model_settings is not None else ModelSettings()
-        timeout = getattr(provider, "timeout_seconds", DEFAULT_PROVIDER_TIMEOUT_SECONDS)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            # Every call would time out at once; a NaN deadline would crash the run's actor.
-            raise ConfigurationError(
-                f"agent {name!r}: the provider's timeout_seconds must be a positive number "
-                f"of seconds, not {timeout!r}"
-            )
-        self.provider_timeout_seconds = float(timeout)
+        self.provider_timeout_seconds = checked_timeout(
+            f"agent {name!r}: the provider's timeout_seconds",
+            getattr(provider, "timeout_seconds", DEFAULT_PROVIDER_TIMEOUT_SECONDS),
+        )
 
     def _set_tools(self, tools: ToolSet) -> None:
         self.tools = tools

@@ -11,7 +11,6 @@ import attrs
 import msgspec
 import structlog
 
-from leaseward.runtime.clock import MAX_DURATION_SECONDS
 from leaseward.runtime.effects import ToolEffect, declared_effect
 from leaseward.runtime.encoding import holdable
 from leaseward.runtime.errors import ToolDefinitionError, ToolError
@@ -23,6 +22,7 @@ from leaseward.runtime.schema import (
     signature_arguments,
     takes_context,
 )
+from leaseward.runtime.timeouts import checked_timeout
 
 __all__ = [
     "DEFAULT_TOOL_TIMEOUT_SECONDS",
@@ -35,7 +35,6 @@ __all__ = [
     "ToolSet",
     "ask_human",
     "bind_tool",
-    "is_approval_timeout",
     "tool",
 ]
 
@@ -117,12 +116,6 @@ class FunctionTool:
         return await self.function(**given)
 
 
-def _positive_timeout(owner: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ToolDefinitionError(f"tool {owner!r}: timeout_seconds must be a positive number")
-    return float(value)
-
-
 def _check_name(name: Any, owner: Any) -> None:
     # Journaled with each call, and matched against the model's call names, which are
     # kept as text every store holds: a name that is not would match no call.
@@ -147,14 +140,6 @@ def _fitting_schema(function: ToolFunction, parameters: Mapping[str, Any]) -> To
     return arguments
 
 
-def is_approval_timeout(value: Any) -> bool:
-    """Whether ``value`` can time a request for approval: a positive number of seconds, at
-    most a year. Its expiry is stored as a time, in JSON too: infinity could not be, and
-    a call that needed approval then could never park."""
-    number = not isinstance(value, bool) and isinstance(value, int | float)
-    return number and 0 < value <= MAX_DURATION_SECONDS
-
-
 def _approval(
     owner: str, requires: Any, timeout: Any
 ) -> tuple[bool | ApprovalPolicy, float | None]:
@@ -165,12 +150,14 @@ def _approval(
         )
     if timeout is None:
         return requires, None
-    if not is_approval_timeout(timeout):
-        raise ToolDefinitionError(
-            f"tool {owner!r}: approval_timeout_seconds must be a positive number of seconds, "
-            f"at most {MAX_DURATION_SECONDS:.0f} (a year), or None, not {timeout!r}"
-        )
-    return requires, float(timeout)
+    # Its expiry is stored as a time, in JSON too: infinity could not be, and a call
+    # that needed approval then could never park.
+    return requires, checked_timeout(
+        f"tool {owner!r}: approval_timeout_seconds",
+        timeout,
+        error=ToolDefinitionError,
+        or_none=True,
+    )
 
 
 def _make_function_tool(
@@ -198,7 +185,9 @@ def _make_function_tool(
         name=tool_name,
         description=description if description is not None else inspect.getdoc(function) or "",
         effect=effect,
-        timeout_seconds=_positive_timeout(tool_name, timeout_seconds),
+        timeout_seconds=checked_timeout(
+            f"tool {tool_name!r}: timeout_seconds", timeout_seconds, error=ToolDefinitionError
+        ),
         arguments=(
             signature_arguments(function)
             if parameters is None
@@ -395,7 +384,9 @@ def bind_tool(candidate: Any) -> BoundTool:
         name=name,
         description=str(description),
         arguments=arguments,
-        timeout_seconds=_positive_timeout(name, timeout),
+        timeout_seconds=checked_timeout(
+            f"tool {name!r}: timeout_seconds", timeout, error=ToolDefinitionError
+        ),
         effect=declared_effect(candidate),
         implementation=implementation,
         requires_approval=requires,

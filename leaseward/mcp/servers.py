@@ -11,6 +11,7 @@ import attrs
 
 from leaseward.runtime.effects import ToolEffect
 from leaseward.runtime.errors import ConfigurationError
+from leaseward.runtime.timeouts import checked_timeout
 from leaseward.runtime.tools import DEFAULT_TOOL_TIMEOUT_SECONDS
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_SECONDS", "MCPServer", "Stdio", "StreamableHTTP"]
@@ -210,9 +211,7 @@ class MCPServer:
                     f"not {getattr(self, what)!r}"
                 )
         for what in ("timeout_seconds", "connect_timeout_seconds"):
-            value = getattr(self, what)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ConfigurationError(f"MCP server {self.name!r}: {what} must be positive")
+            checked_timeout(f"MCP server {self.name!r}: {what}", getattr(self, what))
 
     @classmethod
     def stdio(

@@ -29,6 +29,7 @@ from leaseward.runtime.encoding import dump_json
 from leaseward.runtime.errors import ConfigurationError, ProviderError
 from leaseward.runtime.failures import FailureClass, failure_class_for_status
 from leaseward.runtime.logs import get_logger
+from leaseward.runtime.timeouts import checked_timeout
 
 __all__ = [
     "CONNECTION_RETRY_PAUSE_SECONDS",
@@ -123,9 +124,7 @@ def base_and_key(
 
 
 def check_timeout(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise ConfigurationError(f"timeout_seconds must be a positive number, not {value!r}")
-    return float(value)
+    return checked_timeout("timeout_seconds", value)
 
 
 def _endpoint_url(base_url: Any, path: str) -> httpx.URL:

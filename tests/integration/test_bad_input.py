@@ -553,14 +553,14 @@ class SyncProvider:
             "decorate it with @tool",
         ),
         (lambda: App(None), ConfigurationError, r"App\(\[agent"),  # type: ignore[arg-type]
-        # Every call would time out at once, or crash its run's actor (NaN).
+        # Every call would time out at once, crash its run's actor (NaN), or never end.
         *(
             (
                 functools.partial(Agent, "x", ScriptedProvider([], timeout_seconds=timeout)),
                 ConfigurationError,
-                "the provider's timeout_seconds must be a positive number",
+                "the provider's timeout_seconds must be a number of seconds greater than 0",
             )
-            for timeout in cast(list[float], [-1, 0, math.nan, "30", True])
+            for timeout in cast(list[float], [-1, 0, math.nan, math.inf, "30", True])
         ),
         (
             lambda: Agent("x", ScriptedProvider([]), instructions=5),  # type: ignore[arg-type]
@@ -594,7 +594,7 @@ class SyncProvider:
         "agent-with-one-tool",
         "undecorated-function",
         "app-of-none",
-        *(f"provider-timeout-{t}" for t in ("negative", "zero", "nan", "str", "bool")),
+        *(f"provider-timeout-{t}" for t in ("negative", "zero", "nan", "inf", "str", "bool")),
         "instructions-int",
         "sync-provider",
         "scripted-replies-none",
