@@ -80,6 +80,8 @@ _TAKING_ALL = (Submit, Claim)
 log = get_logger("leaseward.persister")
 
 _BATCH_FAILED = "persister.batch_failed"
+# Batches whose outcome is unknown, summed up apart: they may leave writes to be resolved.
+_BATCH_UNANSWERED = "persister.batch_failed.outcome_unknown"
 
 
 @attrs.define
@@ -224,7 +226,7 @@ class Persister:
             unanswered = _batch_failed(self._faults, exc, len(items))
             failed = Unanswered(exc.message) if unanswered else Refused(exc.message)
             return (failed,) * len(items)
-        self._faults.answered(_BATCH_FAILED)
+        self._faults.answered(_BATCH_FAILED, _BATCH_UNANSWERED)
         self._committed(len(items), time.perf_counter() - started)
         if len(results.items) != len(items):
             raise StoreError(f"{len(results.items)} results for {len(items)} renewals")
@@ -378,7 +380,7 @@ class Persister:
             raise
         if ARMED and carries_outcome(step for item in writes.items for step in item.steps):
             crash_point("before_reply")
-        self._faults.answered(_BATCH_FAILED)
+        self._faults.answered(_BATCH_FAILED, _BATCH_UNANSWERED)
         self._committed(len(writes), time.perf_counter() - started)
         try:
             if parts:
@@ -410,7 +412,14 @@ def _batch_failed(faults: StoreFaults, error: LeasewardError, items: int) -> boo
     """Log a batch the store did not commit; whether its outcome is unknown (sent, and
     its answer lost) rather than refused."""
     unanswered = isinstance(error, CommitOutcomeUnknown)
-    faults.failed(log, _BATCH_FAILED, error.message, items=items, outcome_unknown=unanswered)
+    faults.failed(
+        log,
+        _BATCH_FAILED,
+        error.message,
+        kind=_BATCH_UNANSWERED if unanswered else _BATCH_FAILED,
+        items=items,
+        outcome_unknown=unanswered,
+    )
     return unanswered
 
 

@@ -6,8 +6,8 @@ every pass. Logged one line each, four runs made about ten warnings a second, in
 the outage's start and end were hard to find. Here the first failure of each kind (its
 event name) is logged as before, at WARNING with its error; its repeats are counted and
 logged as one line of the same event every ``REPEATS_LOGGED_EVERY_SECONDS``, with how
-many there were and the last error; and the first answer after failures is one
-``store.answering`` line that says how long the store failed and how often.
+many there were and the last error; and the first answer to a kind that failed is one
+``store.answering`` line, at INFO, that says how long the store failed and how often.
 """
 
 from __future__ import annotations
@@ -40,10 +40,12 @@ class _Kind:
 class StoreFaults:
     """The store failures of one worker, by kind, between two answers of the store.
 
-    A kind is the event its failures are logged as (``persister.batch_failed``, ...). A
-    kind that fails while another is answered stays failing until it is answered itself:
-    a store that refuses one kind of write alone is told once, not at every turn of the
-    others.
+    A kind is the event its failures are logged as (``persister.batch_failed``, ...),
+    unless the caller names a finer one: a batch whose outcome is unknown is not
+    summed up with batches the store refused. The outage ends when a kind that failed
+    is answered: ``store.answering`` says so once, and a kind that fails after it is
+    told again from its first line. A kind that fails while the others are answered
+    keeps to its own lines; theirs do not end its outage.
     """
 
     def __init__(
@@ -55,50 +57,53 @@ class StoreFaults:
         self._clock = clock or SystemClock()
         self._every = repeats_every_seconds
         self._failing: dict[str, _Kind] = {}
-        # When the store began to fail, if it has failed since it last answered.
-        self._down_since: float | None = None
+        # When the first kind failing now began to fail; read only while one is.
+        self._down_since = 0.0
 
-    def failed(self, logger: LeasewardLogger, event: str, error: str | None, **fields: Any) -> None:
+    def failed(
+        self,
+        logger: LeasewardLogger,
+        event: str,
+        error: str | None,
+        *,
+        kind: str | None = None,
+        **fields: Any,
+    ) -> None:
         """Log ``event`` with ``error`` and ``fields`` on ``logger``, unless it is a repeat
-        of a kind logged less than the interval ago: that is only counted."""
+        of a kind (``event`` unless given) logged less than the interval ago: that is only
+        counted."""
         now = self._clock.monotonic()
-        kind = self._failing.get(event)
-        if kind is None:
-            self._failing[event] = _Kind(logged_at=now)
-            # Only a kind that begins to fail makes an outage: the repeats of one that
-            # fails alone must not make every answer of the others a line of its own.
-            if self._down_since is None:
+        key = event if kind is None else kind
+        failing = self._failing.get(key)
+        if failing is None:
+            if not self._failing:
                 self._down_since = now
+            self._failing[key] = _Kind(logged_at=now)
             logger.warning(event, error=error, **fields)
             return
-        kind.failures += 1
-        kind.repeats += 1
-        if now - kind.logged_at < self._every:
+        failing.failures += 1
+        failing.repeats += 1
+        if now - failing.logged_at < self._every:
             return
         logger.warning(
             event,
             error=error,
-            repeated=kind.repeats,
-            over_seconds=round(now - kind.logged_at, 1),
+            repeated=failing.repeats,
+            over_seconds=round(now - failing.logged_at, 1),
             **fields,
         )
-        kind.logged_at = now
-        kind.repeats = 0
+        failing.logged_at = now
+        failing.repeats = 0
 
-    def answered(self, event: str) -> None:
-        """The store answered a request of the kind ``event`` names: it fails no more, and
-        the first answer after failures is logged once."""
-        kind = self._failing.pop(event, None)
-        down_since, self._down_since = self._down_since, None
-        if down_since is None:
-            # Nothing failed, or another kind already told of the store's answer.
+    def answered(self, *kinds: str) -> None:
+        """The store answered a request of ``kinds``: if one of them was failing, the
+        outage is over, told once with how long it lasted and what failed in it."""
+        if not self._failing or not any(kind in self._failing for kind in kinds):
             return
         failures = {name: each.failures for name, each in self._failing.items()}
-        if kind is not None:
-            failures[event] = kind.failures
-        log.warning(
+        self._failing.clear()
+        log.info(
             "store.answering",
-            after_seconds=round(self._clock.monotonic() - down_since, 1),
+            after_seconds=round(self._clock.monotonic() - self._down_since, 1),
             failures=failures,
-            still_failing=sorted(self._failing),
         )

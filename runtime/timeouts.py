@@ -16,13 +16,13 @@ from typing import Any
 from leaseward.runtime.clock import MAX_DURATION_SECONDS
 from leaseward.runtime.errors import ConfigurationError
 
-__all__ = ["TIMEOUT_RULE", "checked_timeout", "is_timeout"]
+__all__ = ["TIMEOUT_RULE", "checked_timeout"]
 
 TIMEOUT_RULE = f"a number of seconds greater than 0 and at most {MAX_DURATION_SECONDS:.0f} (a year)"
 """What a refusal says a timeout must be."""
 
 
-def is_timeout(value: Any) -> bool:
+def _is_timeout(value: Any) -> bool:
     """Whether ``value`` follows the rule (NaN and infinity do not)."""
     number = not isinstance(value, bool) and isinstance(value, int | float)
     return number and 0 < value <= MAX_DURATION_SECONDS
@@ -38,7 +38,7 @@ def checked_timeout(
     """``value`` as a float; ``error``, naming ``what``, if it does not follow the rule.
     ``or_none`` says in the refusal that None may be given instead (the caller lets it
     through before asking)."""
-    if not is_timeout(value):
+    if not _is_timeout(value):
         alternative = ", or None" if or_none else ""
         raise error(f"{what} must be {TIMEOUT_RULE}{alternative}, not {value!r}")
     return float(value)

@@ -124,8 +124,9 @@ _SESSION_LOST: tuple[type[BaseException], ...] = (
 _SENT_AND_LOST: tuple[type[BaseException], ...] = (*_SESSION_LOST, TimeoutError)
 # How asyncpg words a statement it refused before sending any of it, the session having
 # ended: a state its protocol cannot leave for the statement's (see the module's notes),
-# or a connection it already knows to be lost.
+# or a connection it already knows to be lost or closed (checked before any I/O).
 _REFUSED_UNSENT = ("cannot switch to state", "not connected")
+_CLOSED_UNSENT = ("connection is closed", "cannot perform operation: connection is closed")
 # The URL's form is wrong, as the driver reads it before it reaches any server.
 _CONFIGURATION_ERRORS: tuple[type[BaseException], ...] = (asyncpg.ClientConfigurationError,)
 # The server answered, and refused: no such database is there (as a SQLite file that
@@ -178,7 +179,9 @@ def translate_params(sql: str) -> tuple[str, tuple[str, ...]]:
 def _not_sent(exc: BaseException | None) -> bool:
     """Whether the driver refused a statement before any of it went out, because the
     server had ended the session: nothing of it ran, so it may go to another connection."""
-    return isinstance(exc, asyncpg.InternalClientError) and str(exc).startswith(_REFUSED_UNSENT)
+    if isinstance(exc, asyncpg.InternalClientError):
+        return str(exc).startswith(_REFUSED_UNSENT)
+    return isinstance(exc, asyncpg.InterfaceError) and str(exc) in _CLOSED_UNSENT
 
 
 def _describe(exc: BaseException, timed_out: str = "no answer in time") -> str:
@@ -192,7 +195,7 @@ def _describe(exc: BaseException, timed_out: str = "no answer in time") -> str:
     if _not_sent(exc):
         # asyncpg's words read as two statements at once on one connection, which they
         # are not: say what happened first.
-        return f"postgresql: the server had ended the session; nothing was sent ({kind}: {text})"
+        return f"postgresql: the session had ended; nothing was sent ({kind}: {text})"
     return f"postgresql: {kind}{f' [{sqlstate}]' if sqlstate else ''}: {text}"
 
 
@@ -403,14 +406,14 @@ class PostgresExecutor:
             ) from exc
 
     @asynccontextmanager
-    async def _hold(self) -> AsyncIterator[_Block]:
+    async def _hold(self, *, tradable: bool = True) -> AsyncIterator[_Block]:
         """A connection, kept or the pool's, bound to this task for the block; statements
-        refused unsent may trade it for another (see ``_Block.tradable``)."""
+        refused unsent may trade it for another if ``tradable`` (see ``_Block.tradable``)."""
         if self._closed:
             raise StoreError(f"postgresql: the store {self._options.display} is closed")
         self._home.check()
         connection, blocks = await self._take()
-        block = _Block(connection, blocks, self._generation, tradable=True)
+        block = _Block(connection, blocks, self._generation, tradable=tradable)
         given_back_cleanly = False
         try:
             with self._bound_to(block):
@@ -643,8 +646,7 @@ class PostgresExecutor:
         sent yet, so a second connection is tried before the caller is failed.
         """
         for attempt in range(2):
-            async with self._hold() as block:
-                block.tradable = False
+            async with self._hold(tradable=False) as block:
                 try:
                     transaction = await self._call(self._begin, block.connection)
                 except StoreError as exc:
@@ -751,6 +753,8 @@ class PostgresExecutor:
         return await block.connection.fetch(text, *args)
 
     async def _execute_one(self, text: str, args: list[Any]) -> str:
+        # A function of its own: a lambda made in execute_each's loop would not bind
+        # that row's text and arguments.
         return await self._run(lambda session: session.execute(text, *args))
 
     async def execute(self, sql: str, params: Params | None = None) -> None:

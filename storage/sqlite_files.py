@@ -15,16 +15,24 @@ from __future__ import annotations
 import os
 
 from leaseward.runtime.errors import StoreError
+from leaseward.runtime.logs import get_logger
 
 __all__ = ["OpenedFiles"]
+
+
+log = get_logger("leaseward.store")
 
 
 def _identity(path: str) -> tuple[int, int] | None:
     """The file a name leads to (device and inode), None where it leads nowhere."""
     try:
         stat = os.stat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:
+        # Not known to have changed, nor known not to: this write is refused, not the
+        # next ones, which may find the directory readable again.
+        raise StoreError(f"sqlite: cannot look at {path}: {exc.strerror or exc}") from exc
     return stat.st_dev, stat.st_ino
 
 
@@ -37,9 +45,9 @@ class OpenedFiles:
         # Whether the database is in WAL mode: a file system without the shared memory
         # WAL needs leaves it in rollback mode, with no -wal to check.
         self._logged = logged
-        # Created by SQLite at the connection's first transaction in WAL mode, and kept
-        # while any connection has the database open: taken at the first check.
-        self._log: tuple[int, int] | None = None
+        # Created by SQLite at a connection's first read in WAL mode (the store's reader
+        # has read by now), and kept while any connection has the database open.
+        self._log = _identity(f"{self._path}-wal") if logged else None
         self.lost: str | None = None
         """Why writes are refused, once a check found the files changed."""
 
@@ -48,6 +56,9 @@ class OpenedFiles:
         the files opened. Two system calls, once a transaction."""
         if self.lost is None:
             self.lost = self._changed()
+            if self.lost is not None:
+                # Once: every statement after this fails with the same words.
+                log.error("store.files_lost", store=self._path, error=self.lost)
         if self.lost is not None:
             raise StoreError(self.lost)
 

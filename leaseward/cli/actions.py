@@ -251,6 +251,9 @@ async def _wait_through_outages(client: Client, run_id: str, timeout: float | No
         left = None if deadline is None else max(0.0, deadline - anyio.current_time())
         try:
             return await client.wait(run_id, timeout=left)
+        except WaitTimeout:
+            # Said of the whole wait, not of what was left of it after an outage.
+            raise WaitTimeout(f"run {run_id} did not finish within {timeout:g} seconds") from None
         except StoreError as exc:
             if not _transient(exc) or left == 0.0:
                 raise

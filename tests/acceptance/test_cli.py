@@ -390,7 +390,8 @@ def test_a_wait_the_store_fails_under_until_the_timeout_names_the_run_it_queued(
     """The run was accepted before the store failed: a user who is not told its id
     would submit again, a second run."""
     url = pg_server.url_for(pg_database)
-    waiting = submit_waiting(url, 4.0)
+    # Long enough for the run to be queued and the store to go down first on a busy machine.
+    waiting = submit_waiting(url, 10.0)
     try:
         run_id = queued_run(url)
         store_down(pg_server, pg_database)
@@ -404,7 +405,7 @@ def test_a_wait_the_store_fails_under_until_the_timeout_names_the_run_it_queued(
     said = [line for line in err.splitlines() if line.startswith("leaseward: ")]
     assert "Traceback" not in err and len(said) == 3, err
     assert said[1].startswith("leaseward: the store does not answer"), err
-    assert f"still waiting for run {run_id}, for up to 4 s in all" in said[1], err
+    assert f"still waiting for run {run_id}, for up to 10 s in all" in said[1], err
     assert f"run {run_id} is submitted" in said[2], err
     assert show(url, run_id)["state"] == "queued"
 

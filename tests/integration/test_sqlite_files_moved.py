@@ -53,6 +53,8 @@ async def test_a_deleted_write_ahead_log_fails_the_write_in_flight_closed(
     assert len(calls) == 1
     failed = [entry for entry in logs if entry["event"] == "persister.batch_failed"]
     assert "was deleted while this process had it open" in failed[0]["error"]
+    [lost] = [entry for entry in logs if entry["event"] == "store.files_lost"]
+    assert lost["log_level"] == "error" and lost["store"] == str(path)
     assert not any(
         entry["event"] == "run.settled" and entry.get("transition") == "complete" for entry in logs
     )
