@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -377,11 +378,31 @@ def queued_run(url: str) -> str:
     return str(queued[0]["id"])
 
 
-def store_down(pg_server: PgServer, pg_database: str) -> None:
-    pg_server.run(
-        f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS false',
-        f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{pg_database}'",
-    )
+def store_up(pg_server: PgServer, pg_database: str) -> None:
+    pg_server.run(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS true')
+
+
+@contextmanager
+def waiting_through_an_outage(
+    pg_server: PgServer, pg_database: str, timeout: float
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``submit --wait`` of a run queued before its store went down: the waiting process
+    and the run's id. The store is let in again, and the wait ended, afterwards."""
+    url = pg_server.url_for(pg_database)
+    waiting = submit_waiting(url, timeout)
+    try:
+        run_id = queued_run(url)
+        pg_server.run(
+            f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS false',
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            f" WHERE datname = '{pg_database}'",
+        )
+        yield waiting, run_id
+    finally:
+        store_up(pg_server, pg_database)
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.communicate()
 
 
 def test_a_wait_the_store_fails_under_until_the_timeout_names_the_run_it_queued(
@@ -389,45 +410,27 @@ def test_a_wait_the_store_fails_under_until_the_timeout_names_the_run_it_queued(
 ) -> None:
     """The run was accepted before the store failed: a user who is not told its id
     would submit again, a second run."""
-    url = pg_server.url_for(pg_database)
     # Long enough for the run to be queued and the store to go down first on a busy machine.
-    waiting = submit_waiting(url, 10.0)
-    try:
-        run_id = queued_run(url)
-        store_down(pg_server, pg_database)
+    with waiting_through_an_outage(pg_server, pg_database, 10.0) as (waiting, run_id):
         out, err = waiting.communicate(timeout=20)
-    finally:
-        pg_server.run(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS true')
-        if waiting.poll() is None:
-            waiting.kill()
-            waiting.communicate()
     assert waiting.returncode == EXIT_FAILURE and out == "", (out, err)
     said = [line for line in err.splitlines() if line.startswith("leaseward: ")]
     assert "Traceback" not in err and len(said) == 3, err
     assert said[1].startswith("leaseward: the store does not answer"), err
     assert f"still waiting for run {run_id}, for up to 10 s in all" in said[1], err
     assert f"run {run_id} is submitted" in said[2], err
-    assert show(url, run_id)["state"] == "queued"
+    assert show(pg_server.url_for(pg_database), run_id)["state"] == "queued"
 
 
 def test_a_wait_rides_out_a_short_store_outage(pg_server: PgServer, pg_database: str) -> None:
     """A few seconds without the store (a restart, a failover) do not end the wait: it
     says once that the store does not answer, and prints the run once it has ended."""
-    url = pg_server.url_for(pg_database)
-    waiting = submit_waiting(url, 30.0)
-    try:
-        run_id = queued_run(url)
-        store_down(pg_server, pg_database)
+    with waiting_through_an_outage(pg_server, pg_database, 30.0) as (waiting, run_id):
         time.sleep(2.0)
         assert waiting.poll() is None, waiting.communicate()
-        pg_server.run(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS true')
-        ok("cancel", run_id, "--store", url)
+        store_up(pg_server, pg_database)
+        ok("cancel", run_id, "--store", pg_server.url_for(pg_database))
         out, err = waiting.communicate(timeout=20)
-    finally:
-        pg_server.run(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS true')
-        if waiting.poll() is None:
-            waiting.kill()
-            waiting.communicate()
     # The run was cancelled: the wait ends as for any run that did not complete.
     assert waiting.returncode == EXIT_FAILURE, (out, err)
     assert run_id in out and "cancelled" in out, out
