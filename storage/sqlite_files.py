@@ -47,7 +47,7 @@ class OpenedFiles:
         self._logged = logged
         # Created by SQLite at a connection's first read in WAL mode (the store's reader
         # has read by now), and kept while any connection has the database open.
-        self._log = _identity(f"{self._path}-wal") if logged else None
+        self._wal = _identity(f"{self._path}-wal") if logged else None
         self.lost: str | None = None
         """Why writes are refused, once a check found the files changed."""
 
@@ -69,12 +69,12 @@ class OpenedFiles:
             return self._refusal(f"the database file was {what}")
         if not self._logged:
             return None
-        log = _identity(f"{self._path}-wal")
-        if log is None:
+        wal = _identity(f"{self._path}-wal")
+        if wal is None:
             return self._refusal("its write-ahead log (-wal) was deleted")
-        if self._log is None:
-            self._log = log
-        elif log != self._log:
+        if self._wal is None:
+            self._wal = wal
+        elif wal != self._wal:
             return self._refusal("its write-ahead log (-wal) was replaced by another file")
         return None
 
