@@ -252,6 +252,8 @@ async def _wait_through_outages(client: Client, run_id: str, timeout: float | No
         try:
             return await client.wait(run_id, timeout=left)
         except WaitTimeout:
+            if timeout is None:
+                raise
             # Said of the whole wait, not of what was left of it after an outage.
             raise WaitTimeout(f"run {run_id} did not finish within {timeout:g} seconds") from None
         except StoreError as exc:
